@@ -1,0 +1,44 @@
+"""tpu_lab: run Hugging Face transformers on Google TPUs from a notebook, and learn it on CPU.
+
+``import tpu_lab`` is cheap: it imports neither torch nor ipywidgets. Names are resolved on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "probe": "tpu_lab.probe",
+    "DeviceReport": "tpu_lab.probe",
+    "Finding": "tpu_lab.probe",
+    "tiny_model": "tpu_lab.models",
+    "TpuLabError": "tpu_lab.errors",
+}
+_SUBMODULES = {"widgets", "testing", "errors", "hardware"}
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+if TYPE_CHECKING:
+    from tpu_lab import errors, hardware, testing, widgets
+    from tpu_lab.errors import TpuLabError
+    from tpu_lab.models import tiny_model
+    from tpu_lab.probe import DeviceReport, Finding, probe
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"tpu_lab.{name}")
+    else:
+        raise AttributeError(f"module 'tpu_lab' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,185 @@
+"""Tiny, real checkpoints built offline: config + deterministic random weights + a locally trained tokenizer.
+
+CI, Binder and workshops without internet load them through the same ``from_pretrained`` code a hub
+model goes through. Builds are cached by their arguments and written atomically: a checkpoint is built
+in a temporary sibling folder and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
+
+CACHE_ENV = "TPU_LAB_CACHE"
+MARKER = "tpu_lab_tiny.json"
+# Bump when the recipe changes so old cached checkpoints are not reused.
+RECIPE_VERSION = 1
+ARCHS = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
+SHAPE = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "head_dim": 16,
+    "max_position_embeddings": 1024,
+}
+TOKENIZER_VOCAB = 1000
+EOS, PAD = "<|endoftext|>", "<|pad|>"
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where tpu_lab caches tiny models: ``$TPU_LAB_CACHE`` or the user cache dir."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(CACHE_ENV)
+    if value is None:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("tpu_lab"))
+    if not value.strip():
+        raise EnvironmentProblem(
+            f"{CACHE_ENV} is set but empty.",
+            cause="an export with no value, e.g. `export TPU_LAB_CACHE=`",
+            fix=f"Set {CACHE_ENV} to a writable directory, or unset it to use the user cache directory.",
+        )
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise EnvironmentProblem(
+            f"{CACHE_ENV}={value!r} points to a file, not a directory.",
+            fix=f"Set {CACHE_ENV} to a directory (it is created if missing), or unset it.",
+        )
+    return path
+
+
+def tiny_model(
+    path: str | os.PathLike | None = None,
+    *,
+    arch: str = "qwen3",
+    kv_heads: int | None = None,
+    tie_embeddings: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """Build (or reuse) a tiny causal LM checkpoint and return its folder.
+
+    ``arch``: "qwen3" or "llama". 64 hidden, 2 layers, 4 attention heads of 16; ``kv_heads`` (1, 2 or 4,
+    default 4) sets the key/value heads, e.g. 2 to reproduce the KV-head sharding failure at tp_size=4.
+    ``tie_embeddings`` ties the LM head to the input embeddings, like Qwen3-0.6B.
+    Without ``path`` the checkpoint is cached under ``$TPU_LAB_CACHE`` (or the user cache dir).
+    """
+    spec = _validate(arch, kv_heads, tie_embeddings)
+    target = Path(path) if path is not None else cache_dir(environ) / "models" / _cache_key(spec)
+    if _matches(target, spec):
+        return target
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise InvalidArgument(
+            f"{target} already exists and is not a tiny model built with {spec}.",
+            fix="Pass an empty or new folder, or delete this one.",
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as e:
+        raise ModelBuildError(
+            f"Cannot write a tiny model to {target}: {e.strerror or e}.",
+            cause="the folder (or one above it) is read-only, is a file, or the disk is full",
+            fix=f"Pass a writable path, or set {CACHE_ENV} to a writable directory.",
+        ) from e
+    try:
+        _build(staging, spec)
+        (staging / MARKER).write_text(json.dumps(spec, sort_keys=True))
+        if target.exists():
+            target.rmdir()  # empty (checked above); os.replace cannot replace a directory
+        os.replace(staging, target)
+    except OSError as e:
+        if not _matches(target, spec):  # else another process finished the same build first
+            raise ModelBuildError(
+                f"Writing the tiny model to {target} failed: {e}.",
+                cause="the disk is full or the folder is not writable",
+                fix=f"Free disk space or pass a writable path / set {CACHE_ENV}.",
+            ) from e
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool) -> dict:
+    if arch not in ARCHS:
+        raise InvalidArgument(f"Unknown arch {arch!r}.", fix=f"Use one of: {', '.join(sorted(ARCHS))}.")
+    heads = SHAPE["num_attention_heads"]
+    kv = heads if kv_heads is None else kv_heads
+    if isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or heads % kv:
+        raise InvalidArgument(
+            f"kv_heads={kv_heads!r} does not work with {heads} attention heads.",
+            cause="grouped-query attention needs the attention heads to be a multiple of the KV heads",
+            fix=f"Use one of: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}.",
+        )
+    if not isinstance(tie_embeddings, bool):
+        raise InvalidArgument(f"tie_embeddings must be True or False, got {tie_embeddings!r}.")
+    return {"arch": arch, "kv_heads": kv, "tie_embeddings": tie_embeddings, "recipe": RECIPE_VERSION}
+
+
+def _cache_key(spec: dict) -> str:
+    tied = "tied" if spec["tie_embeddings"] else "untied"
+    return f"{spec['arch']}-kv{spec['kv_heads']}-{tied}-r{spec['recipe']}"
+
+
+def _matches(target: Path, spec: dict) -> bool:
+    try:
+        return json.loads((target / MARKER).read_text()) == spec
+    except (OSError, ValueError):
+        return False
+
+
+def _build(folder: Path, spec: dict) -> None:
+    import torch
+    import transformers
+
+    tokenizer = _train_tokenizer()
+    config_cls, _ = ARCHS[spec["arch"]]
+    vocab = -(-len(tokenizer) // 64) * 64  # a multiple of 64 shards evenly at any tp_size up to 64
+    config = getattr(transformers, config_cls)(
+        **SHAPE,
+        num_key_value_heads=spec["kv_heads"],
+        vocab_size=vocab,
+        tie_word_embeddings=spec["tie_embeddings"],
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    bars = transformers.utils.logging
+    was_disabled = bars.are_progress_bars_disabled()
+    bars.disable_progress_bar()  # a "Writing model shards" bar for a 200 KB file is noise
+    try:
+        model.save_pretrained(folder)
+    finally:
+        if not was_disabled:
+            bars.enable_progress_bar()
+    tokenizer.save_pretrained(folder)
+
+
+def _train_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from tpu_lab._corpus import sentences
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=[EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(sentences(), trainer=trainer)
+    # Left padding: decoder-only generation pads on the left so the last position is the real token.
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD, padding_side="left")
