@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "probe": "tpu_lab.probe",
-    "DeviceReport": "tpu_lab.probe",
-    "Finding": "tpu_lab.probe",
+    "probe": "tpu_lab.device",
+    "DeviceReport": "tpu_lab.device",
+    "Finding": "tpu_lab.device",
     "tiny_model": "tpu_lab.models",
     "TpuLabError": "tpu_lab.errors",
 }
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tpu_lab import errors, hardware, testing, widgets
     from tpu_lab.errors import TpuLabError
     from tpu_lab.models import tiny_model
-    from tpu_lab.probe import DeviceReport, Finding, probe
+    from tpu_lab.device import DeviceReport, Finding, probe
 
 
 def __getattr__(name: str) -> Any:

@@ -155,12 +155,12 @@ def _build(folder: Path, spec: dict) -> None:
     model = transformers.AutoModelForCausalLM.from_config(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     bars = transformers.utils.logging
-    was_disabled = bars.are_progress_bars_disabled()
+    was_enabled = bars.is_progress_bar_enabled()
     bars.disable_progress_bar()  # a "Writing model shards" bar for a 200 KB file is noise
     try:
         model.save_pretrained(folder)
     finally:
-        if not was_disabled:
+        if was_enabled:
             bars.enable_progress_bar()
     tokenizer.save_pretrained(folder)
 

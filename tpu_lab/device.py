@@ -382,7 +382,7 @@ def malformed_environment(environ: Mapping[str, str]) -> list[Finding]:
             "malformed-env", "error",
             f"TORCH_TPU_INTERNAL_HANDSHAKE_PORT={port!r} is not a TCP port; torch_tpu workers will fail to "
             "start.",
-            "Set it to a free port number between 1024 and 65535, or unset it.",
+            "Set TORCH_TPU_INTERNAL_HANDSHAKE_PORT to a free port between 1024 and 65535, or unset it.",
         ))
     for name in ("TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS"):
         value = environ.get(name)

@@ -1,0 +1,19 @@
+import importlib.util
+import os
+
+import pytest
+
+HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_model_cache(tmp_path_factory):
+    # Tests build their tiny models in a fresh cache, never the user's.
+    os.environ["TPU_LAB_CACHE"] = str(tmp_path_factory.mktemp("tpu_lab_cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs the torch-tpu package: pip install -e '.[tpu]'")
+    for item in items:
+        if "tpu_package" in item.keywords and not HAS_TORCH_TPU:
+            item.add_marker(skip)

@@ -1,0 +1,5 @@
+"""Thin ipywidgets views over tpu_lab's core objects (the only package that imports ipywidgets)."""
+
+from tpu_lab.widgets.probe_panel import ProbePanel
+
+__all__ = ["ProbePanel"]
