@@ -278,7 +278,7 @@ def diagnose(
             "accelerate asks each device for free memory and has no TPU branch, so it silently falls back "
             "to CPU even though chips are visible"
             if device == "tpu"
-            else "no accelerator is usable here; on a TPU VM it would also load on CPU, silently, because "
+            else "this process has no accelerator; on a TPU VM it would also load on CPU, silently, because "
             "accelerate has no TPU branch"
         )
         add(Finding(
