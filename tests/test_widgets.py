@@ -40,3 +40,38 @@ def test_probe_panel_survives_a_failing_probe():
     assert panel.status.value == "probe failed"
     panel.refresh_button.click()
     assert len(calls) == 2
+
+
+def test_model_loader_loads_a_tiny_model():
+    loader = tl.widgets.ModelLoader()
+    assert loader.device.value == "cpu" and not loader.load_button.disabled
+    labels = [label for label, _ in loader.device.options]
+    assert "tpu (unavailable: no TPU chip visible)" in labels
+    assert "Qwen/Qwen3-0.6B" in loader.model_name.options and "tiny:qwen3" in loader.model_name.options
+    assert loader.model is None
+    loader.load_button.click()
+    assert loader.loaded is not None and loader.model is loader.loaded.model
+    assert loader.tokenizer is loader.loaded.tokenizer
+    assert loader.status.value.startswith("ok: tiny:qwen3 on <b>cpu</b>")
+    assert "Model loaded" in loader.report_view.value and "cpu: 27" in loader.report_view.value
+    assert loader.progress.value == loader.progress.max > 1
+    assert not loader.load_button.disabled
+
+
+def test_model_loader_disables_unavailable_devices():
+    loader = tl.widgets.ModelLoader()
+    loader.device.value = "tpu"
+    assert loader.load_button.disabled and "no TPU chip visible" in loader.status.value
+    loader.device.value = "cpu"
+    assert not loader.load_button.disabled and loader.status.value == ""
+
+
+def test_model_loader_shows_errors_and_keeps_working():
+    loader = tl.widgets.ModelLoader("./not/a/model")
+    assert loader.load() is None
+    assert "load failed" in loader.status.value
+    assert "tpu-lab-error" in loader.report_view.value and "tl.tiny_model()" in loader.report_view.value
+    loader.dtype.value = "bfloat16"
+    loader.model_name.value = "tiny:llama"
+    loader.load_button.click()
+    assert loader.loaded.report.dtype == "bfloat16" and type(loader.model).__name__ == "LlamaForCausalLM"

@@ -16,6 +16,9 @@ _EXPORTS = {
     "DeviceReport": "tpu_lab.device",
     "Finding": "tpu_lab.device",
     "tiny_model": "tpu_lab.models",
+    "load_model": "tpu_lab.loading",
+    "LoadedModel": "tpu_lab.loading",
+    "LoadReport": "tpu_lab.loading",
     "TpuLabError": "tpu_lab.errors",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "hardware"}
@@ -25,6 +28,7 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 if TYPE_CHECKING:
     from tpu_lab import errors, hardware, testing, widgets
     from tpu_lab.errors import TpuLabError
+    from tpu_lab.loading import LoadedModel, LoadReport, load_model
     from tpu_lab.models import tiny_model
     from tpu_lab.device import DeviceReport, Finding, probe
 

@@ -11,7 +11,6 @@ be triggered in tests through injected versions, environment and sysfs trees.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import platform
@@ -20,18 +19,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 from tpu_lab import _render
+from tpu_lab._versions import installed_versions, outside_range, required_range
 from tpu_lab.hardware import TpuChips, scan_tpu_chips
 
-# Distribution names on PyPI, keyed by the name the report uses.
-PACKAGES = {
-    "torch": "torch",
-    "torch_tpu": "torch-tpu",
-    "libtpu": "libtpu",
-    "transformers": "transformers",
-    "accelerate": "accelerate",
-    "kernels": "kernels",
-    "jax": "jax",
-}
 # Used when the package that states the range is not installed (torch-tpu 0.2.0, transformers 5.24).
 FALLBACK_TORCH_RANGE_FOR_TORCH_TPU = ">=2.11.0,<=2.15.0"
 ENV_PREFIXES = ("TORCH_TPU_", "TPU_")
@@ -183,17 +173,6 @@ def probe(
     )
 
 
-def installed_versions() -> dict[str, str | None]:
-    """Versions of the packages tpu_lab cares about, from metadata (nothing is imported)."""
-    out: dict[str, str | None] = {}
-    for name, dist in PACKAGES.items():
-        try:
-            out[name] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def recommended_device(chips: TpuChips, versions: Mapping[str, str | None], acc: AcceleratorInfo | None) -> str:
     """'tpu' where chips are visible and torch_tpu is installed, else 'cuda' with a GPU, else 'cpu'."""
     if chips.count and versions.get("torch_tpu"):
@@ -227,36 +206,6 @@ def _holds_tpu() -> bool | None:
         return bool(torch.tpu.is_initialized())
     except Exception:  # an unexpected torch_tpu build: say "unknown" rather than fail the probe
         return None
-
-
-def _requirement(dist: str, dep: str, extra: str | None = None) -> str | None:
-    """The version specifier ``dist`` declares for ``dep`` (optionally under ``extra``)."""
-    from packaging.requirements import Requirement
-
-    try:
-        reqs = importlib.metadata.requires(dist) or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    for line in reqs:
-        req = Requirement(line)
-        if req.name != dep:
-            continue
-        if extra is None and req.marker is None:
-            return str(req.specifier)
-        if extra is not None and req.marker is not None and req.marker.evaluate({"extra": extra}):
-            return str(req.specifier)
-    return None
-
-
-def _outside(version: str, spec: str) -> bool:
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        # Local labels (+cpu, +cu128) don't change which release it is.
-        return Version(Version(version).base_version) not in SpecifierSet(spec)
-    except InvalidVersion:
-        return False
 
 
 def diagnose(
@@ -311,8 +260,8 @@ def diagnose(
             "Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip the autoload.",
         ))
     if torch_v and tpu_v:
-        spec = _requirement("torch-tpu", "torch") or FALLBACK_TORCH_RANGE_FOR_TORCH_TPU
-        if _outside(torch_v, spec):
+        spec = required_range("torch-tpu", "torch") or FALLBACK_TORCH_RANGE_FOR_TORCH_TPU
+        if outside_range(torch_v, spec):
             add(Finding(
                 "torch-outside-tpu-range", "error",
                 f"torch {torch_v} is outside the range torch_tpu {tpu_v} supports ({spec}); "
@@ -321,8 +270,8 @@ def diagnose(
             ))
     kernels_v, tf_v = versions.get("kernels"), versions.get("transformers")
     if kernels_v and tf_v:
-        spec = _requirement("transformers", "kernels", extra="kernels")
-        if spec and _outside(kernels_v, spec):
+        spec = required_range("transformers", "kernels", extra="kernels")
+        if spec and outside_range(kernels_v, spec):
             add(Finding(
                 "kernels-version-mismatch", "warning",
                 f"kernels {kernels_v} is outside the range transformers {tf_v} requires ({spec}): "

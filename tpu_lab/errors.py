@@ -5,9 +5,13 @@ Every error says what happened, the likely cause and the fix, and chains the ori
     TpuLabError                  base: catch this to catch everything tpu_lab raises
     ├── InvalidArgument          a bad value passed to a tpu_lab function (also a ValueError)
     ├── EnvironmentProblem       a malformed environment variable or an unusable directory
-    └── ModelBuildError          a tiny checkpoint could not be built or written
+    ├── ModelBuildError          a tiny checkpoint could not be built or written
+    ├── DeviceUnavailable        the requested device does not exist in this process
+    ├── KernelsUnavailable       use_kernels=True but kernels/jax are missing or the wrong version
+    └── ModelLoadError           a checkpoint could not be loaded
+        └── HubUnreachable       a hub id was given but the hub cannot be reached and nothing is cached
 
-Warnings begin with ``tpu_lab:`` and name the fix.
+Warnings are ``TpuLabWarning``s; they begin with ``tpu_lab:`` and name the fix.
 """
 
 from __future__ import annotations
@@ -38,3 +42,23 @@ class EnvironmentProblem(TpuLabError):
 
 class ModelBuildError(TpuLabError):
     """A tiny checkpoint could not be built or written."""
+
+
+class DeviceUnavailable(TpuLabError):
+    """The requested device does not exist in this process (no chip, no GPU, torch_tpu missing)."""
+
+
+class KernelsUnavailable(TpuLabError):
+    """Hub kernels were requested but the kernels/jax install cannot provide them."""
+
+
+class ModelLoadError(TpuLabError):
+    """A checkpoint could not be loaded: missing, incomplete, truncated, or needs remote code."""
+
+
+class HubUnreachable(ModelLoadError):
+    """A hub id was given, the hub cannot be reached, and the model is not in the local cache."""
+
+
+class TpuLabWarning(UserWarning):
+    """Something works, but not the way you probably meant; the message names the fix."""

@@ -1,5 +1,6 @@
 """Thin ipywidgets views over tpu_lab's core objects (the only package that imports ipywidgets)."""
 
+from tpu_lab.widgets.model_loader import ModelLoader
 from tpu_lab.widgets.probe_panel import ProbePanel
 
-__all__ = ["ProbePanel"]
+__all__ = ["ModelLoader", "ProbePanel"]

@@ -1,0 +1,87 @@
+"""ModelLoader: pick a model, a device the probe allows, a dtype; Load; see where everything went."""
+
+from __future__ import annotations
+
+from html import escape
+
+import ipywidgets as w
+
+from tpu_lab.device import DeviceReport, probe
+from tpu_lab.loading import MODEL_PRESETS, LoadedModel, device_choices, load_model
+from tpu_lab.widgets._common import error_html
+
+DTYPE_OPTIONS = [("device default", "auto"), ("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32")]
+
+
+class ModelLoader(w.VBox):
+    """A model field with presets, a device dropdown filled from the probe, dtype, Load, status and report.
+
+    After a load, ``.loaded`` is the LoadedModel and ``.model`` / ``.tokenizer`` its parts. Errors are shown
+    in the widget with their fix; nothing is raised into the cell.
+    """
+
+    def __init__(self, model: str = "tiny:qwen3", *, device_report: DeviceReport | None = None) -> None:
+        report = device_report or probe()
+        self.choices = {c.name: c for c in device_choices(report)}
+        self.loaded: LoadedModel | None = None
+        self.model_name = w.Combobox(
+            value=model, options=list(MODEL_PRESETS), ensure_option=False, description="model",
+            placeholder="folder, hub id or tiny:<arch>", layout=w.Layout(width="420px"),
+        )
+        self.device = w.Dropdown(
+            options=[(c.name if c.available else f"{c.name} (unavailable: {c.reason})", c.name)
+                     for c in self.choices.values()],
+            value=report.device, description="device",
+        )
+        self.dtype = w.Dropdown(options=DTYPE_OPTIONS, value="auto", description="dtype")
+        self.load_button = w.Button(description="Load", button_style="primary", icon="download")
+        self.progress = w.IntProgress(value=0, min=0, max=1, description="weights", layout=w.Layout(visibility="hidden"))
+        self.status = w.HTML()
+        self.report_view = w.HTML()
+        self.load_button.on_click(lambda _: self.load())
+        self.device.observe(lambda _: self._check_device(), names="value")
+        super().__init__([
+            w.HBox([self.model_name, self.device, self.dtype]),
+            w.HBox([self.load_button, self.progress, self.status]),
+            self.report_view,
+        ])
+        self.add_class("tpu-lab-model-loader")
+        self._check_device()
+
+    @property
+    def model(self):
+        return self.loaded.model if self.loaded else None
+
+    @property
+    def tokenizer(self):
+        return self.loaded.tokenizer if self.loaded else None
+
+    def _check_device(self) -> None:
+        choice = self.choices[self.device.value]
+        self.load_button.disabled = not choice.available
+        self.status.value = "" if choice.available else f"<b>{choice.name}</b> is unavailable here: {escape(choice.reason)}"
+
+    def _on_progress(self, desc: str, n: int, total: int | None) -> None:
+        self.progress.layout.visibility = "visible"
+        self.progress.description = desc[:12] or "loading"
+        self.progress.max = max(total or 1, 1)
+        self.progress.value = min(n, self.progress.max)
+
+    def load(self) -> LoadedModel | None:
+        """Load what the fields say; returns the LoadedModel, or None after showing the error."""
+        name = self.model_name.value.strip()
+        self.status.value = f"loading <code>{escape(name)}</code> ..."
+        self.load_button.disabled = True
+        try:
+            self.loaded = load_model(name, device=self.device.value, dtype=self.dtype.value, progress=self._on_progress)
+        except Exception as e:  # shown in the widget: the cell and the kernel keep working
+            self.status.value = "<span style='color:#c62828'>load failed</span>"
+            self.report_view.value = error_html(e)
+            return None
+        finally:
+            self.load_button.disabled = not self.choices[self.device.value].available
+        r = self.loaded.report
+        verdict = "ok" if r.ok else "<span style='color:#c62828'>loaded with problems</span>"
+        self.status.value = f"{verdict}: {escape(name)} on <b>{r.device}</b> in {r.load_seconds:.2f} s"
+        self.report_view.value = r._repr_mimebundle_()["text/html"]
+        return self.loaded
