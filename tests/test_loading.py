@@ -245,7 +245,7 @@ def test_hub_reachability_check_uses_hf_endpoint(monkeypatch):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        port = server.getsockname()[1]
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
         assert hub_reachable(timeout=2) is True
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")  # now closed
     assert hub_reachable(timeout=2) is False
