@@ -155,7 +155,7 @@ def probe(
         accelerator = _ask_torch()
     if holds_tpu is None:
         holds_tpu = _holds_tpu()
-    device = recommended_device(chips, found, accelerator)
+    device = recommended_device(chips, bool(found["torch_tpu"]), accelerator.cuda_devices if accelerator else 0)
     env = {k: environ[k] for k in sorted(environ) if k.startswith(ENV_PREFIXES) or k in ENV_NAMES}
     findings = diagnose(
         versions=found, chips=chips, accelerator=accelerator, holds_tpu=holds_tpu, device=device, environ=env
@@ -173,13 +173,11 @@ def probe(
     )
 
 
-def recommended_device(chips: TpuChips, versions: Mapping[str, str | None], acc: AcceleratorInfo | None) -> str:
+def recommended_device(chips: TpuChips, torch_tpu_installed: bool, cuda_devices: int) -> str:
     """'tpu' where chips are visible and torch_tpu is installed, else 'cuda' with a GPU, else 'cpu'."""
-    if chips.count and versions.get("torch_tpu"):
+    if chips.count and torch_tpu_installed:
         return "tpu"
-    if acc is not None and acc.cuda_devices:
-        return "cuda"
-    return "cpu"
+    return "cuda" if cuda_devices else "cpu"
 
 
 def _ask_torch() -> AcceleratorInfo:

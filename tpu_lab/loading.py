@@ -9,6 +9,7 @@ ended up and whether tied weights are still one tensor.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -250,9 +251,13 @@ def resolve_device(requested: str | None, findings: list[Finding] | None = None)
     """``(device, device_map)`` for a request; raises DeviceUnavailable when it does not exist here."""
     findings = [] if findings is None else findings
     if requested is None or requested == "auto":
-        from tpu_lab.device import probe
+        # The probe's choice without the probe's findings, which load_model doesn't need.
+        import torch
 
-        device = probe().device
+        from tpu_lab.device import recommended_device
+
+        has_tpu = importlib.util.find_spec("torch_tpu") is not None  # metadata look-ups cost ms each
+        device = recommended_device(scan_tpu_chips(), has_tpu, torch.cuda.device_count())
         if requested == "auto":
             finding = Finding(
                 "auto-replaced", "warning",
