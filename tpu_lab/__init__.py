@@ -20,6 +20,11 @@ _EXPORTS = {
     "LoadedModel": "tpu_lab.loading",
     "LoadReport": "tpu_lab.loading",
     "TpuLabError": "tpu_lab.errors",
+    "GenerationSession": "tpu_lab.generation",
+    "GenerationRecord": "tpu_lab.generation",
+    "RecompileError": "tpu_lab.generation",
+    "recommend_buckets": "tpu_lab.buckets",
+    "compare_policies": "tpu_lab.buckets",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "hardware"}
 
@@ -27,7 +32,9 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 if TYPE_CHECKING:
     from tpu_lab import errors, hardware, testing, widgets
+    from tpu_lab.buckets import compare_policies, recommend_buckets
     from tpu_lab.errors import TpuLabError
+    from tpu_lab.generation import GenerationRecord, GenerationSession, RecompileError
     from tpu_lab.loading import LoadedModel, LoadReport, load_model
     from tpu_lab.models import tiny_model
     from tpu_lab.device import DeviceReport, Finding, probe

@@ -1,0 +1,124 @@
+"""The compile log's pure parts: attribution, explanations, and the torch_tpu source on recorded snapshots."""
+
+from types import SimpleNamespace
+
+from tpu_lab.compile_log import (
+    CompileEvent,
+    DynamoSource,
+    ForwardCall,
+    ShapeSignature,
+    TpuCacheSource,
+    compile_table,
+    explain,
+    explain_calls,
+    new_items,
+    read_tpu_stats,
+)
+
+
+def sig(phase="prefill", length=16, cache=96, mask=True):
+    return ShapeSignature(phase, 1, length if phase == "prefill" else 1, cache, mask)
+
+
+def ev(reason=None, seconds=1.0, limit=False):
+    return CompileEvent("dynamo", reason, seconds, limit)
+
+
+def test_new_items_matches_by_identity_in_a_bounded_deque():
+    a, b, c, d = object(), object(), object(), object()
+    assert new_items((), (a, b)) == [a, b]
+    assert new_items((a, b), (a, b, c)) == [c]
+    assert new_items((a, b), (b, c, d)) == [c, d]  # a was pushed out of the deque
+    assert new_items((a,), (c, d)) == [c, d]  # everything since was pushed out too
+    assert new_items((a, b), (a, b)) == []
+
+
+def test_dynamo_source_on_recorded_metrics():
+    first = SimpleNamespace(recompile_reason=None, entire_frame_compile_time_s=1.5, fail_reason=None)
+    again = SimpleNamespace(
+        recompile_reason="0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 7",
+        entire_frame_compile_time_s=0.9, fail_reason=None,
+    )
+    limit = SimpleNamespace(recompile_reason="0/7: ...", entire_frame_compile_time_s=None,
+                            fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...")
+    log = [first]
+    src = DynamoSource(lambda: log)
+    before = src.snapshot()
+    log += [again, limit]
+    events = src.events_between(before, src.snapshot())
+    assert [(e.seconds, e.limit_hit) for e in events] == [(0.9, False), (0.0, True)]
+    assert events[0].explanation == "input length changed 5 -> 7: a new prompt length (or prefill <-> decode)"
+    assert "UNCOMPILED" in events[1].explanation
+
+
+# Recorded from torch_tpu's _get_cache_stats() field names (FACTS.md); durations as numbers or timedeltas.
+def tpu_stats(reqs, hits, compilations, durations):
+    return SimpleNamespace(
+        num_cache_reqs=reqs, num_cache_hits=hits, num_compilations=compilations,
+        per_entry_stats=[SimpleNamespace(compilation_duration=d) for d in durations],
+    )
+
+
+def test_tpu_cache_source_diffs_counters_that_never_reset():
+    import datetime
+
+    snaps = iter([
+        tpu_stats(10, 4, 6, [0.5] * 6),
+        tpu_stats(30, 20, 9, [0.5] * 6 + [1.0, 2.0, datetime.timedelta(seconds=3)]),
+        tpu_stats(50, 40, 9, [0.5] * 6 + [1.0, 2.0, 3.0]),
+    ])
+    src = TpuCacheSource(lambda: next(snaps))
+    a, b, c = src.snapshot(), src.snapshot(), src.snapshot()
+    events = src.events_between(a, b)
+    assert len(events) == 3 and all(e.source == "torch_tpu" for e in events)
+    assert abs(sum(e.seconds for e in events) - 6.0) < 1e-9
+    assert src.events_between(b, c) == []  # only hits: a warm call
+
+
+def test_read_tpu_stats_from_a_dict():
+    s = read_tpu_stats({"num_cache_reqs": 3, "num_cache_hits": 1, "num_compilations": 2,
+                        "per_entry_stats": [{"compilation_duration": 0.25}]})
+    assert (s.requests, s.hits, s.compilations, s.compile_seconds) == (3, 1, 2, 0.25)
+
+
+def test_attribution_groups_by_shape_and_explains():
+    calls = [
+        ForwardCall(sig(length=16), 1.2, (ev(),)),
+        ForwardCall(sig("decode"), 0.8, (ev("0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 16, actual 1"),)),
+        ForwardCall(sig("decode"), 0.002),
+        ForwardCall(sig(length=32), 0.9, (ev(),)),
+        ForwardCall(sig(length=16), 0.003),
+        ForwardCall(sig(length=16, mask=False), 0.7, (ev(),)),
+        ForwardCall(sig("decode", cache=128), 0.6, (ev(),)),
+    ]
+    rows = {str(r.signature): r for r in compile_table(calls)}
+    assert list(rows) == ["prefill 1x16 cache=96", "decode 1x1 cache=96", "prefill 1x32 cache=96",
+                          "prefill 1x16 cache=96 no-mask", "decode 1x1 cache=128"]
+    first = rows["prefill 1x16 cache=96"]
+    assert (first.calls, first.compiles, first.first_call_seconds, first.last_call_seconds) == (2, 1, 1.2, 0.003)
+    assert first.reason == "first prefill compile"
+    assert rows["decode 1x1 cache=96"].reason.startswith("first decode compile")
+    assert rows["decode 1x1 cache=96"].guard.startswith("0/0: tensor")
+    assert rows["prefill 1x32 cache=96"].reason.startswith("new prompt length 32 (compiled so far: 16)")
+    assert "attention mask is None" in rows["prefill 1x16 cache=96 no-mask"].reason
+    assert "static cache length changed to 128" in rows["decode 1x1 cache=128"].reason
+    assert explain_calls(calls)[2] == ""
+
+
+def test_limit_hit_calls_are_not_counted_as_compiles():
+    calls = [
+        ForwardCall(sig(length=5), 1.0, (ev(),)),
+        ForwardCall(sig(length=7), 0.05, (ev("0/7: ...", 0.0, limit=True),), compiled=False),
+        ForwardCall(sig(length=9), 0.05, compiled=False),
+    ]
+    rows = compile_table(calls)
+    assert [r.compiles for r in rows] == [1, 0, 0]
+    assert [r.uncompiled_calls for r in rows] == [0, 1, 1]
+    assert "recompile limit" in rows[1].reason
+
+
+def test_explain_fallbacks():
+    assert explain(None) == "first compile"
+    assert "static cache length changed 70 -> 90" in explain(
+        "0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 70, actual 90")
+    assert explain("0/3: ___check_obj_id(L['self'])") == "0/3: ___check_obj_id(L['self'])"
