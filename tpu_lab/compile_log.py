@@ -197,9 +197,10 @@ def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -
     if sig.phase == "prefill" and all(c.length != sig.length for c in same):
         seen = ", ".join(str(n) for n in sorted({c.length for c in same})) or "none"
         return f"new prompt length {sig.length} (compiled so far: {seen}); buckets bound these"
-    if sig.cache is not None and all(c.cache != sig.cache for c in same):
-        return (f"static cache length changed to {sig.cache}: the cache is sized per prompt; "
-                "a fixed max_cache_len gives every call one size")
+    same_shape = [c for c in same if (c.length, c.batch) == (sig.length, sig.batch)]
+    if sig.cache is not None and same_shape and all(c.cache != sig.cache for c in same_shape):
+        return (f"static cache length changed to {sig.cache} (was {same_shape[-1].cache}): the cache is sized "
+                "per prompt and only grows; a fixed max_cache_len gives every call one size")
     if sig.batch not in {c.batch for c in same}:
         return f"new batch size {sig.batch}"
     return None

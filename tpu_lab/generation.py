@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
@@ -192,14 +192,22 @@ class GenerationSession:
 
     # ---- public API --------------------------------------------------------------------------------
 
-    def generate(self, prompt: str, **generate_kwargs: Any) -> GenerationRecord:
-        """Generate for one prompt (greedy unless you pass do_sample=True) and record what compiled."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise InvalidArgument("The prompt is empty.", fix="Pass some text, e.g. 'The French Bread Law states'.")
-        ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
+    def generate(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> GenerationRecord:
+        """Generate for one prompt, text or token ids (greedy unless you pass do_sample=True), and record
+        what compiled. ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...)."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidArgument("The prompt is empty.", fix="Pass some text, e.g. 'The French Bread Law states'.")
+            ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
+            text = prompt
+        else:
+            ids = list(prompt)
+            if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+                raise InvalidArgument("A prompt must be text or a list of token ids.", fix="Pass a str or a list of ints.")
+            text = self.tokenizer.decode(ids)
         if not ids:
-            raise InvalidArgument(f"The prompt {prompt!r} tokenizes to nothing.", fix="Pass some text.")
-        return self._run(prompt, ids, generate_kwargs)
+            raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
+        return self._run(text, ids, generate_kwargs)
 
     def warmup(self, lengths: Iterable[int], *, max_new_tokens: int = 2) -> list[GenerationRecord]:
         """Compile every shape these prompt lengths need (one per bucket with buckets), before real traffic."""
