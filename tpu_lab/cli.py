@@ -26,6 +26,16 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from tpu_lab.demo import run_demo
+
+    run_demo(
+        model=args.model, prompts=args.prompts, distinct=args.distinct, max_new_tokens=args.max_new_tokens,
+        max_buckets=args.max_buckets, chart=args.chart, backend=args.backend,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpu-lab", description="Run Hugging Face transformers on Google TPUs, and learn it on CPU."
@@ -34,6 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="what this machine sees, and which TPU traps apply here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_probe)
+    d = sub.add_parser("demo", help="mixed-length prompts without and with buckets: compiles per shape, and why")
+    d.add_argument("--model", default="tiny:qwen3", help="folder, hub id or tiny:<arch> (default: tiny:qwen3, offline)")
+    d.add_argument("--prompts", type=int, default=12, help="prompts in the workload (default 12)")
+    d.add_argument("--distinct", type=int, default=8, help="distinct prompt lengths (default 8)")
+    d.add_argument("--max-new-tokens", type=int, default=8)
+    d.add_argument("--max-buckets", type=int, default=3)
+    d.add_argument("--backend", default=None, help="torch.compile backend (default: per device)")
+    d.add_argument("--chart", default="tpu_lab_demo.png", help="where to save the chart (PNG)")
+    d.set_defaults(run=_demo)
     return parser
 
 

@@ -116,20 +116,14 @@ class GenerationSession:
             )
         if compile not in COMPILE_PHASES:
             raise InvalidArgument(f"compile={compile!r} is not a mode.", fix=f"Use one of: {', '.join(COMPILE_PHASES)}.")
-        self.buckets = validate_buckets(buckets) if buckets is not None else None
-        if max_cache_len is None and self.buckets:
-            max_cache_len = self.buckets[-1] + NEW_TOKEN_ROOM
-        if max_cache_len is not None and (isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int)
-                                          or max_cache_len < 2):
-            raise InvalidArgument(f"max_cache_len={max_cache_len!r} must be an integer >= 2.",
-                                  fix="Use the longest prompt plus max_new_tokens, e.g. max_cache_len=256.")
-        if self.buckets and max_cache_len is not None and max_cache_len <= self.buckets[-1]:
-            raise InvalidArgument(
-                f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({self.buckets[-1]}).",
-                fix=f"Use max_cache_len >= {self.buckets[-1]} + max_new_tokens.",
-            )
+        self.buckets: tuple[int, ...] | None = None
+        self.max_cache_len: int | None = None
+        self.set_buckets(buckets, max_cache_len=max_cache_len)
         self.model, self.tokenizer = model, tokenizer
-        self.max_cache_len = max_cache_len
+        if self.max_cache_len is not None:
+            # transformers sizes later static caches to the largest it has seen on this model; forget it so
+            # the fixed length really is the one used.
+            vars(model).pop("_previous_max_cache_length", None)
         self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
         self.device = next(model.parameters()).device.type
         self.backend = backend or DEFAULT_BACKEND.get(self.device, "aot_eager")
@@ -191,6 +185,30 @@ class GenerationSession:
         return out
 
     # ---- public API --------------------------------------------------------------------------------
+
+    def set_buckets(self, buckets: Iterable[int] | None, *, max_cache_len: int | None = None) -> None:
+        """Change the buckets (None: no buckets). ``max_cache_len`` defaults to the largest bucket + 64, or
+        stays as it was when it still fits. New shapes compile on their first call."""
+        new = validate_buckets(buckets) if buckets is not None else None
+        if max_cache_len is None:
+            max_cache_len = self.max_cache_len
+            if new and (max_cache_len is None or max_cache_len <= new[-1]):
+                max_cache_len = new[-1] + NEW_TOKEN_ROOM
+        if max_cache_len is not None and (isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int)
+                                          or max_cache_len < 2):
+            raise InvalidArgument(f"max_cache_len={max_cache_len!r} must be an integer >= 2.",
+                                  fix="Use the longest prompt plus max_new_tokens, e.g. max_cache_len=256.")
+        if new and max_cache_len is not None and max_cache_len <= new[-1]:
+            raise InvalidArgument(
+                f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({new[-1]}).",
+                fix=f"Use max_cache_len >= {new[-1]} + max_new_tokens.",
+            )
+        self.buckets, self.max_cache_len = new, max_cache_len
+
+    @property
+    def prompt_lengths(self) -> list[int]:
+        """Token counts of the prompts generated so far (warm-ups excluded): what buckets are fitted to."""
+        return [r.prompt_tokens for r in self.records if not r.warmup]
 
     def generate(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> GenerationRecord:
         """Generate for one prompt, text or token ids (greedy unless you pass do_sample=True), and record

@@ -1,0 +1,113 @@
+"""GenerationPanel: run prompts through a GenerationSession and watch compilations per input shape."""
+
+from __future__ import annotations
+
+from html import escape
+
+import ipywidgets as w
+
+from tpu_lab.buckets import DEFAULT_FIXED, compare_policies, power_of_two_buckets, recommend_buckets
+from tpu_lab.generation import GenerationRecord, GenerationSession, table_html
+from tpu_lab.plots import compile_chart, png_bytes
+from tpu_lab.widgets._common import error_html
+
+POLICIES = [("as created", "session"), ("none (every length compiles)", "none"),
+            ("recommended from prompts seen", "recommended"), ("powers of two", "power-of-two"),
+            ("fixed list", "fixed")]
+
+
+class GenerationPanel(w.VBox):
+    """Prompt box, max_new_tokens, do_sample, bucket policy, Run and Warm up, the output text, a live
+    per-shape table and a chart, updated after each run; a banner when the recompile limit was hit."""
+
+    def __init__(self, session: GenerationSession, *, max_buckets: int = 4) -> None:
+        self.session = session
+        self.max_buckets = max_buckets
+        self._created_buckets = session.buckets
+        self.prompt = w.Textarea(value="The French Bread Law states", description="prompt",
+                                 layout=w.Layout(width="560px", height="60px"))
+        self.max_new_tokens = w.BoundedIntText(value=session.max_new_tokens, min=1, max=4096, description="new tokens")
+        self.do_sample = w.Checkbox(value=False, description="do_sample")
+        self.policy = w.Dropdown(options=POLICIES, value="session", description="buckets")
+        self.run_button = w.Button(description="Run", button_style="primary", icon="play")
+        self.warmup_button = w.Button(description="Warm up", icon="fire", tooltip="compile every bucket now")
+        self.status = w.HTML()
+        self.output = w.HTML()
+        self.table = w.HTML()
+        self.chart = w.Image(format="png")
+        self.run_button.on_click(lambda _: self.run())
+        self.warmup_button.on_click(lambda _: self.warm_up())
+        self.policy.observe(lambda _: self.apply_policy(), names="value")
+        super().__init__([
+            self.prompt,
+            w.HBox([self.max_new_tokens, self.do_sample, self.policy]),
+            w.HBox([self.run_button, self.warmup_button, self.status]),
+            self.output, self.table, self.chart,
+        ])
+        self.add_class("tpu-lab-generation-panel")
+        self.refresh()
+
+    def run(self) -> GenerationRecord | None:
+        """Generate for the prompt box; errors are shown, never raised into the cell."""
+        try:
+            record = self.session.generate(self.prompt.value, max_new_tokens=self.max_new_tokens.value,
+                                           do_sample=self.do_sample.value)
+        except Exception as e:
+            self.status.value = "<span style='color:#c62828'>failed</span>"
+            self.output.value = error_html(e)
+            return None
+        why = f" &middot; {escape('; '.join(record.reasons))}" if record.reasons else ""
+        self.status.value = (f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
+                             f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}")
+        self.output.value = f"<div class='tpu-lab-output'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
+        self.refresh()
+        return record
+
+    def warm_up(self) -> None:
+        """Compile every bucket (or every length seen, without buckets)."""
+        targets = list(self.session.buckets or self.session.prompt_lengths)
+        if not targets:
+            self.status.value = "nothing to warm up yet: pick buckets or run a prompt first"
+            return
+        try:
+            records = self.session.warmup(targets)
+        except Exception as e:
+            self.output.value = error_html(e)
+            return
+        self.status.value = f"warmed up {len(records)} shape(s): {sum(r.compiles for r in records)} compile(s)"
+        self.refresh()
+
+    def apply_policy(self) -> None:
+        """Set the session's buckets from the selected policy and the prompt lengths seen so far."""
+        lengths = self.session.prompt_lengths
+        policy = self.policy.value
+        if policy in ("recommended", "power-of-two") and not lengths:
+            self.status.value = "run a few prompts first: buckets are fitted to the lengths seen"
+            return
+        buckets = {
+            "session": self._created_buckets,
+            "none": None,
+            "recommended": lambda: recommend_buckets(lengths, max_buckets=self.max_buckets),
+            "power-of-two": lambda: power_of_two_buckets(lengths),
+            "fixed": DEFAULT_FIXED,
+        }[policy]
+        buckets = buckets() if callable(buckets) else buckets
+        try:
+            self.session.set_buckets(buckets)
+        except Exception as e:
+            self.output.value = error_html(e)
+            return
+        self.status.value = f"buckets: {', '.join(map(str, buckets)) if buckets else 'none'}"
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Redraw the table, the policy comparison and the chart from the session."""
+        rows = self.session.compile_table
+        plans = ""
+        if self.session.prompt_lengths:
+            comparison = compare_policies(self.session.prompt_lengths, max_buckets=self.max_buckets)
+            plans = "<details><summary>bucket policies for the prompts seen</summary>"
+            plans += comparison._repr_mimebundle_()["text/html"] + "</details>"
+        self.table.value = table_html(rows, limit_hit=self.session.limit_hit) + plans
+        if rows:
+            self.chart.value = png_bytes(compile_chart({"this session": rows}))
