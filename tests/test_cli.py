@@ -48,3 +48,16 @@ def test_console_script_is_installed():
 def test_unknown_command_exits_2():
     proc = run_cli("frobnicate")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_demo_runs_headless_and_saves_a_chart(tmp_path):
+    chart = tmp_path / "demo.png"
+    proc = run_cli("demo", "--prompts", "5", "--distinct", "4", "--max-new-tokens", "3", "--max-buckets", "2",
+                   "--chart", str(chart))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "== naive" in out and "== bucketed" in out and "naive / bucketed wall time" in out
+    bucketed = out.split("== bucketed")[1]
+    assert "total: 3 compiles" in bucketed  # two buckets + one decode graph
+    assert "bucketed:   3 compiles" in out and "(second pass: 0 compiles)" in out
+    assert chart.read_bytes().startswith(b"\x89PNG")

@@ -75,3 +75,42 @@ def test_model_loader_shows_errors_and_keeps_working():
     loader.model_name.value = "tiny:llama"
     loader.load_button.click()
     assert loader.loaded.report.dtype == "bfloat16" and type(loader.model).__name__ == "LlamaForCausalLM"
+
+
+def test_generation_panel_runs_prompts_and_draws_table_and_chart():
+    loaded = tl.load_model("tiny:qwen3")
+    session = tl.GenerationSession(loaded.model, loaded.tokenizer, max_new_tokens=3)
+    panel = tl.widgets.GenerationPanel(session)
+    assert bytes(panel.chart.value) == b"" and "total: 0 compiles" in panel.table.value
+    panel.run_button.click()
+    assert "<b>2 compile(s)</b>" in panel.status.value and "first prefill compile" in panel.status.value
+    assert "The French Bread Law states" in panel.output.value
+    panel.prompt.value = "Hello world! How are you today?"
+    panel.run_button.click()
+    assert "prefill 1x5 cache=7" in panel.table.value and "prefill 1x8 cache=10" in panel.table.value
+    assert "new prompt length 8" in panel.table.value and "bucket policies" in panel.table.value
+    assert bytes(panel.chart.value).startswith(b"\x89PNG")
+    panel.policy.value = "recommended"
+    assert session.buckets == (5, 8) and panel.status.value == "buckets: 5, 8"
+    panel.warmup_button.click()
+    assert panel.status.value == "warmed up 2 shape(s): 3 compile(s)"
+    panel.run_button.click()
+    assert "<b>0 compile(s)</b>" in panel.status.value
+    panel.prompt.value = ""
+    assert panel.run() is None and "The prompt is empty" in panel.output.value
+    session.close()
+
+
+def test_generation_panel_shows_the_limit_banner_and_policy_hints():
+    loaded = tl.load_model("tiny:qwen3")
+    session = tl.GenerationSession(loaded.model, loaded.tokenizer, max_new_tokens=2, recompile_limit=2)
+    panel = tl.widgets.GenerationPanel(session)
+    panel.policy.value = "recommended"
+    assert "run a few prompts first" in panel.status.value and session.buckets is None
+    panel.warmup_button.click()
+    assert "nothing to warm up yet" in panel.status.value
+    for text in ("one", "one two three four", "one two three four five six seven"):
+        panel.prompt.value = text
+        panel.run()
+    assert session.limit_hit and "tpu-lab-limit-banner" in panel.table.value
+    session.close()

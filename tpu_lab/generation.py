@@ -159,7 +159,7 @@ class GenerationSession:
         except Exception as e:
             if self._strict:
                 raise RecompileError(
-                    f"{sig} would compile inside no_recompiles(): {str(e).splitlines()[0]}",
+                    f"{sig} would compile inside no_recompiles(): {str(e).splitlines()[0].split(' filename:')[0]}",
                     cause="a prompt length, bucket or cache size that was not warmed up",
                     fix="Warm this shape up first (session.warmup([...])) or pad it to a warmed bucket.",
                 ) from e
@@ -428,9 +428,10 @@ TABLE_HEADER = ("shape", "calls", "compiles", "compile s", "first call ms", "las
 
 
 def table_text(rows: list[ShapeRow], *, limit_hit: bool = False) -> str:
-    lines = [f"{'shape':<30} {'calls':>5} {'compiles':>8} {'compile s':>9} {'last ms':>8}  why"]
+    width = max([8] + [len(c[2]) for c in _table_rows(rows)])
+    lines = [f"{'shape':<30} {'calls':>5} {'compiles':>{width}} {'compile s':>9} {'last ms':>8}  why"]
     for r, cells in zip(rows, _table_rows(rows), strict=True):
-        lines.append(f"{cells[0]:<30} {cells[1]:>5} {cells[2]:>8} {cells[3]:>9} {cells[5]:>8}  {r.reason}")
+        lines.append(f"{cells[0]:<30} {cells[1]:>5} {cells[2]:>{width}} {cells[3]:>9} {cells[5]:>8}  {r.reason}")
     total = sum(r.compiles for r in rows)
     lines.append(f"total: {total} compiles, {sum(r.compile_seconds for r in rows):.2f} s compiling")
     if limit_hit:
