@@ -42,7 +42,7 @@ def test_dynamo_source_on_recorded_metrics():
     limit = SimpleNamespace(recompile_reason="0/7: ...", entire_frame_compile_time_s=None,
                             fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...")
     log = [first]
-    src = DynamoSource(lambda: log)
+    src = DynamoSource(lambda: list(log))  # like get_compilation_metrics(): a fresh list each time
     before = src.snapshot()
     log += [again, limit]
     events = src.events_between(before, src.snapshot())

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,12 @@ class DynamoSource:
             from torch._dynamo.utils import get_compilation_metrics as metrics
         self._metrics = metrics
 
-    def snapshot(self) -> tuple[Any, ...]:
-        return tuple(self._metrics())
+    def snapshot(self) -> Sequence[Any]:
+        return self._metrics()  # already a fresh list: no second copy on the hot path
 
     def events_between(self, before: Sequence[Any], after: Sequence[Any]) -> list[CompileEvent]:
+        if len(after) == len(before) and (not after or after[-1] is before[-1]):
+            return []  # the common case, a warm call: nothing new
         return [_dynamo_event(m) for m in new_items(before, after)]
 
 
@@ -164,19 +166,20 @@ def explain(reason: str | None, *, limit_hit: bool = False) -> str:
     return reason.strip().splitlines()[0]
 
 
-@dataclass(frozen=True)
-class ShapeSignature:
-    """What a compiled forward specialises on (with ``dynamic=False``, each new one is a new graph)."""
+class ShapeSignature(NamedTuple):
+    """What a compiled forward specialises on (with ``dynamic=False``, each new one is a new graph).
+
+    ``phase``: "prefill" (the prompt) or "decode" (one token at a time); ``length``: tokens in this
+    forward (the padded prompt for prefill, 1 for decode); ``cache``: static cache length (None without
+    one); ``mask``: whether an attention-mask tensor was passed (None is a different graph). A NamedTuple,
+    not a dataclass: one is built and hashed for every forward, on the hot path.
+    """
 
     phase: str
-    """``"prefill"`` (the prompt) or ``"decode"`` (one token at a time)."""
     batch: int
     length: int
-    """Tokens in this forward: the (padded) prompt length for prefill, 1 for decode."""
     cache: int | None
-    """Static cache length (None without a static cache)."""
     mask: bool
-    """Whether an attention-mask tensor was passed (None is a different graph)."""
 
     def __str__(self) -> str:
         cache = f" cache={self.cache}" if self.cache is not None else ""
@@ -206,18 +209,15 @@ def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -
     return None
 
 
-@dataclass(frozen=True)
-class ForwardCall:
-    """One model forward the session ran, with the compile events it caused."""
+class ForwardCall(NamedTuple):
+    """One model forward the session ran: its ``signature``, wall ``seconds`` (compiles included), the
+    compile ``events`` it caused, and whether it ran ``compiled`` (False after the recompile limit).
+    A NamedTuple for the same hot-path reason as ShapeSignature."""
 
     signature: ShapeSignature
-    """What this forward's graph specialises on."""
     seconds: float
-    """Wall time of the forward, compiles included."""
-    events: tuple[CompileEvent, ...] = field(default=())
-    """What compiled during it."""
+    events: tuple[CompileEvent, ...] = ()
     compiled: bool = True
-    """False when it ran uncompiled (after the recompile limit, or because this phase is not compiled)."""
 
 
 @dataclass(frozen=True)
@@ -242,44 +242,53 @@ class ShapeRow:
     """Calls that ran uncompiled because the recompile limit was hit."""
 
 
-def explain_calls(calls: Sequence[ForwardCall]) -> list[str]:
-    """Why each call compiled, in words ("" for calls that didn't), judged from the signatures compiled
-    before it, falling back to Dynamo's guard text. Pure."""
-    compiled: list[ShapeSignature] = []
-    out = []
-    for call in calls:
-        if not call.events:
-            out.append("")
-            continue
-        event = call.events[-1]
-        ours = None if event.limit_hit else explain_new_shape(call.signature, compiled)
-        out.append(ours or event.explanation)
-        if any(not e.limit_hit for e in call.events) and call.signature not in compiled:
-            compiled.append(call.signature)
-    return out
+class ShapeTally:
+    """Folds forward calls into per-shape rows one call at a time, in O(1) each, keeping no call
+    history (a notebook session can run for days). Pure: no clock, no torch."""
 
+    def __init__(self) -> None:
+        self._rows: dict[ShapeSignature, list[Any]] = {}
+        self.compiled: list[ShapeSignature] = []
+        """Signatures that compiled, in the order they first did."""
 
-def compile_table(calls: Sequence[ForwardCall]) -> list[ShapeRow]:
-    """Group forward calls by signature, in first-seen order, with why each last compiled. Pure."""
-    groups: dict[ShapeSignature, list[ForwardCall]] = {}
-    reasons: dict[ShapeSignature, tuple[str, str]] = {}
-    for call, reason in zip(calls, explain_calls(calls), strict=True):
-        groups.setdefault(call.signature, []).append(call)
+    def add(self, call: ForwardCall) -> str:
+        """Count ``call``; return why it compiled, in words ("" when it didn't)."""
+        reason = ""
         if call.events:
-            reasons[call.signature] = (reason, call.events[-1].reason or "")
-    rows = []
-    for sig, group in groups.items():
-        compiles = [e for c in group for e in c.events if not e.limit_hit]
-        reason, guard = reasons.get(sig, ("", ""))
-        rows.append(ShapeRow(
-            signature=sig,
-            calls=len(group),
-            compiles=len(compiles),
-            compile_seconds=sum(e.seconds for e in compiles),
-            first_call_seconds=group[0].seconds,
-            last_call_seconds=group[-1].seconds,
-            reason=reason,
-            guard=guard,
-            uncompiled_calls=sum(not c.compiled for c in group),
-        ))
-    return rows
+            event = call.events[-1]
+            ours = None if event.limit_hit else explain_new_shape(call.signature, self.compiled)
+            reason = ours or event.explanation
+        row = self._rows.get(call.signature)
+        if row is None:
+            # calls, compiles, compile s, first s, last s, reason, guard, uncompiled
+            row = self._rows[call.signature] = [0, 0, 0.0, call.seconds, 0.0, "", "", 0]
+        compiles = [e for e in call.events if not e.limit_hit]
+        row[0] += 1
+        row[1] += len(compiles)
+        row[2] += sum(e.seconds for e in compiles)
+        row[4] = call.seconds
+        row[7] += not call.compiled
+        if call.events:
+            row[5], row[6] = reason, call.events[-1].reason or ""
+        if compiles and call.signature not in self.compiled:
+            self.compiled.append(call.signature)
+        return reason
+
+    def rows(self) -> list[ShapeRow]:
+        """One row per signature, in first-seen order."""
+        return [ShapeRow(sig, *row) for sig, row in self._rows.items()]
+
+
+def explain_calls(calls: Iterable[ForwardCall]) -> list[str]:
+    """Why each call compiled, in words ("" for calls that didn't), judged from the signatures compiled
+    before it, falling back to Dynamo's guard text."""
+    tally = ShapeTally()
+    return [tally.add(call) for call in calls]
+
+
+def compile_table(calls: Iterable[ForwardCall]) -> list[ShapeRow]:
+    """Group forward calls by signature, in first-seen order, with why each last compiled."""
+    tally = ShapeTally()
+    for call in calls:
+        tally.add(call)
+    return tally.rows()

@@ -10,11 +10,10 @@ Each forward is timed and snapshotted; ``tpu_lab.compile_log`` attributes compil
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -28,9 +27,8 @@ from tpu_lab.compile_log import (
     ForwardCall,
     ShapeRow,
     ShapeSignature,
+    ShapeTally,
     TpuCacheSource,
-    compile_table,
-    explain_calls,
 )
 from tpu_lab.errors import InvalidArgument, TpuLabError
 
@@ -50,6 +48,7 @@ class GenerationRecord:
     """One ``generate`` call: shapes, compiles by phase and why, and what it cost."""
 
     prompt: str
+    """The prompt text (``"<N token ids>"`` for a prompt given as token ids)."""
     prompt_tokens: int
     """Tokens in the prompt before padding."""
     padded_length: int
@@ -130,7 +129,8 @@ class GenerationSession:
         self.compile_phases = COMPILE_PHASES[compile]
         self.recompile_limit = recompile_limit
         self.records: list[GenerationRecord] = []
-        self.calls: list[ForwardCall] = []
+        self._tally = ShapeTally()  # per-shape rows, updated per forward; no per-call history is kept
+        self._current: list[tuple[ForwardCall, str]] = []  # the forwards of the generate call in progress
         self.limit_hit = False
         self._sources: list[CompileSource] = [DynamoSource()]
         if self.device == "tpu":
@@ -145,6 +145,7 @@ class GenerationSession:
         self._original_forward = model.forward
         self._compiled = torch.compile(_private_copy(self._original_forward), backend=self.backend, dynamic=False)
         model.forward = self._tracked_forward
+        self._restore_masks = _keep_attention_masks(model)
 
     # ---- the forward every generate step goes through -------------------------------------------
 
@@ -181,7 +182,8 @@ class GenerationSession:
         ran_compiled = compiled and (sig in self._compiled_signatures or any(not e.limit_hit for e in events))
         if ran_compiled:
             self._compiled_signatures.add(sig)
-        self.calls.append(ForwardCall(sig, seconds, tuple(events), compiled=ran_compiled or not compiled))
+        call = ForwardCall(sig, seconds, tuple(events), compiled=ran_compiled or not compiled)
+        self._current.append((call, self._tally.add(call)))
         return out
 
     # ---- public API --------------------------------------------------------------------------------
@@ -222,7 +224,7 @@ class GenerationSession:
             ids = list(prompt)
             if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
                 raise InvalidArgument("A prompt must be text or a list of token ids.", fix="Pass a str or a list of ints.")
-            text = self.tokenizer.decode(ids)
+            text = f"<{len(ids)} token ids>"  # not decoded: callers with ids have the text
         if not ids:
             raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
         return self._run(text, ids, generate_kwargs)
@@ -257,14 +259,15 @@ class GenerationSession:
     @property
     def compile_table(self) -> list[ShapeRow]:
         """Per input-shape signature: calls, compiles, compile seconds, first and last call, why."""
-        return compile_table(self.calls)
+        return self._tally.rows()
 
     @property
     def total_compiles(self) -> int:
         return sum(r.compiles for r in self.compile_table)
 
     def close(self) -> None:
-        """Give the model its own forward back."""
+        """Give the model its own forward and mask building back."""
+        self._restore_masks()
         if self._had_forward:
             self.model.forward = self._original_forward
         else:
@@ -307,15 +310,17 @@ class GenerationSession:
         if self.max_cache_len is not None:
             gen["max_cache_len"] = self.max_cache_len
         gen.update(kwargs)
-        first_call = len(self.calls)
+        self._current = []
         self._next_phase, self._first_done_at = "prefill", None
         start = time.perf_counter()
-        with self._generation_context():
+        limit = torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else nullcontext()
+        with limit:
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen)
         wall = time.perf_counter() - start
         self._next_phase = None
-        calls = self.calls[first_call:]
-        reasons = explain_calls(self.calls)[first_call:]
+        calls = [call for call, _ in self._current]
+        reasons = [reason for _, reason in self._current]
+        self._current = []
         new = out[0, padded:].tolist()
         record = GenerationRecord(
             prompt=prompt,
@@ -340,21 +345,6 @@ class GenerationSession:
         self.records.append(record)
         return record
 
-    @contextmanager
-    def _generation_context(self) -> Iterator[None]:
-        import torch
-
-        limit = torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else None
-        restore_masks = _keep_attention_masks(self.model)
-        try:
-            if limit is not None:
-                with limit:
-                    yield
-            else:
-                yield
-        finally:
-            restore_masks()
-
 
 def signature_of(kwargs: dict[str, Any], phase: str | None) -> ShapeSignature:
     """The shape signature of one forward call's keyword arguments."""
@@ -370,18 +360,31 @@ def signature_of(kwargs: dict[str, Any], phase: str | None) -> ShapeSignature:
     return ShapeSignature(phase or ("prefill" if length > 1 else "decode"), batch, length, cache_len, has_mask)
 
 
-def _keep_every_position(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
-    return q_idx >= 0  # always true: the mask is unchanged, but transformers can no longer drop it
-
-
 def _keep_attention_masks(model: Any) -> Any:
-    """Make generate always build a mask tensor, so a prompt that fills its bucket exactly (no padding)
-    gets the same graph as a padded one instead of a second, mask-less graph. Returns the undo."""
+    """Make generate always pass a mask tensor, so a prompt that fills its bucket exactly (no padding)
+    gets the same graph as a padded one instead of a second, mask-less graph. Returns the undo.
+
+    transformers drops the prefill mask when nothing is padded (SDPA's is_causal is then enough). Only
+    in that case the mask is rebuilt with ``allow_is_causal_skip=False``; every other call is untouched."""
     if getattr(type(model), "create_masks_for_generate", None) is not None or "create_masks_for_generate" in vars(model):
         return lambda: None  # the model builds its own masks: leave it alone
-    from transformers.masking_utils import create_masks_for_generate
+    from transformers import masking_utils as mu
 
-    model.create_masks_for_generate = functools.partial(create_masks_for_generate, and_mask_function=_keep_every_position)
+    rebuild = {"full_attention": mu.create_causal_mask, "sliding_attention": mu.create_sliding_window_causal_mask}
+
+    def masks_never_dropped(config: Any, inputs_embeds: Any, attention_mask: Any, cache: Any, position_ids: Any = None,
+                            **kwargs: Any) -> Any:
+        masks = mu.create_masks_for_generate(config, inputs_embeds, attention_mask, cache, position_ids, **kwargs)
+        if attention_mask is None or not isinstance(masks, dict) or all(v is not None for v in masks.values()):
+            return masks
+        text_config = config.get_text_config()
+        return {
+            kind: rebuild[kind](text_config, inputs_embeds, attention_mask, cache, position_ids,
+                                allow_is_causal_skip=False) if mask is None and kind in rebuild else mask
+            for kind, mask in masks.items()
+        }
+
+    model.create_masks_for_generate = masks_never_dropped
     return lambda: vars(model).pop("create_masks_for_generate", None)
 
 
