@@ -25,6 +25,12 @@ _EXPORTS = {
     "RecompileError": "tpu_lab.generation",
     "recommend_buckets": "tpu_lab.buckets",
     "compare_policies": "tpu_lab.buckets",
+    "tp_preflight": "tpu_lab.tp.preflight",
+    "PreflightReport": "tpu_lab.tp.preflight",
+    "launch": "tpu_lab.tp.launch",
+    "LaunchResult": "tpu_lab.tp.launch",
+    "LaunchError": "tpu_lab.tp.launch",
+    "report": "tpu_lab.tp.results",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "hardware"}
 
@@ -37,6 +43,9 @@ if TYPE_CHECKING:
     from tpu_lab.generation import GenerationRecord, GenerationSession, RecompileError
     from tpu_lab.loading import LoadedModel, LoadReport, load_model
     from tpu_lab.models import tiny_model
+    from tpu_lab.tp.launch import LaunchError, LaunchResult, launch
+    from tpu_lab.tp.preflight import PreflightReport, tp_preflight
+    from tpu_lab.tp.results import report
     from tpu_lab.device import DeviceReport, Finding, probe
 
 
@@ -53,3 +62,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext tpu_lab``: registers the ``%%tp_run`` cell magic."""
+    from tpu_lab.magics import load_ipython_extension as load
+
+    load(ipython)

@@ -36,6 +36,26 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preflight(args: argparse.Namespace) -> int:
+    import json
+
+    from tpu_lab.errors import InvalidArgument
+    from tpu_lab.tp.preflight import tp_preflight
+
+    try:
+        plan = json.loads(args.plan) if args.plan else None
+    except ValueError as e:
+        raise InvalidArgument(f"--plan is not valid JSON: {e}.", fix='Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'') from e
+    report = tp_preflight(args.model, args.tp, tp_plan=plan)
+    if args.json:
+        out = {"ok": report.ok, "model": report.model, "tp_size": report.tp_size,
+               "problems": [vars(p) for p in report.problems], "suggested_tp_plan": report.suggested_tp_plan}
+        print(json.dumps(out, indent=2))
+    else:
+        print(report)
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpu-lab", description="Run Hugging Face transformers on Google TPUs, and learn it on CPU."
@@ -53,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--backend", default=None, help="torch.compile backend (default: per device)")
     d.add_argument("--chart", default="tpu_lab_demo.png", help="where to save the chart (PNG)")
     d.set_defaults(run=_demo)
+    f = sub.add_parser("preflight", help="predict tensor-parallel sharding failures from the config, and the fix")
+    f.add_argument("model", help="checkpoint folder, hub id (config only) or tiny:<arch>[-kvN][-tied]")
+    f.add_argument("--tp", type=int, required=True, help="tp_size (ranks, one per chip)")
+    f.add_argument("--plan", help="tp_plan override as JSON")
+    f.add_argument("--json", action="store_true")
+    f.set_defaults(run=_preflight)
     return parser
 
 

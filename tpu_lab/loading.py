@@ -341,13 +341,19 @@ def check_kernels(device: str, versions: Mapping[str, str | None] | None = None)
         )
 
 
-def resolve_source(name: str, *, revision: str | None = None, trust_remote_code: bool = False) -> tuple[str, str, bool]:
-    """``(path_or_id, source, local_files_only)``; checks local folders and hub reachability first."""
+def resolve_source(
+    name: str, *, revision: str | None = None, trust_remote_code: bool = False, config_only: bool = False
+) -> tuple[str, str, bool]:
+    """``(path_or_id, source, local_files_only)``; checks local folders (only config.json with
+    ``config_only``) and hub reachability first."""
     if name.startswith("tiny:"):
         return str(tiny_preset(name)), "tiny", True
     path = Path(name).expanduser()
     if path.exists():
-        check_checkpoint(path, trust_remote_code=trust_remote_code)
+        if config_only and not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} has no config.json.", fix="Pass the folder written by save_pretrained.")
+        if not config_only:
+            check_checkpoint(path, trust_remote_code=trust_remote_code)
         return str(path), "local", True
     if not HUB_ID.match(name) or name.startswith((".", "~")):
         raise ModelLoadError(

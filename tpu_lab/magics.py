@@ -1,0 +1,42 @@
+"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--timeout S] [--panel]``: run the cell on N ranks."""
+
+from __future__ import annotations
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from tpu_lab.errors import TpuLabError
+from tpu_lab.tp.launch import LaunchError, launch
+
+
+@magics_class
+class TpuLabMagics(Magics):
+    @magic_arguments()
+    @argument("-n", "--nproc", type=int, required=True, help="ranks (one process per chip)")
+    @argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
+    @argument("--panel", action="store_true", help="show a LaunchPanel (live logs, Stop button) instead")
+    @cell_magic
+    def tp_run(self, line: str, cell: str):
+        """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
+        The LaunchResult is returned and kept in ``_tp_result``; ``tl.report(value)`` hands values back."""
+        args = parse_argstring(self.tp_run, line)
+        if args.panel:
+            from tpu_lab.widgets import LaunchPanel
+
+            panel = LaunchPanel(cell, nproc=args.nproc, timeout=args.timeout)
+            panel.start()
+            return panel
+        try:
+            result = launch(cell, nproc=args.nproc, timeout=args.timeout)
+        except LaunchError as e:
+            self.shell.user_ns["_tp_result"] = e.result
+            raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab
+        except TpuLabError as e:
+            raise UsageError(str(e)) from None
+        self.shell.user_ns["_tp_result"] = result
+        return result
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(TpuLabMagics)

@@ -1,0 +1,68 @@
+"""What torchrun runs on each rank: ``python -m tpu_lab.tp._worker SCRIPT [ARGS...]``.
+
+It ties the rank's life to torchrun's (so a killed launcher never leaves a rank behind), runs the user's
+script as ``__main__``, and records this rank's exit code and, on failure, its traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+from tpu_lab.tp.results import RESULT_DIR_ENV, write_atomic
+
+
+def _die_with_parent() -> None:
+    # torchrun starts each rank in its own session, so killing torchrun's process group misses the ranks.
+    # PR_SET_PDEATHSIG (Linux) kills this rank when torchrun dies, however torchrun dies.
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # torchrun died before the line above: nothing to wait for
+        os._exit(1)
+
+
+def _status(code: int, error: str | None = None) -> None:
+    folder = os.environ.get(RESULT_DIR_ENV)
+    if folder:
+        import json
+
+        text = json.dumps({"exit_code": code, "error": error})
+        write_atomic(Path(folder) / f"rank{os.environ.get('RANK', '0')}.status.json", text)
+
+
+def main() -> None:
+    _die_with_parent()
+    script, *args = sys.argv[1:]
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        _status(code, None if code == 0 else f"SystemExit: {e.code}")
+        raise
+    except BaseException as e:
+        # Show the user's frames, not this runner's and runpy's.
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next
+        text = "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        _status(1, text)
+        sys.exit(1)
+    _status(0)
+
+
+if __name__ == "__main__":
+    main()
