@@ -114,3 +114,34 @@ def test_generation_panel_shows_the_limit_banner_and_policy_hints():
         panel.run()
     assert session.limit_hit and "tpu-lab-limit-banner" in panel.table.value
     session.close()
+
+
+def test_launch_panel_shows_each_rank_and_its_state():
+    code = "import os, tpu_lab as tl\nfor i in range(3):\n    print('step', i, 'on', os.environ['RANK'])\ntl.report(1)"
+    panel = tl.widgets.LaunchPanel(code, nproc=2)
+    assert "not started" in panel.header.value and panel.stop_button.disabled
+    result = panel.start().wait(120)
+    assert result.ok and panel.error is None
+    assert "2 finished" in panel.header.value and panel.stop_button.disabled
+    for rank, view in enumerate(panel.rank_views):
+        assert f"data-rank='{rank}'" in view.value and ">ok</span>" in view.value
+        assert f"step 2 on {rank}" in view.value
+
+
+def test_launch_panel_stop_and_failures():
+    from tpu_lab.tp.launch import run_pids
+
+    panel = tl.widgets.LaunchPanel("import time\nprint('sleeping', flush=True)\ntime.sleep(120)", nproc=2).start()
+    import time
+
+    time.sleep(2)
+    assert not panel.stop_button.disabled
+    panel.stop_button.click()
+    panel.wait(60)
+    assert isinstance(panel.error, tl.LaunchError) and "stopped from the panel" in panel.message.value
+    assert "stopped" in panel.rank_views[0].value and run_pids() == []
+    failing = tl.widgets.LaunchPanel("import os\nif os.environ['RANK'] == '1':\n    raise KeyError('k')", nproc=2)
+    failing.start().wait(60)
+    assert "failed (exit 1)" in failing.rank_views[1].value and "KeyError" in failing.message.value
+    bad = tl.widgets.LaunchPanel("print(", nproc=2).start()
+    assert "syntax error" in bad.message.value and bad.run is None

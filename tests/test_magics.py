@@ -1,0 +1,45 @@
+"""%%tp_run through IPython's own shell, with real torchrun processes."""
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.testing.globalipapp import start_ipython
+
+from tpu_lab.tp.launch import run_pids
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ip():
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "tpu_lab")
+    return shell
+
+
+def test_tp_run_streams_and_returns_the_result(ip, capsys):
+    result = ip.run_cell_magic("tp_run", "-n 2", "import os, tpu_lab as tl\nprint('hi from', os.environ['RANK'])\n"
+                                                  "tl.report(int(os.environ['RANK']))")
+    assert result.ok and result.values == [0, 1]
+    assert ip.user_ns["_tp_result"] is result
+    out = capsys.readouterr().out
+    assert "[rank 0] hi from 0" in out and "[rank 1] hi from 1" in out
+
+
+def test_tp_run_failure_is_a_clean_usage_error(ip):
+    with pytest.raises(UsageError, match="Rank 0 failed") as e:
+        ip.run_cell_magic("tp_run", "-n 2 --timeout 60", "import os\nif os.environ['RANK'] == '0':\n    1 / 0")
+    assert "ZeroDivisionError" in str(e.value)
+    assert ip.user_ns["_tp_result"].ranks[0].exit_code == 1
+    assert run_pids() == []
+
+
+def test_tp_run_bad_input(ip):
+    with pytest.raises(UsageError, match="syntax error at line 1"):
+        ip.run_cell_magic("tp_run", "-n 2", "print(")
+    with pytest.raises(UsageError, match="nproc=0"):
+        ip.run_cell_magic("tp_run", "-n 0", "print(1)")
+
+
+def test_tp_run_panel(ip):
+    panel = ip.run_cell_magic("tp_run", "-n 2 --panel", "import tpu_lab as tl\ntl.report('p')")
+    assert panel.wait(120).values == ["p", "p"]
