@@ -17,7 +17,8 @@ def test_probe_json_schema():
     assert "Traceback" not in proc.stderr
     data = json.loads(proc.stdout)
     assert set(data) == {
-        "python", "versions", "accelerator", "tpu", "holds_tpu", "device", "device_map", "environment", "findings"
+        "python", "versions", "accelerator", "tpu", "holds_tpu", "device", "device_map", "environment",
+        "memory_gib", "findings",
     }
     assert set(data["versions"]) == {"torch", "torch_tpu", "libtpu", "transformers", "accelerate", "kernels", "jax"}
     assert set(data["accelerator"]) == {"type", "available", "count", "torch_cuda", "cuda_devices"}

@@ -158,3 +158,19 @@ def test_report_renders_text_html_and_json(v6e_host):
 def test_html_escapes_environment_values(tmp_path):
     report = tl.probe(sysfs_root=tmp_path, accelerator=NO_GPU, environ={"XLA_FLAGS": "<script>x</script>"})
     assert "<script>" not in report._repr_html_()
+
+
+def test_memory_reads_meminfo_and_cgroup_limits(tmp_path):
+    from tpu_lab.device import memory_gib
+
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    cgroup.mkdir()
+    (proc / "meminfo").write_text("MemTotal:       25165824 kB\nMemFree: 1 kB\n")
+    assert memory_gib(proc, cgroup) == 24.0
+    (cgroup / "memory.max").write_text("2147483648\n")  # a Binder-sized container
+    assert memory_gib(proc, cgroup) == 2.0
+    (cgroup / "memory.max").write_text("max\n")
+    assert memory_gib(proc, cgroup) == 24.0
+    assert memory_gib(tmp_path / "none", tmp_path / "none") is None
+    assert tl.probe().memory_gib > 0

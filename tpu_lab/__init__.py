@@ -32,12 +32,12 @@ _EXPORTS = {
     "LaunchError": "tpu_lab.tp.launch",
     "report": "tpu_lab.tp.results",
 }
-_SUBMODULES = {"widgets", "testing", "errors", "hardware"}
+_SUBMODULES = {"widgets", "testing", "errors", "hardware", "tp"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 if TYPE_CHECKING:
-    from tpu_lab import errors, hardware, testing, widgets
+    from tpu_lab import errors, hardware, testing, tp, widgets
     from tpu_lab.buckets import compare_policies, recommend_buckets
     from tpu_lab.errors import TpuLabError
     from tpu_lab.generation import GenerationRecord, GenerationSession, RecompileError

@@ -80,6 +80,8 @@ class DeviceReport:
     """The ``device_map`` to pass to ``from_pretrained`` (never ``"auto"`` on a TPU host)."""
     environment: dict[str, str]
     """TPU-related environment variables that are set."""
+    memory_gib: float | None
+    """Memory this process may use, in GiB: the host's RAM or, in a container (Binder), its cgroup limit."""
     findings: tuple[Finding, ...] = field(default=())
     """Every trap that applies here, most severe first."""
 
@@ -110,6 +112,7 @@ class DeviceReport:
                 else f"type={acc.type}, available={acc.available}, count={acc.count}",
             ),
             ("holds the TPU", {True: "yes", False: "no", None: "n/a (torch_tpu not loaded)"}[self.holds_tpu]),
+            ("memory", f"{self.memory_gib:.1f} GiB" if self.memory_gib else "unknown"),
             ("python", self.python),
         ]
         rows += [(name, v or "not installed") for name, v in self.versions.items()]
@@ -169,8 +172,30 @@ def probe(
         device=device,
         device_map=device,
         environment=env,
+        memory_gib=memory_gib(),
         findings=findings,
     )
+
+
+def memory_gib(proc_root: str | os.PathLike = "/proc", cgroup_root: str | os.PathLike = "/sys/fs/cgroup") -> float | None:
+    """RAM this process may use: MemTotal, capped by a cgroup v2/v1 memory limit (containers, Binder)."""
+    from pathlib import Path
+
+    limits = []
+    try:
+        for line in (Path(proc_root) / "meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):
+        try:
+            value = (Path(cgroup_root) / name).read_text().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            limits.append(int(value))
+    return round(min(limits) / 2**30, 2) if limits else None
 
 
 def recommended_device(chips: TpuChips, torch_tpu_installed: bool, cuda_devices: int) -> str:

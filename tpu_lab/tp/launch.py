@@ -425,7 +425,7 @@ def _term_with_parent() -> None:
 def _print_line(rank: int | None, line: str) -> None:
     # torchrun's own lines (its logging and, on failure, its own traceback) stay out of the live view;
     # they are in LaunchResult.launcher_output and in a LaunchError when no rank explains the failure.
-    if rank is not None:
+    if rank is not None and line.strip():
         print(f"[rank {rank}] {line}", flush=True)
 
 

@@ -1,0 +1,54 @@
+"""tl.launch of a trivial 2-rank worker against bare torchrun of the same worker, side by side.
+
+    python benchmarks/launch.py [--rounds 5]
+
+Bare: `python -m torch.distributed.run --nproc-per-node=2 --standalone worker.py`, output to a pipe.
+tl.launch adds: checks, a run directory, the worker runner, per-rank status files, streaming and
+collection. Alternating rounds, medians. Target: tl.launch <= 1.2x bare torchrun.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tpu_lab as tl
+
+WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    script = Path(tempfile.mkdtemp()) / "worker.py"
+    script.write_text(WORKER)
+
+    def bare():
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
+                        str(script)], check=True, capture_output=True)
+
+    def lab():
+        assert tl.launch(script, nproc=2, on_output=lambda rank, line: None).ok
+
+    cases = {"bare torchrun": bare, "tl.launch": lab}
+    times = {name: [] for name in cases}
+    for fn in cases.values():
+        fn()  # warm the file cache
+    for _ in range(args.rounds):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    base = statistics.median(times["bare torchrun"])
+    print(f"trivial 2-rank worker, median of {args.rounds} alternating rounds")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:<14} {med:6.2f} s   {med / base:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
