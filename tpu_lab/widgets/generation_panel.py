@@ -45,6 +45,9 @@ class GenerationPanel(w.VBox):
             self.output, self.table, self.chart,
         ])
         self.add_class("tpu-lab-generation-panel")
+        for widget, name in ((self.status, "status"), (self.output, "output"), (self.table, "shape-table"),
+                             (self.chart, "chart"), (self.policy, "policy")):
+            widget.add_class(f"tpu-lab-{name}")
         self.refresh()
 
     def run(self) -> GenerationRecord | None:
@@ -59,7 +62,7 @@ class GenerationPanel(w.VBox):
         why = f" &middot; {escape('; '.join(record.reasons))}" if record.reasons else ""
         self.status.value = (f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
                              f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}")
-        self.output.value = f"<div class='tpu-lab-output'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
+        self.output.value = f"<div class='tpu-lab-generated'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
         self.refresh()
         return record
 

@@ -46,6 +46,8 @@ class ModelLoader(w.VBox):
             self.report_view,
         ])
         self.add_class("tpu-lab-model-loader")
+        self.status.add_class("tpu-lab-status")
+        self.report_view.add_class("tpu-lab-report-view")
         self._check_device()
 
     @property

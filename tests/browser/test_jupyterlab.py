@@ -1,0 +1,197 @@
+"""Every notebook in real JupyterLab, in a real browser (Debian's chromium through Playwright): run all
+cells, then check what a user sees in each panel. Screenshots go to test-artifacts/browser/.
+
+Needs /usr/bin/chromium (`apt-get install chromium`; .ci/run installs it); skipped without it.
+``TPU_LAB_UPDATE_SCREENSHOTS=1`` also copies the generation panel's screenshot to docs/ for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+TOKEN = "tpu-lab-browser-test"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium: apt-get install chromium"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on 127.0.0.1 with a token and a temporary root holding copies of the notebooks."""
+    root = tmp_path_factory.mktemp("lab")
+    for nb in (ROOT / "notebooks").glob("*.ipynb"):
+        shutil.copy(nb, root / nb.name)
+    port = _free_port()
+    log = open(root / "jupyter.log", "w")  # noqa: SIM115  (closed below)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
+         f"--LabApp.workspaces_dir={root / '.workspaces'}", f"--LabApp.user_settings_dir={root / '.settings'}",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("jupyter lab exited:\n" + (root / "jupyter.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+                  "--disable-background-networking", "--disable-component-update"],
+        )
+        yield b
+        b.close()
+
+
+def open_and_run_all(browser, lab: str, notebook: str, timeout_s: float):
+    """Open a notebook, wait for an idle kernel, Run All Cells, wait until every cell has run."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    # A workspace of its own, reset: only this notebook open, nothing restored from an earlier page.
+    page.goto(f"{lab}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={TOKEN}")
+    # A cell run before the kernel is idle is silently dropped (FACTS.md): wait for it.
+    page.get_by_text(re.compile(r"Python 3 \(ipykernel\)\s*\|\s*Idle")).wait_for(timeout=120_000)
+    news = page.get_by_role("button", name="No", exact=True)  # the "official Jupyter news?" toast
+    if news.count():
+        news.first.click()
+    page.click("text=Run", timeout=30_000)  # the Run menu
+    page.click("text=Run All Cells")
+    # Cells run in order, so the last code cell having an execution count means all have run. (JupyterLab
+    # renders only the cells in view, so earlier prompts may not be in the page at all.)
+    last_prompt = page.locator(".jp-NotebookPanel .jp-Cell.jp-CodeCell .jp-InputPrompt").last
+    idle = page.get_by_text(re.compile(r"Python 3 \(ipykernel\)\s*\|\s*Idle"))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if re.search(r"\[\d+\]", last_prompt.inner_text()) and idle.count():
+            break
+        time.sleep(1)
+    else:
+        shot(page, f"{notebook}-timeout")
+        raise AssertionError(f"{notebook}: not every cell ran within {timeout_s} s")
+    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0
+    return page
+
+
+def wait_until(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not true after {timeout_s} s")
+        time.sleep(0.3)
+
+
+def text_of(locator) -> str:
+    """What a user reads: the rendered text with non-breaking spaces and runs of whitespace made plain."""
+    return re.sub(r"\s+", " ", locator.inner_text().replace("\xa0", " "))
+
+
+def shot(page, name: str, locator=None) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    (locator or page).screenshot(path=str(path))
+    return path
+
+
+def test_probe_panel_shows_findings(lab, browser):
+    page = open_and_run_all(browser, lab, "01_device_probe.ipynb", 180)
+    panel = page.locator(".tpu-lab-probe-panel").first
+    panel.wait_for(timeout=30_000)
+    panel.locator("[data-code='auto-device-map-cpu']").first.wait_for()
+    assert "device cpu" in text_of(panel) and "auto-device-map-cpu" in text_of(panel)
+    shot(page, "01-probe-panel", panel)
+    page.close()
+
+
+def test_model_loader_reports_after_load(lab, browser):
+    page = open_and_run_all(browser, lab, "02_load_model.ipynb", 240)
+    loader = page.locator(".tpu-lab-model-loader").first
+    loader.wait_for(timeout=30_000)
+    status = loader.locator(".tpu-lab-status")
+    loader.locator("button", has_text="Load").click()
+    # "loading ..." first, then "ok: ..." (the notebook's own load already left a report on screen)
+    wait_until(lambda: text_of(status).startswith("ok:"), 60)
+    text = text_of(loader)
+    assert "placement" in text and "cpu: 27" in text and "ok: tiny:qwen3 on cpu" in text, text
+    shot(page, "02-model-loader", loader)
+    page.close()
+
+
+def test_generation_panel_table_and_chart_after_two_prompts(lab, browser):
+    page = open_and_run_all(browser, lab, "03_recompiles.ipynb", 400)
+    panel = page.locator(".tpu-lab-generation-panel").last
+    panel.wait_for(timeout=30_000)
+    panel.locator(".tpu-lab-policy select").select_option(label="none (every length compiles)")
+    status = panel.locator(".tpu-lab-status")
+    wait_until(lambda: text_of(status) == "buckets: none", 30)
+    for text in ("Each chip runs one process.", "A static cache and shape buckets bound the compilations of a TPU."):
+        before = status.inner_text()
+        panel.locator("textarea").fill(text)
+        panel.locator("button", has_text="Run").click()
+        wait_until(lambda: status.inner_text() != before, 120)
+        assert "compile(s)" in text_of(status), text_of(status)
+        assert text in text_of(panel.locator(".tpu-lab-output"))
+    table = text_of(panel.locator(".tpu-lab-shape-table table").first)
+    assert table.count("prefill 1x") >= 4 and "why it compiled" in table and "new prompt length" in table
+    chart = panel.locator(".tpu-lab-chart").first
+    chart.wait_for(timeout=30_000)
+    assert chart.evaluate("img => img.naturalWidth") > 100  # the chart really rendered
+    path = shot(page, "03-generation-panel", panel)
+    if os.environ.get("TPU_LAB_UPDATE_SCREENSHOTS") == "1":
+        (ROOT / "docs").mkdir(exist_ok=True)
+        shutil.copy(path, ROOT / "docs" / "generation-panel.png")
+    page.close()
+
+
+def test_launch_panel_shows_per_rank_logs(lab, browser):
+    page = open_and_run_all(browser, lab, "04_tensor_parallel.ipynb", 400)
+    panel = page.locator(".tpu-lab-launch-panel").first
+    panel.wait_for(timeout=30_000)
+    for rank in (0, 1):
+        view = panel.locator(f".tpu-lab-rank[data-rank='{rank}']")
+        view.get_by_text(f"rank {rank} step 2").wait_for(timeout=60_000)
+        assert "ok" in text_of(view.locator(".tpu-lab-rank-state"))
+    assert "2 finished" in text_of(panel)
+    shot(page, "04-launch-panel", panel)
+    page.close()
