@@ -26,7 +26,9 @@ def main() -> None:
     with_lab = best("import tpu_lab")
     probe = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import sys, tpu_lab; assert 'torch' not in sys.modules"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     own = [line for line in probe.stderr.splitlines() if line.rstrip().endswith("| tpu_lab")]
     print(f"python start-up          {bare * 1000:7.1f} ms (best of {RUNS})")

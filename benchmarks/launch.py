@@ -28,8 +28,11 @@ def main() -> None:
     script.write_text(WORKER)
 
     def bare():
-        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone",
-                        str(script)], check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--standalone", str(script)],
+            check=True,
+            capture_output=True,
+        )
 
     def lab():
         assert tl.launch(script, nproc=2, on_output=lambda rank, line: None).ok

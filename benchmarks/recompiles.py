@@ -32,14 +32,20 @@ def run_mode(mode: str, backend: str, prompts: int) -> dict:
     elif mode == "eager":
         options = {"compile": "none"}
     workload = mixed_workload(loaded.tokenizer, lengths)
-    with tl.GenerationSession(loaded.model, loaded.tokenizer, backend=backend, max_new_tokens=NEW_TOKENS,
-                              **options) as session:
+    with tl.GenerationSession(
+        loaded.model, loaded.tokenizer, backend=backend, max_new_tokens=NEW_TOKENS, **options
+    ) as session:
         start = time.perf_counter()
         for ids in workload:
             session.generate(ids, min_new_tokens=NEW_TOKENS)
         seconds = time.perf_counter() - start
-        return {"mode": mode, "compiles": session.total_compiles, "seconds": seconds,
-                "buckets": session.buckets, "limit_hit": session.limit_hit}
+        return {
+            "mode": mode,
+            "compiles": session.total_compiles,
+            "seconds": seconds,
+            "buckets": session.buckets,
+            "limit_hit": session.limit_hit,
+        }
 
 
 def main() -> None:
@@ -55,11 +61,15 @@ def main() -> None:
     for mode in ("naive", "bucketed", "eager"):
         proc = subprocess.run(
             [sys.executable, __file__, "--mode", mode, "--backend", args.backend, "--prompts", str(args.prompts)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"{args.prompts} prompts, 20 distinct lengths 4-200, {NEW_TOKENS} new tokens, tiny Qwen3, "
-          f"backend {args.backend}, TPU-like mode (every forward compiled, dynamic=False)")
+    print(
+        f"{args.prompts} prompts, 20 distinct lengths 4-200, {NEW_TOKENS} new tokens, tiny Qwen3, "
+        f"backend {args.backend}, TPU-like mode (every forward compiled, dynamic=False)"
+    )
     print(f"{'mode':<10} {'compiles':>8} {'wall s':>8}  notes")
     for mode, r in results.items():
         note = f"buckets {'/'.join(map(str, r['buckets']))}" if r["buckets"] else ""

@@ -42,9 +42,15 @@ def main() -> None:
     pad = bucket - len(ids)
     input_ids = torch.tensor([[tok.pad_token_id] * pad + ids])
     attention_mask = torch.tensor([[0] * pad + [1] * len(ids)])
-    kwargs = {"max_new_tokens": NEW_TOKENS, "min_new_tokens": NEW_TOKENS, "do_sample": False,
-              "cache_implementation": "static", "max_cache_len": cache, "pad_token_id": tok.pad_token_id,
-              "disable_compile": True}
+    kwargs = {
+        "max_new_tokens": NEW_TOKENS,
+        "min_new_tokens": NEW_TOKENS,
+        "do_sample": False,
+        "cache_implementation": "static",
+        "max_cache_len": cache,
+        "pad_token_id": tok.pad_token_id,
+        "disable_compile": True,
+    }
 
     # Both run with the session's mask building (installed for the session's life), so the graphs match.
     def bare():
@@ -85,8 +91,10 @@ def main() -> None:
             gc.enable()
     assert session.records[-1].compiles == 0
     base = statistics.median(times["untracked"])
-    print(f"warm generate, {NEW_TOKENS} new tokens, prompt 20 -> bucket {bucket}, tiny Qwen3, "
-          f"{session.backend}; median of {args.rounds} alternating rounds")
+    print(
+        f"warm generate, {NEW_TOKENS} new tokens, prompt 20 -> bucket {bucket}, tiny Qwen3, "
+        f"{session.backend}; median of {args.rounds} alternating rounds"
+    )
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:<14} {med * 1000:7.2f} ms   {med / base:5.3f}x")

@@ -17,13 +17,26 @@ def test_probe_json_schema():
     assert "Traceback" not in proc.stderr
     data = json.loads(proc.stdout)
     assert set(data) == {
-        "python", "versions", "accelerator", "tpu", "holds_tpu", "device", "device_map", "environment",
-        "memory_gib", "findings",
+        "python",
+        "versions",
+        "accelerator",
+        "tpu",
+        "holds_tpu",
+        "device",
+        "device_map",
+        "environment",
+        "memory_gib",
+        "findings",
     }
     assert set(data["versions"]) == {"torch", "torch_tpu", "libtpu", "transformers", "accelerate", "kernels", "jax"}
     assert set(data["accelerator"]) == {"type", "available", "count", "torch_cuda", "cuda_devices"}
     assert set(data["tpu"]) == {
-        "count", "generation", "hbm_gib_per_chip", "rank_counts", "pci_addresses", "without_vfio"
+        "count",
+        "generation",
+        "hbm_gib_per_chip",
+        "rank_counts",
+        "pci_addresses",
+        "without_vfio",
     }
     assert data["tpu"]["count"] == 0
     assert data["device"] == "cpu" and data["device_map"] == "cpu"
@@ -53,8 +66,19 @@ def test_unknown_command_exits_2():
 
 def test_demo_runs_headless_and_saves_a_chart(tmp_path):
     chart = tmp_path / "demo.png"
-    proc = run_cli("demo", "--prompts", "5", "--distinct", "4", "--max-new-tokens", "3", "--max-buckets", "2",
-                   "--chart", str(chart))
+    proc = run_cli(
+        "demo",
+        "--prompts",
+        "5",
+        "--distinct",
+        "4",
+        "--max-new-tokens",
+        "3",
+        "--max-buckets",
+        "2",
+        "--chart",
+        str(chart),
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "== naive" in out and "== bucketed" in out and "naive / bucketed wall time" in out

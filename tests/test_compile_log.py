@@ -37,10 +37,14 @@ def test_dynamo_source_on_recorded_metrics():
     first = SimpleNamespace(recompile_reason=None, entire_frame_compile_time_s=1.5, fail_reason=None)
     again = SimpleNamespace(
         recompile_reason="0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 7",
-        entire_frame_compile_time_s=0.9, fail_reason=None,
+        entire_frame_compile_time_s=0.9,
+        fail_reason=None,
     )
-    limit = SimpleNamespace(recompile_reason="0/7: ...", entire_frame_compile_time_s=None,
-                            fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...")
+    limit = SimpleNamespace(
+        recompile_reason="0/7: ...",
+        entire_frame_compile_time_s=None,
+        fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...",
+    )
     log = [first]
     src = DynamoSource(lambda: list(log))  # like get_compilation_metrics(): a fresh list each time
     before = src.snapshot()
@@ -54,7 +58,9 @@ def test_dynamo_source_on_recorded_metrics():
 # Recorded from torch_tpu's _get_cache_stats() field names (FACTS.md); durations as numbers or timedeltas.
 def tpu_stats(reqs, hits, compilations, durations):
     return SimpleNamespace(
-        num_cache_reqs=reqs, num_cache_hits=hits, num_compilations=compilations,
+        num_cache_reqs=reqs,
+        num_cache_hits=hits,
+        num_compilations=compilations,
         per_entry_stats=[SimpleNamespace(compilation_duration=d) for d in durations],
     )
 
@@ -62,11 +68,13 @@ def tpu_stats(reqs, hits, compilations, durations):
 def test_tpu_cache_source_diffs_counters_that_never_reset():
     import datetime
 
-    snaps = iter([
-        tpu_stats(10, 4, 6, [0.5] * 6),
-        tpu_stats(30, 20, 9, [0.5] * 6 + [1.0, 2.0, datetime.timedelta(seconds=3)]),
-        tpu_stats(50, 40, 9, [0.5] * 6 + [1.0, 2.0, 3.0]),
-    ])
+    snaps = iter(
+        [
+            tpu_stats(10, 4, 6, [0.5] * 6),
+            tpu_stats(30, 20, 9, [0.5] * 6 + [1.0, 2.0, datetime.timedelta(seconds=3)]),
+            tpu_stats(50, 40, 9, [0.5] * 6 + [1.0, 2.0, 3.0]),
+        ]
+    )
     src = TpuCacheSource(lambda: next(snaps))
     a, b, c = src.snapshot(), src.snapshot(), src.snapshot()
     events = src.events_between(a, b)
@@ -76,15 +84,25 @@ def test_tpu_cache_source_diffs_counters_that_never_reset():
 
 
 def test_read_tpu_stats_from_a_dict():
-    s = read_tpu_stats({"num_cache_reqs": 3, "num_cache_hits": 1, "num_compilations": 2,
-                        "per_entry_stats": [{"compilation_duration": 0.25}]})
+    s = read_tpu_stats(
+        {
+            "num_cache_reqs": 3,
+            "num_cache_hits": 1,
+            "num_compilations": 2,
+            "per_entry_stats": [{"compilation_duration": 0.25}],
+        }
+    )
     assert (s.requests, s.hits, s.compilations, s.compile_seconds) == (3, 1, 2, 0.25)
 
 
 def test_attribution_groups_by_shape_and_explains():
     calls = [
         ForwardCall(sig(length=16), 1.2, (ev(),)),
-        ForwardCall(sig("decode"), 0.8, (ev("0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 16, actual 1"),)),
+        ForwardCall(
+            sig("decode"),
+            0.8,
+            (ev("0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 16, actual 1"),),
+        ),
         ForwardCall(sig("decode"), 0.002),
         ForwardCall(sig(length=32), 0.9, (ev(),)),
         ForwardCall(sig(length=16), 0.003),
@@ -92,8 +110,13 @@ def test_attribution_groups_by_shape_and_explains():
         ForwardCall(sig("decode", cache=128), 0.6, (ev(),)),
     ]
     rows = {str(r.signature): r for r in compile_table(calls)}
-    assert list(rows) == ["prefill 1x16 cache=96", "decode 1x1 cache=96", "prefill 1x32 cache=96",
-                          "prefill 1x16 cache=96 no-mask", "decode 1x1 cache=128"]
+    assert list(rows) == [
+        "prefill 1x16 cache=96",
+        "decode 1x1 cache=96",
+        "prefill 1x32 cache=96",
+        "prefill 1x16 cache=96 no-mask",
+        "decode 1x1 cache=128",
+    ]
     first = rows["prefill 1x16 cache=96"]
     assert (first.calls, first.compiles, first.first_call_seconds, first.last_call_seconds) == (2, 1, 1.2, 0.003)
     assert first.reason == "first prefill compile"
@@ -120,5 +143,6 @@ def test_limit_hit_calls_are_not_counted_as_compiles():
 def test_explain_fallbacks():
     assert explain(None) == "first compile"
     assert "static cache length changed 70 -> 90" in explain(
-        "0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 70, actual 90")
+        "0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 70, actual 90"
+    )
     assert explain("0/3: ___check_obj_id(L['self'])") == "0/3: ___check_obj_id(L['self'])"

@@ -30,8 +30,12 @@ def test_buckets_bound_compiles_and_second_pass_compiles_nothing(fresh):
         second = [s.generate(ids(n, start=40)) for n in lengths]
         assert sum(r.compiles for r in second) == 0
         rows = {str(r.signature): r for r in s.compile_table}
-        assert set(rows) == {"prefill 1x8 cache=96", "prefill 1x16 cache=96", "prefill 1x32 cache=96",
-                             "decode 1x1 cache=96"}  # no "no-mask" variant for the exact fills
+        assert set(rows) == {
+            "prefill 1x8 cache=96",
+            "prefill 1x16 cache=96",
+            "prefill 1x32 cache=96",
+            "decode 1x1 cache=96",
+        }  # no "no-mask" variant for the exact fills
         assert rows["decode 1x1 cache=96"].calls == 16 * 3
         assert rows["prefill 1x8 cache=96"].calls == 6 and rows["prefill 1x8 cache=96"].compiles == 1
 

@@ -27,8 +27,16 @@ def test_build_command_argv():
 
 
 def test_build_command_env_drops_stale_and_marks_the_run():
-    stale = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1",
-             "TORCHELASTIC_RUN_ID": "old", "TORCH_TPU_TOPOLOGY": "2,2,1", "HOME": "/root"}
+    stale = {
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "1",
+        "TORCHELASTIC_RUN_ID": "old",
+        "TORCH_TPU_TOPOLOGY": "2,2,1",
+        "HOME": "/root",
+    }
     _, env = build_command(spec(env={"FOO": "bar"}, tpu_env={"TORCH_TPU_TOPOLOGY": "1,1,1"}), stale)
     assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"} & set(env)
     assert env["TORCH_TPU_TOPOLOGY"] == "1,1,1"  # fresh from the child, never the stale one

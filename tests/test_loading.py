@@ -56,8 +56,9 @@ def test_split_tied_weights_are_flagged():
     loaded = tl.load_model("tiny:qwen3-tied")
     model = loaded.model
     model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
-    r = inspect_placement(model, name="x", source="local", path="x", device="cpu", device_map="cpu",
-                          dtype="float32", seconds=0.0)
+    r = inspect_placement(
+        model, name="x", source="local", path="x", device="cpu", device_map="cpu", dtype="float32", seconds=0.0
+    )
     assert r.tied_shared is False and not r.ok
     assert [f.code for f in r.findings] == ["tied-weights-split"]
 
@@ -66,12 +67,14 @@ def test_misplaced_and_meta_tensors_are_flagged():
     import torch
 
     model = tl.load_model("tiny:qwen3").model
-    r = inspect_placement(model, name="x", source="local", path="x", device="cuda:0", device_map="cuda:0",
-                          dtype="float32", seconds=0.0)
+    r = inspect_placement(
+        model, name="x", source="local", path="x", device="cuda:0", device_map="cuda:0", dtype="float32", seconds=0.0
+    )
     assert len(r.misplaced) == r.placement["cpu"] and "weights-misplaced" in [f.code for f in r.findings]
     model.model.norm.weight = torch.nn.Parameter(torch.empty(64, device="meta"))
-    r = inspect_placement(model, name="x", source="local", path="x", device="cpu", device_map="cpu",
-                          dtype="float32", seconds=0.0)
+    r = inspect_placement(
+        model, name="x", source="local", path="x", device="cpu", device_map="cpu", dtype="float32", seconds=0.0
+    )
     assert r.misplaced == ("model.norm.weight",) and [f.code for f in r.findings] == ["weights-on-meta"]
     assert "MISPLACED" in str(r)
 
@@ -93,7 +96,7 @@ def test_device_none_takes_the_probe_pick():
 
 
 def test_auto_is_replaced_with_a_warning():
-    with pytest.warns(TpuLabWarning, match='device="auto" was replaced by \'cpu\''):
+    with pytest.warns(TpuLabWarning, match="device=\"auto\" was replaced by 'cpu'"):
         r = tl.load_model("tiny:qwen3", device="auto").report
     assert r.device_map == "cpu" and "auto-replaced" in [f.code for f in r.findings]
 
@@ -107,7 +110,7 @@ def test_report_renders():
 
 
 def test_nonexistent_path():
-    with pytest.raises(ModelLoadError, match="No checkpoint folder at './no/such/model'") as e:
+    with pytest.raises(ModelLoadError, match=r"No checkpoint folder at '\./no/such/model'") as e:
         tl.load_model("./no/such/model")
     assert "tl.tiny_model()" in e.value.fix
 
@@ -176,12 +179,12 @@ def test_needs_trust_remote_code(tiny_copy):
         tl.load_model(tiny_copy)
     assert "trust_remote_code=True" in e.value.fix
     # With trust: transformers really tries the (missing) code, and the error still explains itself.
-    with pytest.raises(ModelLoadError, match="Loading .* failed"):
+    with pytest.raises(ModelLoadError, match=r"Loading .* failed"):
         tl.load_model(tiny_copy, trust_remote_code=True)
 
 
 def test_folder_without_config(tmp_path):
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         tl.load_model(tmp_path)
 
 
@@ -209,7 +212,7 @@ def test_kernels_checks():
     with pytest.raises(KernelsUnavailable, match="needs kernels and jax"):
         check_kernels("tpu", versions={"kernels": None, "jax": None})
     # transformers 5.24 wants kernels>=0.18.2,<0.19 while PyPI's newest is 0.17.2 (FACTS.md)
-    with pytest.raises(KernelsUnavailable, match="kernels 0.17.2 is installed but transformers") as e:
+    with pytest.raises(KernelsUnavailable, match=r"kernels 0\.17\.2 is installed but transformers") as e:
         check_kernels("tpu", versions={"kernels": "0.17.2", "jax": "0.10.2"})
     assert "use_kernels=False" in e.value.fix
     check_kernels("tpu", versions={"kernels": "0.18.3", "jax": "0.10.2"})  # no error
@@ -224,8 +227,13 @@ def test_device_choices_from_reports(tmp_path):
     assert not here["tpu"].available and here["tpu"].reason == "no TPU chip visible"
     assert not here["cuda"].available and here["cpu"].available
     sysfs, dev = write_fake_tpu_host(tmp_path, "v6e", 4)
-    vm = tl.probe(sysfs_root=sysfs, dev_root=dev, versions={"torch_tpu": None},
-                  accelerator=AcceleratorInfo("cpu", False, 0), environ={})
+    vm = tl.probe(
+        sysfs_root=sysfs,
+        dev_root=dev,
+        versions={"torch_tpu": None},
+        accelerator=AcceleratorInfo("cpu", False, 0),
+        environ={},
+    )
     assert {c.name: c.reason for c in device_choices(vm)}["tpu"] == "torch_tpu not installed"
 
 

@@ -17,8 +17,11 @@ def ip():
 
 
 def test_tp_run_streams_and_returns_the_result(ip, capsys):
-    result = ip.run_cell_magic("tp_run", "-n 2", "import os, tpu_lab as tl\nprint('hi from', os.environ['RANK'])\n"
-                                                  "tl.report(int(os.environ['RANK']))")
+    result = ip.run_cell_magic(
+        "tp_run",
+        "-n 2",
+        "import os, tpu_lab as tl\nprint('hi from', os.environ['RANK'])\ntl.report(int(os.environ['RANK']))",
+    )
     assert result.ok and result.values == [0, 1]
     assert ip.user_ns["_tp_result"] is result
     out = capsys.readouterr().out

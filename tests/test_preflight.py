@@ -10,12 +10,36 @@ from tpu_lab.tp.preflight import REPLICATE
 
 SEED_PLAN = {f"layers.*.self_attn.{p}": REPLICATE for p in ("q_proj", "k_proj", "v_proj", "o_proj")}
 # Shaped like the real models (head counts, sizes, ties), as their hub configs say.
-QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True)
-QWEN3_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False)
-GLM4_9B = dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
-               num_key_value_heads=2, head_dim=128, vocab_size=151552, tie_word_embeddings=False)
+QWEN3_06B = dict(
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=True,
+)
+QWEN3_8B = dict(
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    tie_word_embeddings=False,
+)
+GLM4_9B = dict(
+    hidden_size=4096,
+    intermediate_size=13696,
+    num_hidden_layers=40,
+    num_attention_heads=32,
+    num_key_value_heads=2,
+    head_dim=128,
+    vocab_size=151552,
+    tie_word_embeddings=False,
+)
 V6E_4 = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
 
 
@@ -38,8 +62,9 @@ def test_real_model_shaped_verdicts(tp):
 
 
 def test_query_heads_not_divisible():
-    report = tl.tp_preflight(LlamaConfig(hidden_size=896, num_attention_heads=14, num_key_value_heads=2,
-                                         intermediate_size=4864), 4)
+    report = tl.tp_preflight(
+        LlamaConfig(hidden_size=896, num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864), 4
+    )
     messages = " ".join(p.message for p in report.problems)
     assert not report.ok and "14 attention heads over 4 ranks: 3.5 per rank" in messages
 
@@ -68,7 +93,7 @@ def test_key_matching_nothing_at_all():
 
 
 def test_unknown_style():
-    with pytest.raises(InvalidArgument, match="'columnwise'.*not a parallel style") as e:
+    with pytest.raises(InvalidArgument, match=r"'columnwise'.*not a parallel style") as e:
         tl.tp_preflight("tiny:qwen3", 2, tp_plan={"model.layers.*.self_attn.q_proj": "columnwise"})
     assert "colwise" in e.value.fix
 
@@ -122,11 +147,22 @@ def scaled_checkpoints(tmp_path_factory):
     import torch
     from transformers import AutoModelForCausalLM
 
-    small = dict(hidden_size=64, intermediate_size=64, num_hidden_layers=2, head_dim=4, vocab_size=512,
-                 pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    small = dict(
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        head_dim=4,
+        vocab_size=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     out = {}
-    for name, cls, shape in (("qwen3-0.6b", Qwen3Config, QWEN3_06B), ("qwen3-8b", Qwen3Config, QWEN3_8B),
-                             ("glm4-9b", Glm4Config, GLM4_9B)):
+    for name, cls, shape in (
+        ("qwen3-0.6b", Qwen3Config, QWEN3_06B),
+        ("qwen3-8b", Qwen3Config, QWEN3_8B),
+        ("glm4-9b", Glm4Config, GLM4_9B),
+    ):
         config = cls(**{**shape, **small})
         torch.manual_seed(0)
         path = tmp_path_factory.mktemp(name)

@@ -66,9 +66,7 @@ def test_torch_tpu_without_chip(tmp_path):
 
 @pytest.mark.parametrize(("torch_v", "outside"), [("2.16.0", True), ("2.10.2", True), ("2.14.1+cpu", False)])
 def test_torch_outside_torch_tpu_range(tmp_path, torch_v, outside):
-    report = tl.probe(
-        sysfs_root=tmp_path, versions={**WITH_TPU, "torch": torch_v}, accelerator=NO_GPU, environ={}
-    )
+    report = tl.probe(sysfs_root=tmp_path, versions={**WITH_TPU, "torch": torch_v}, accelerator=NO_GPU, environ={})
     assert ("torch-outside-tpu-range" in codes(report)) is outside
 
 

@@ -19,8 +19,13 @@ def test_probe_panel_shows_findings_and_refreshes(tmp_path):
 def test_probe_panel_on_a_simulated_host(tmp_path):
     sysfs, dev = write_fake_tpu_host(tmp_path, "v7", 8)
     fake = functools.partial(
-        tl.probe, sysfs_root=sysfs, dev_root=dev, versions={"torch_tpu": "0.2.0"},
-        accelerator=AcceleratorInfo("tpu", True, 8), holds_tpu=True, environ={},
+        tl.probe,
+        sysfs_root=sysfs,
+        dev_root=dev,
+        versions={"torch_tpu": "0.2.0"},
+        accelerator=AcceleratorInfo("tpu", True, 8),
+        holds_tpu=True,
+        environ={},
     )
     panel = tl.widgets.ProbePanel(fake)
     assert panel.report.device == "tpu"

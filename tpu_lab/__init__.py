@@ -39,6 +39,7 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 if TYPE_CHECKING:
     from tpu_lab import errors, hardware, testing, tp, widgets
     from tpu_lab.buckets import compare_policies, recommend_buckets
+    from tpu_lab.device import DeviceReport, Finding, probe
     from tpu_lab.errors import TpuLabError
     from tpu_lab.generation import GenerationRecord, GenerationSession, RecompileError
     from tpu_lab.loading import LoadedModel, LoadReport, load_model
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
     from tpu_lab.tp.launch import LaunchError, LaunchResult, launch
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
     from tpu_lab.tp.results import report
-    from tpu_lab.device import DeviceReport, Finding, probe
 
 
 def __getattr__(name: str) -> Any:

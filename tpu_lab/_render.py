@@ -16,8 +16,7 @@ def table(rows: Iterable[Sequence[Any]], header: Sequence[str] | None = None) ->
         head = "<thead><tr>" + "".join(f"<th style='text-align:left'>{escape(str(h))}</th>" for h in header)
         head += "</tr></thead>"
     body = "".join(
-        "<tr>" + "".join(f"<td style='text-align:left'>{escape(str(c))}</td>" for c in row) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f"<td style='text-align:left'>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
     )
     return f"<table class='tpu-lab-table'>{head}<tbody>{body}</tbody></table>"
 
@@ -38,6 +37,5 @@ def findings(items: Iterable[Any]) -> str:
 
 def report_html(title: str, rows: Iterable[Sequence[Any]], items: Iterable[Any] = ()) -> str:
     return (
-        f"<div class='tpu-lab-report'><h4 style='margin:4px 0'>{escape(title)}</h4>"
-        f"{table(rows)}{findings(items)}</div>"
+        f"<div class='tpu-lab-report'><h4 style='margin:4px 0'>{escape(title)}</h4>{table(rows)}{findings(items)}</div>"
     )

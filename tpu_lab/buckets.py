@@ -8,6 +8,7 @@ compile count.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ def validate_buckets(buckets: Iterable[int]) -> tuple[int, ...]:
     out = tuple(buckets)
     if not out or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in out):
         raise InvalidArgument(f"buckets={out!r} must be positive integers.", fix="Pass e.g. buckets=(32, 64, 128).")
-    if any(a >= b for a, b in zip(out, out[1:])):
+    if any(a >= b for a, b in itertools.pairwise(out)):
         raise InvalidArgument(
             f"buckets={out!r} are not strictly increasing.",
             fix=f"Sort them and drop duplicates: buckets={tuple(sorted(set(out)))!r}.",
@@ -127,8 +128,13 @@ class PolicyComparison:
 
     def _rows(self) -> list[tuple[str, str, str, str, str]]:
         return [
-            (p.policy, ", ".join(map(str, p.buckets)) if p.policy != "none" else "-", str(p.prefill_graphs + 1),
-             f"{p.padded_tokens:,}", f"{p.waste:.0%}")
+            (
+                p.policy,
+                ", ".join(map(str, p.buckets)) if p.policy != "none" else "-",
+                str(p.prefill_graphs + 1),
+                f"{p.padded_tokens:,}",
+                f"{p.waste:.0%}",
+            )
             for p in self.plans
         ]
 
@@ -138,7 +144,9 @@ class PolicyComparison:
         return "\n".join(lines)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        html = _render.table(self._rows(), ["policy", "buckets", "compiles (prefill + 1 decode)", "padded tokens", "waste"])
+        html = _render.table(
+            self._rows(), ["policy", "buckets", "compiles (prefill + 1 decode)", "padded tokens", "waste"]
+        )
         return {"text/plain": str(self), "text/html": html}
 
 
@@ -150,9 +158,11 @@ def compare_policies(
     fixed = validate_buckets(fixed)
     if max(lengths) > fixed[-1]:
         fixed = (*fixed, max(lengths))
-    return PolicyComparison((
-        plan("none", lengths, None),
-        plan("optimal", lengths, recommend_buckets(lengths, max_buckets=max_buckets)),
-        plan("power-of-two", lengths, power_of_two_buckets(lengths)),
-        plan("fixed", lengths, fixed),
-    ))
+    return PolicyComparison(
+        (
+            plan("none", lengths, None),
+            plan("optimal", lengths, recommend_buckets(lengths, max_buckets=max_buckets)),
+            plan("power-of-two", lengths, power_of_two_buckets(lengths)),
+            plan("fixed", lengths, fixed),
+        )
+    )

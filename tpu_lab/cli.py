@@ -30,8 +30,13 @@ def _demo(args: argparse.Namespace) -> int:
     from tpu_lab.demo import run_demo
 
     run_demo(
-        model=args.model, prompts=args.prompts, distinct=args.distinct, max_new_tokens=args.max_new_tokens,
-        max_buckets=args.max_buckets, chart=args.chart, backend=args.backend,
+        model=args.model,
+        prompts=args.prompts,
+        distinct=args.distinct,
+        max_new_tokens=args.max_new_tokens,
+        max_buckets=args.max_buckets,
+        chart=args.chart,
+        backend=args.backend,
     )
     return 0
 
@@ -45,11 +50,19 @@ def _preflight(args: argparse.Namespace) -> int:
     try:
         plan = json.loads(args.plan) if args.plan else None
     except ValueError as e:
-        raise InvalidArgument(f"--plan is not valid JSON: {e}.", fix='Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'') from e
+        raise InvalidArgument(
+            f"--plan is not valid JSON: {e}.",
+            fix='Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'',
+        ) from e
     report = tp_preflight(args.model, args.tp, tp_plan=plan)
     if args.json:
-        out = {"ok": report.ok, "model": report.model, "tp_size": report.tp_size,
-               "problems": [vars(p) for p in report.problems], "suggested_tp_plan": report.suggested_tp_plan}
+        out = {
+            "ok": report.ok,
+            "model": report.model,
+            "tp_size": report.tp_size,
+            "problems": [vars(p) for p in report.problems],
+            "suggested_tp_plan": report.suggested_tp_plan,
+        }
         print(json.dumps(out, indent=2))
     else:
         print(report)

@@ -52,7 +52,9 @@ class DynamoSource:
 
     def __init__(self, metrics: Callable[[], Sequence[Any]] | None = None) -> None:
         if metrics is None:
-            from torch._dynamo.utils import get_compilation_metrics as metrics
+            from torch._dynamo.utils import get_compilation_metrics
+
+            metrics = get_compilation_metrics
         self._metrics = metrics
 
     def snapshot(self) -> Sequence[Any]:
@@ -104,7 +106,7 @@ class TpuCacheSource:
         if stats is None:
             import torch
 
-            stats = torch.tpu._get_cache_stats
+            stats = torch.tpu._get_cache_stats  # type: ignore[attr-defined]  # registered by torch_tpu
         self._stats = stats
 
     def snapshot(self) -> TpuCacheStats:
@@ -145,8 +147,10 @@ _SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<i>\d+)\. 
 def explain(reason: str | None, *, limit_hit: bool = False) -> str:
     """One sentence for a recompile reason (Dynamo's guard text or a source's own words)."""
     if limit_hit:
-        return ("recompile limit reached: Dynamo gave up on this function, so this and later new shapes run "
-                "UNCOMPILED (only a log line says so). Bound the shapes with buckets.")
+        return (
+            "recompile limit reached: Dynamo gave up on this function, so this and later new shapes run "
+            "UNCOMPILED (only a log line says so). Bound the shapes with buckets."
+        )
     if not reason:
         return "first compile"
     m = _SIZE.search(reason)
@@ -155,14 +159,18 @@ def explain(reason: str | None, *, limit_hit: bool = False) -> str:
         if "input_ids" in name and i == "1":
             return f"input length changed {a} -> {b}: a new prompt length (or prefill <-> decode)"
         if ("cache" in name or "keys" in name or "values" in name) and i == "2":
-            return (f"static cache length changed {a} -> {b}: the cache grows to fit each prompt; "
-                    "fix max_cache_len so every call shares one size")
+            return (
+                f"static cache length changed {a} -> {b}: the cache grows to fit each prompt; "
+                "fix max_cache_len so every call shares one size"
+            )
         if "attention_mask" in name:
             return f"attention mask length changed {a} -> {b}"
         return f"{name} dimension {i} changed {a} -> {b}"
     if "NoneType" in reason and "mask" in reason:
-        return ("attention mask is None instead of a tensor: the prompt filled its bucket exactly, no padding, "
-                "so transformers dropped the mask (a second graph for the same shape)")
+        return (
+            "attention mask is None instead of a tensor: the prompt filled its bucket exactly, no padding, "
+            "so transformers dropped the mask (a second graph for the same shape)"
+        )
     return reason.strip().splitlines()[0]
 
 
@@ -195,15 +203,19 @@ def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -
     if not same:
         return f"first {sig.phase} compile" + (": one graph serves every decode step" if sig.phase == "decode" else "")
     if any((c.length, c.cache, c.batch) == (sig.length, sig.cache, sig.batch) and c.mask != sig.mask for c in same):
-        return ("attention mask is None instead of a tensor: the prompt filled its bucket exactly, so transformers "
-                "dropped the mask, and that is a second graph for the same shape")
+        return (
+            "attention mask is None instead of a tensor: the prompt filled its bucket exactly, so transformers "
+            "dropped the mask, and that is a second graph for the same shape"
+        )
     if sig.phase == "prefill" and all(c.length != sig.length for c in same):
         seen = ", ".join(str(n) for n in sorted({c.length for c in same})) or "none"
         return f"new prompt length {sig.length} (compiled so far: {seen}); buckets bound these"
     same_shape = [c for c in same if (c.length, c.batch) == (sig.length, sig.batch)]
     if sig.cache is not None and same_shape and all(c.cache != sig.cache for c in same_shape):
-        return (f"static cache length changed to {sig.cache} (was {same_shape[-1].cache}): the cache is sized "
-                "per prompt and only grows; a fixed max_cache_len gives every call one size")
+        return (
+            f"static cache length changed to {sig.cache} (was {same_shape[-1].cache}): the cache is sized "
+            "per prompt and only grows; a fixed max_cache_len gives every call one size"
+        )
     if sig.batch not in {c.batch for c in same}:
         return f"new batch size {sig.batch}"
     return None

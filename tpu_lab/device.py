@@ -177,7 +177,9 @@ def probe(
     )
 
 
-def memory_gib(proc_root: str | os.PathLike = "/proc", cgroup_root: str | os.PathLike = "/sys/fs/cgroup") -> float | None:
+def memory_gib(
+    proc_root: str | os.PathLike = "/proc", cgroup_root: str | os.PathLike = "/sys/fs/cgroup"
+) -> float | None:
     """RAM this process may use: MemTotal, capped by a cgroup v2/v1 memory limit (containers, Binder)."""
     from pathlib import Path
 
@@ -226,7 +228,7 @@ def _holds_tpu() -> bool | None:
     try:
         import torch
 
-        return bool(torch.tpu.is_initialized())
+        return bool(torch.tpu.is_initialized())  # type: ignore[attr-defined]  # registered by torch_tpu
     except Exception:  # an unexpected torch_tpu build: say "unknown" rather than fail the probe
         return None
 
@@ -253,80 +255,107 @@ def diagnose(
             else "this process has no accelerator; on a TPU VM it would also load on CPU, silently, because "
             "accelerate has no TPU branch"
         )
-        add(Finding(
-            "auto-device-map-cpu", "warning",
-            f'device_map="auto" would load the model on CPU here: {why}.',
-            f'Pass an explicit device: device_map="{device}" here, "tpu" on a TPU VM '
-            "(tpu_lab.load_model does this for you).",
-        ))
+        add(
+            Finding(
+                "auto-device-map-cpu",
+                "warning",
+                f'device_map="auto" would load the model on CPU here: {why}.',
+                f'Pass an explicit device: device_map="{device}" here, "tpu" on a TPU VM '
+                "(tpu_lab.load_model does this for you).",
+            )
+        )
     if chips.count and not tpu_v:
-        add(Finding(
-            "tpu-without-torch-tpu", "error",
-            f"{chips.count} {chips.generation} chip(s) are visible but torch_tpu is not installed, "
-            "so torch cannot use them and everything runs on CPU.",
-            'pip install "tpu-lab[tpu]" (or pip install torch-tpu), then restart the kernel.',
-        ))
+        add(
+            Finding(
+                "tpu-without-torch-tpu",
+                "error",
+                f"{chips.count} {chips.generation} chip(s) are visible but torch_tpu is not installed, "
+                "so torch cannot use them and everything runs on CPU.",
+                'pip install "tpu-lab[tpu]" (or pip install torch-tpu), then restart the kernel.',
+            )
+        )
     if chips.without_vfio and not chips.count:
-        add(Finding(
-            "tpu-without-vfio", "error",
-            f"{chips.without_vfio} Google TPU PCI device(s) are present but none has a VFIO group under "
-            "/dev/vfio, so torch_tpu cannot open them.",
-            "On a container, pass the /dev/vfio devices through (e.g. --privileged or --device /dev/vfio); "
-            "on a TPU VM, check that the vfio-pci driver is bound.",
-        ))
+        add(
+            Finding(
+                "tpu-without-vfio",
+                "error",
+                f"{chips.without_vfio} Google TPU PCI device(s) are present but none has a VFIO group under "
+                "/dev/vfio, so torch_tpu cannot open them.",
+                "On a container, pass the /dev/vfio devices through (e.g. --privileged or --device /dev/vfio); "
+                "on a TPU VM, check that the vfio-pci driver is bound.",
+            )
+        )
     if tpu_v and not chips.count:
-        add(Finding(
-            "torch-tpu-without-chip", "info",
-            "torch_tpu is installed but no TPU chip is visible: the 'tpu' device does not exist here, and "
-            "`import torch` still autoloads torch_tpu (about +2.5 s and +400 MB per process).",
-            "Use device 'cpu' here (the lessons still work); run on a TPU VM for the real thing. "
-            "Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip the autoload.",
-        ))
+        add(
+            Finding(
+                "torch-tpu-without-chip",
+                "info",
+                "torch_tpu is installed but no TPU chip is visible: the 'tpu' device does not exist here, and "
+                "`import torch` still autoloads torch_tpu (about +2.5 s and +400 MB per process).",
+                "Use device 'cpu' here (the lessons still work); run on a TPU VM for the real thing. "
+                "Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip the autoload.",
+            )
+        )
     if torch_v and tpu_v:
         spec = required_range("torch-tpu", "torch") or FALLBACK_TORCH_RANGE_FOR_TORCH_TPU
         if outside_range(torch_v, spec):
-            add(Finding(
-                "torch-outside-tpu-range", "error",
-                f"torch {torch_v} is outside the range torch_tpu {tpu_v} supports ({spec}); "
-                "torch_tpu may fail to load or crash.",
-                f'pip install "torch{spec}"',
-            ))
+            add(
+                Finding(
+                    "torch-outside-tpu-range",
+                    "error",
+                    f"torch {torch_v} is outside the range torch_tpu {tpu_v} supports ({spec}); "
+                    "torch_tpu may fail to load or crash.",
+                    f'pip install "torch{spec}"',
+                )
+            )
     kernels_v, tf_v = versions.get("kernels"), versions.get("transformers")
     if kernels_v and tf_v:
-        spec = required_range("transformers", "kernels", extra="kernels")
-        if spec and outside_range(kernels_v, spec):
-            add(Finding(
-                "kernels-version-mismatch", "warning",
-                f"kernels {kernels_v} is outside the range transformers {tf_v} requires ({spec}): "
-                "use_kernels=True will raise 'Kernels are not available'.",
-                f'pip install "kernels{spec}" if it exists, or a transformers release that accepts kernels '
-                f'{kernels_v}; note `pip install "transformers[kernels]"` may silently downgrade transformers.',
-            ))
+        kernels_spec = required_range("transformers", "kernels", extra="kernels")
+        if kernels_spec and outside_range(kernels_v, kernels_spec):
+            add(
+                Finding(
+                    "kernels-version-mismatch",
+                    "warning",
+                    f"kernels {kernels_v} is outside the range transformers {tf_v} requires ({kernels_spec}): "
+                    "use_kernels=True will raise 'Kernels are not available'.",
+                    f'pip install "kernels{kernels_spec}" if it exists, or a transformers release that accepts kernels '
+                    f'{kernels_v}; note `pip install "transformers[kernels]"` may silently downgrade transformers.',
+                )
+            )
     if accelerator is not None and accelerator.torch_cuda and not accelerator.cuda_devices and device != "tpu":
-        add(Finding(
-            "cuda-wheel-without-gpu", "info",
-            f"torch is a CUDA {accelerator.torch_cuda} build but no GPU is visible: it works on CPU, "
-            f"but torch.accelerator may still say {accelerator.type!r} and the install is several GB.",
-            "Nothing to do for CPU lessons; for a smaller install use the CPU wheel "
-            "(pip install torch --index-url https://download.pytorch.org/whl/cpu).",
-        ))
+        add(
+            Finding(
+                "cuda-wheel-without-gpu",
+                "info",
+                f"torch is a CUDA {accelerator.torch_cuda} build but no GPU is visible: it works on CPU, "
+                f"but torch.accelerator may still say {accelerator.type!r} and the install is several GB.",
+                "Nothing to do for CPU lessons; for a smaller install use the CPU wheel "
+                "(pip install torch --index-url https://download.pytorch.org/whl/cpu).",
+            )
+        )
     if holds_tpu:
-        add(Finding(
-            "kernel-holds-tpu", "warning",
-            "This process already holds the TPU: tensor-parallel workers launched from here will fail "
-            "with 'Device or resource busy'.",
-            "Restart the kernel and launch before touching the TPU here (tpu_lab.launch runs workers in "
-            "fresh processes).",
-        ))
+        add(
+            Finding(
+                "kernel-holds-tpu",
+                "warning",
+                "This process already holds the TPU: tensor-parallel workers launched from here will fail "
+                "with 'Device or resource busy'.",
+                "Restart the kernel and launch before touching the TPU here (tpu_lab.launch runs workers in "
+                "fresh processes).",
+            )
+        )
     stale = [k for k in LAUNCH_ENV if k in environ]
     if stale:
-        add(Finding(
-            "stale-launch-env", "warning",
-            f"{', '.join(stale)} are set in this process: set_tpu_launch_env() ran here (or was inherited) "
-            "and its ports and topology are reused by every later launch.",
-            "Unset them (or restart the kernel); tpu_lab.launch computes a fresh launch environment in a "
-            "child process each time.",
-        ))
+        add(
+            Finding(
+                "stale-launch-env",
+                "warning",
+                f"{', '.join(stale)} are set in this process: set_tpu_launch_env() ran here (or was inherited) "
+                "and its ports and topology are reused by every later launch.",
+                "Unset them (or restart the kernel); tpu_lab.launch computes a fresh launch environment in a "
+                "child process each time.",
+            )
+        )
     out.extend(malformed_environment(environ))
     order = {"error": 0, "warning": 1, "info": 2}
     return tuple(sorted(out, key=lambda f: order[f.severity]))
@@ -342,26 +371,34 @@ def malformed_environment(environ: Mapping[str, str]) -> list[Finding]:
     out = []
     autoload = environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
     if autoload is not None and autoload not in ("0", "1"):
-        out.append(Finding(
-            "malformed-env", "error",
-            f"TORCH_DEVICE_BACKEND_AUTOLOAD={autoload!r}: torch only autoloads backends when it is exactly "
-            "'1', so this value silently turns torch_tpu's autoload off.",
-            "Set TORCH_DEVICE_BACKEND_AUTOLOAD=1 (autoload torch_tpu) or 0 (skip it), or unset it.",
-        ))
+        out.append(
+            Finding(
+                "malformed-env",
+                "error",
+                f"TORCH_DEVICE_BACKEND_AUTOLOAD={autoload!r}: torch only autoloads backends when it is exactly "
+                "'1', so this value silently turns torch_tpu's autoload off.",
+                "Set TORCH_DEVICE_BACKEND_AUTOLOAD=1 (autoload torch_tpu) or 0 (skip it), or unset it.",
+            )
+        )
     port = environ.get("TORCH_TPU_INTERNAL_HANDSHAKE_PORT")
     if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
-        out.append(Finding(
-            "malformed-env", "error",
-            f"TORCH_TPU_INTERNAL_HANDSHAKE_PORT={port!r} is not a TCP port; torch_tpu workers will fail to "
-            "start.",
-            "Set TORCH_TPU_INTERNAL_HANDSHAKE_PORT to a free port between 1024 and 65535, or unset it.",
-        ))
+        out.append(
+            Finding(
+                "malformed-env",
+                "error",
+                f"TORCH_TPU_INTERNAL_HANDSHAKE_PORT={port!r} is not a TCP port; torch_tpu workers will fail to start.",
+                "Set TORCH_TPU_INTERNAL_HANDSHAKE_PORT to a free port between 1024 and 65535, or unset it.",
+            )
+        )
     for name in ("TPU_VISIBLE_CHIPS", "TPU_PROCESS_BOUNDS", "TPU_CHIPS_PER_PROCESS_BOUNDS"):
         value = environ.get(name)
         if value is not None and not _int_list(value):
-            out.append(Finding(
-                "malformed-env", "error",
-                f"{name}={value!r} is not a comma-separated list of integers; libtpu will reject it.",
-                f"Fix or unset {name} (e.g. {name}=0,1,2,3 or 2,2,1).",
-            ))
+            out.append(
+                Finding(
+                    "malformed-env",
+                    "error",
+                    f"{name}={value!r} is not a comma-separated list of integers; libtpu will reject it.",
+                    f"Fix or unset {name} (e.g. {name}=0,1,2,3 or 2,2,1).",
+                )
+            )
     return out

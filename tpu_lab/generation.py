@@ -114,7 +114,9 @@ class GenerationSession:
                 fix="Set one before creating the session: tokenizer.pad_token = tokenizer.eos_token.",
             )
         if compile not in COMPILE_PHASES:
-            raise InvalidArgument(f"compile={compile!r} is not a mode.", fix=f"Use one of: {', '.join(COMPILE_PHASES)}.")
+            raise InvalidArgument(
+                f"compile={compile!r} is not a mode.", fix=f"Use one of: {', '.join(COMPILE_PHASES)}."
+            )
         self.buckets: tuple[int, ...] | None = None
         self.max_cache_len: int | None = None
         self.set_buckets(buckets, max_cache_len=max_cache_len)
@@ -196,10 +198,13 @@ class GenerationSession:
             max_cache_len = self.max_cache_len
             if new and (max_cache_len is None or max_cache_len <= new[-1]):
                 max_cache_len = new[-1] + NEW_TOKEN_ROOM
-        if max_cache_len is not None and (isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int)
-                                          or max_cache_len < 2):
-            raise InvalidArgument(f"max_cache_len={max_cache_len!r} must be an integer >= 2.",
-                                  fix="Use the longest prompt plus max_new_tokens, e.g. max_cache_len=256.")
+        if max_cache_len is not None and (
+            isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int) or max_cache_len < 2
+        ):
+            raise InvalidArgument(
+                f"max_cache_len={max_cache_len!r} must be an integer >= 2.",
+                fix="Use the longest prompt plus max_new_tokens, e.g. max_cache_len=256.",
+            )
         if new and max_cache_len is not None and max_cache_len <= new[-1]:
             raise InvalidArgument(
                 f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({new[-1]}).",
@@ -223,7 +228,9 @@ class GenerationSession:
         else:
             ids = list(prompt)
             if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-                raise InvalidArgument("A prompt must be text or a list of token ids.", fix="Pass a str or a list of ints.")
+                raise InvalidArgument(
+                    "A prompt must be text or a list of token ids.", fix="Pass a str or a list of ints."
+                )
             text = f"<{len(ids)} token ids>"  # not decoded: callers with ids have the text
         if not ids:
             raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
@@ -247,14 +254,14 @@ class GenerationSession:
         on_tpu = self.device == "tpu"
         self._strict = True
         if on_tpu:
-            torch.tpu._set_cache_only(True)
+            torch.tpu._set_cache_only(True)  # type: ignore[attr-defined]  # registered by torch_tpu
         try:
             with torch.compiler.set_stance("fail_on_recompile"):
                 yield self
         finally:
             self._strict = False
             if on_tpu:
-                torch.tpu._set_cache_only(False)
+                torch.tpu._set_cache_only(False)  # type: ignore[attr-defined]
 
     @property
     def compile_table(self) -> list[ShapeRow]:
@@ -305,15 +312,22 @@ class GenerationSession:
         # Inputs stay on CPU: generate moves only what forward consumes (the seed's advice).
         input_ids = torch.tensor([[self.tokenizer.pad_token_id] * pad + ids])
         attention_mask = torch.tensor([[0] * pad + [1] * n])
-        gen = {"max_new_tokens": max_new, "do_sample": False, "cache_implementation": "static",
-               "pad_token_id": self.tokenizer.pad_token_id, "disable_compile": True}
+        gen = {
+            "max_new_tokens": max_new,
+            "do_sample": False,
+            "cache_implementation": "static",
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "disable_compile": True,
+        }
         if self.max_cache_len is not None:
             gen["max_cache_len"] = self.max_cache_len
         gen.update(kwargs)
         self._current = []
         self._next_phase, self._first_done_at = "prefill", None
         start = time.perf_counter()
-        limit = torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else nullcontext()
+        limit = (
+            torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else nullcontext()
+        )
         with limit:
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen)
         wall = time.perf_counter() - start
@@ -366,21 +380,27 @@ def _keep_attention_masks(model: Any) -> Any:
 
     transformers drops the prefill mask when nothing is padded (SDPA's is_causal is then enough). Only
     in that case the mask is rebuilt with ``allow_is_causal_skip=False``; every other call is untouched."""
-    if getattr(type(model), "create_masks_for_generate", None) is not None or "create_masks_for_generate" in vars(model):
+    if getattr(type(model), "create_masks_for_generate", None) is not None or "create_masks_for_generate" in vars(
+        model
+    ):
         return lambda: None  # the model builds its own masks: leave it alone
     from transformers import masking_utils as mu
 
     rebuild = {"full_attention": mu.create_causal_mask, "sliding_attention": mu.create_sliding_window_causal_mask}
 
-    def masks_never_dropped(config: Any, inputs_embeds: Any, attention_mask: Any, cache: Any, position_ids: Any = None,
-                            **kwargs: Any) -> Any:
+    def masks_never_dropped(
+        config: Any, inputs_embeds: Any, attention_mask: Any, cache: Any, position_ids: Any = None, **kwargs: Any
+    ) -> Any:
         masks = mu.create_masks_for_generate(config, inputs_embeds, attention_mask, cache, position_ids, **kwargs)
         if attention_mask is None or not isinstance(masks, dict) or all(v is not None for v in masks.values()):
             return masks
         text_config = config.get_text_config()
         return {
-            kind: rebuild[kind](text_config, inputs_embeds, attention_mask, cache, position_ids,
-                                allow_is_causal_skip=False) if mask is None and kind in rebuild else mask
+            kind: rebuild[kind](
+                text_config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=False
+            )
+            if mask is None and kind in rebuild
+            else mask
             for kind, mask in masks.items()
         }
 
@@ -415,14 +435,23 @@ def _lengths(lengths: Iterable[int]) -> list[int]:
     return [_positive_int(n, "length") for n in out]
 
 
-_LIMIT_BANNER = ("Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
-                 "Bound the shapes with buckets and a fixed max_cache_len.")
+_LIMIT_BANNER = (
+    "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
+    "Bound the shapes with buckets and a fixed max_cache_len."
+)
 
 
 def _table_rows(rows: list[ShapeRow]) -> list[tuple[str, ...]]:
     return [
-        (str(r.signature), str(r.calls), str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
-         f"{r.compile_seconds:.2f}", f"{r.first_call_seconds * 1000:.1f}", f"{r.last_call_seconds * 1000:.1f}", r.reason)
+        (
+            str(r.signature),
+            str(r.calls),
+            str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
+            f"{r.compile_seconds:.2f}",
+            f"{r.first_call_seconds * 1000:.1f}",
+            f"{r.last_call_seconds * 1000:.1f}",
+            r.reason,
+        )
         for r in rows
     ]
 
@@ -443,8 +472,14 @@ def table_text(rows: list[ShapeRow], *, limit_hit: bool = False) -> str:
 
 
 def table_html(rows: list[ShapeRow], *, limit_hit: bool = False) -> str:
-    banner = (f"<div class='tpu-lab-limit-banner' style='background:#ffebee;border-left:4px solid #c62828;"
-              f"padding:4px 8px'><b>Recompile limit hit.</b> {escape(_LIMIT_BANNER)}</div>" if limit_hit else "")
+    banner = (
+        f"<div class='tpu-lab-limit-banner' style='background:#ffebee;border-left:4px solid #c62828;"
+        f"padding:4px 8px'><b>Recompile limit hit.</b> {escape(_LIMIT_BANNER)}</div>"
+        if limit_hit
+        else ""
+    )
     total = sum(r.compiles for r in rows)
-    return (f"{banner}{_render.table(_table_rows(rows), TABLE_HEADER)}"
-            f"<div class='tpu-lab-total'>total: {total} compiles, {sum(r.compile_seconds for r in rows):.2f} s compiling</div>")
+    return (
+        f"{banner}{_render.table(_table_rows(rows), TABLE_HEADER)}"
+        f"<div class='tpu-lab-total'>total: {total} compiles, {sum(r.compile_seconds for r in rows):.2f} s compiling</div>"
+    )

@@ -39,9 +39,14 @@ from tpu_lab.errors import (
 from tpu_lab.hardware import scan_tpu_chips
 
 DTYPES = {
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
 }
 # bfloat16 is the TPU's native type; float32 keeps CPU lessons exact.
 DEFAULT_DTYPE = {"tpu": "bfloat16", "cuda": "bfloat16", "cpu": "float32"}
@@ -58,8 +63,13 @@ GENERATION_ADVICE = {
 ProgressCallback = Callable[[str, int, "int | None"], None]
 # What the ModelLoader offers: the seed's models and the offline tiny ones.
 MODEL_PRESETS = (
-    "tiny:qwen3", "tiny:llama", "tiny:qwen3-kv2", "tiny:qwen3-tied",
-    "Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B", "zai-org/GLM-4-9B-0414",
+    "tiny:qwen3",
+    "tiny:llama",
+    "tiny:qwen3-kv2",
+    "tiny:qwen3-tied",
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-8B",
+    "zai-org/GLM-4-9B-0414",
 )
 
 
@@ -238,8 +248,15 @@ def load_model(
     seconds = time.perf_counter() - start
     model.eval()
     report = inspect_placement(
-        model, name=name, source=source, path=path, device=device, device_map=device_map,
-        dtype=dtype_name, seconds=seconds, findings=findings,
+        model,
+        name=name,
+        source=source,
+        path=path,
+        device=device,
+        device_map=device_map,
+        dtype=dtype_name,
+        seconds=seconds,
+        findings=findings,
     )
     for f in report.findings:
         if f.severity == "error":
@@ -260,7 +277,8 @@ def resolve_device(requested: str | None, findings: list[Finding] | None = None)
         device = recommended_device(scan_tpu_chips(), has_tpu, torch.cuda.device_count())
         if requested == "auto":
             finding = Finding(
-                "auto-replaced", "warning",
+                "auto-replaced",
+                "warning",
                 f'device="auto" was replaced by {device!r}: with device_map="auto" accelerate loads on CPU '
                 "on a TPU host (it has no TPU branch), silently.",
                 f'Pass device="{device}" (or leave device=None) to get this without the warning.',
@@ -418,7 +436,9 @@ def tiny_preset(name: str) -> Path:
 def check_checkpoint(path: Path, *, trust_remote_code: bool = False) -> None:
     """Catch what would fail after loading started: no config, no tokenizer, remote code, truncated weights."""
     if not path.is_dir():
-        raise ModelLoadError(f"{path} is a file, not a checkpoint folder.", fix="Pass the folder that holds config.json.")
+        raise ModelLoadError(
+            f"{path} is a file, not a checkpoint folder.", fix="Pass the folder that holds config.json."
+        )
     config_file = path / "config.json"
     if not config_file.exists():
         raise ModelLoadError(
@@ -428,7 +448,9 @@ def check_checkpoint(path: Path, *, trust_remote_code: bool = False) -> None:
     try:
         config = json.loads(config_file.read_text())
     except ValueError as e:
-        raise ModelLoadError(f"{config_file} is not valid JSON: {e}.", fix="Re-save or re-download the checkpoint.") from e
+        raise ModelLoadError(
+            f"{config_file} is not valid JSON: {e}.", fix="Re-save or re-download the checkpoint."
+        ) from e
     if "auto_map" in config and not trust_remote_code:
         raise ModelLoadError(
             f"{path} defines its own model code (auto_map in config.json), which transformers only runs "
@@ -465,7 +487,7 @@ def check_safetensors(file: Path) -> None:
     if header is not None:
         ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
         expected = 8 + header_len + max(ends, default=0)
-    if header is None or size < expected:
+    if header is None or expected is None or size < expected:
         have = f"{size:,} bytes" + (f" of the {expected:,} its header promises" if expected else "")
         raise ModelLoadError(
             f"{file} is truncated or corrupt: {have}.",
@@ -492,8 +514,16 @@ def explain_load_failure(e: Exception, name: str, *, trusted: bool = False) -> M
 
 
 def inspect_placement(
-    model: Any, *, name: str, source: str, path: str, device: str, device_map: str, dtype: str,
-    seconds: float, findings: list[Finding] | None = None,
+    model: Any,
+    *,
+    name: str,
+    source: str,
+    path: str,
+    device: str,
+    device_map: str,
+    dtype: str,
+    seconds: float,
+    findings: list[Finding] | None = None,
 ) -> LoadReport:
     """Look at every parameter and buffer: where it is, its dtype, and whether tied weights are shared."""
     findings = list(findings or [])
@@ -519,31 +549,53 @@ def inspect_placement(
         out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
         shared = out_emb is not None and out_emb.weight.data_ptr() == in_emb.weight.data_ptr()
     if misplaced:
-        findings.append(Finding(
-            "weights-misplaced", "error",
-            f"{len(misplaced)} tensor(s) are not on {device}: {', '.join(misplaced[:4])}"
-            + (" ..." if len(misplaced) > 4 else "") + ". Every step would copy them across devices.",
-            f"Load with an explicit device (device='{device}'), never device_map='auto'; check for CPU offload.",
-        ))
+        findings.append(
+            Finding(
+                "weights-misplaced",
+                "error",
+                f"{len(misplaced)} tensor(s) are not on {device}: {', '.join(misplaced[:4])}"
+                + (" ..." if len(misplaced) > 4 else "")
+                + ". Every step would copy them across devices.",
+                f"Load with an explicit device (device='{device}'), never device_map='auto'; check for CPU offload.",
+            )
+        )
     if on_meta:
-        findings.append(Finding(
-            "weights-on-meta", "error",
-            f"{len(on_meta)} tensor(s) were never loaded (still on meta): {', '.join(on_meta[:4])}.",
-            "The checkpoint lacks these weights: check it matches the model class and was saved completely.",
-        ))
+        findings.append(
+            Finding(
+                "weights-on-meta",
+                "error",
+                f"{len(on_meta)} tensor(s) were never loaded (still on meta): {', '.join(on_meta[:4])}.",
+                "The checkpoint lacks these weights: check it matches the model class and was saved completely.",
+            )
+        )
     if tied and not shared:
-        findings.append(Finding(
-            "tied-weights-split", "error",
-            "The config ties lm_head to the input embeddings, but after loading they are two tensors: "
-            "memory doubles and updates to one no longer reach the other.",
-            "Call model.tie_weights(), or load without sharding the embeddings.",
-        ))
+        findings.append(
+            Finding(
+                "tied-weights-split",
+                "error",
+                "The config ties lm_head to the input embeddings, but after loading they are two tensors: "
+                "memory doubles and updates to one no longer reach the other.",
+                "Call model.tie_weights(), or load without sharding the embeddings.",
+            )
+        )
     return LoadReport(
-        name_or_path=name, source=source, resolved_path=path, device=device, device_map=device_map, dtype=dtype,
-        placement=dict(placement), dtypes=dict(dtypes), parameters=numel, bytes=nbytes,
-        tied_embeddings=tied, tied_shared=shared, misplaced=tuple(misplaced + on_meta),
-        attn_implementation=getattr(model.config, "_attn_implementation", None), load_seconds=seconds,
-        generate_kwargs=dict(GENERATE_KWARGS[target]), generation_advice=GENERATION_ADVICE[target],
+        name_or_path=name,
+        source=source,
+        resolved_path=path,
+        device=device,
+        device_map=device_map,
+        dtype=dtype,
+        placement=dict(placement),
+        dtypes=dict(dtypes),
+        parameters=numel,
+        bytes=nbytes,
+        tied_embeddings=tied,
+        tied_shared=shared,
+        misplaced=tuple(misplaced + on_meta),
+        attn_implementation=getattr(model.config, "_attn_implementation", None),
+        load_seconds=seconds,
+        generate_kwargs=dict(GENERATE_KWARGS[target]),
+        generation_advice=GENERATION_ADVICE[target],
         findings=tuple(findings),
     )
 

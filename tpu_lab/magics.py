@@ -21,6 +21,7 @@ class TpuLabMagics(Magics):
         """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
         The LaunchResult is returned and kept in ``_tp_result``; ``tl.report(value)`` hands values back."""
         args = parse_argstring(self.tp_run, line)
+        assert self.shell is not None  # set by IPython when the magics are registered
         if args.panel:
             from tpu_lab.widgets import LaunchPanel
 

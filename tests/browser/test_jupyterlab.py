@@ -46,11 +46,26 @@ def lab(tmp_path_factory):
     port = _free_port()
     log = open(root / "jupyter.log", "w")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=",
-         f"--LabApp.workspaces_dir={root / '.workspaces'}", f"--LabApp.user_settings_dir={root / '.settings'}",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=",
+            f"--LabApp.workspaces_dir={root / '.workspaces'}",
+            f"--LabApp.user_settings_dir={root / '.settings'}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=root,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -78,9 +93,17 @@ def browser():
 
     with sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                  "--disable-background-networking", "--disable-component-update"],
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-sync",
+                "--disable-background-networking",
+                "--disable-component-update",
+            ],
         )
         yield b
         b.close()
@@ -110,7 +133,10 @@ def open_and_run_all(browser, lab: str, notebook: str, timeout_s: float):
     else:
         shot(page, f"{notebook}-timeout")
         raise AssertionError(f"{notebook}: not every cell ran within {timeout_s} s")
-    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count() == 0
+    assert (
+        page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] >> text=Traceback").count()
+        == 0
+    )
     return page
 
 
@@ -169,7 +195,7 @@ def test_generation_panel_table_and_chart_after_two_prompts(lab, browser):
         before = status.inner_text()
         panel.locator("textarea").fill(text)
         panel.locator("button", has_text="Run").click()
-        wait_until(lambda: status.inner_text() != before, 120)
+        wait_until(lambda before=before: status.inner_text() != before, 120)
         assert "compile(s)" in text_of(status), text_of(status)
         assert text in text_of(panel.locator(".tpu-lab-output"))
     table = text_of(panel.locator(".tpu-lab-shape-table table").first)

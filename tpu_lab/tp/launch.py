@@ -37,8 +37,21 @@ from tpu_lab.tp.results import RESULT_DIR_ENV, read_json
 
 RUN_ID_ENV = "TPU_LAB_RUN_ID"
 # Left in a kernel's environment by an earlier torchrun or a worker: they would confuse this run's ranks.
-STALE_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-             "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", RUN_ID_ENV, RESULT_DIR_ENV)
+STALE_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    RUN_ID_ENV,
+    RESULT_DIR_ENV,
+)
 TAIL_LINES = 200
 STOP_GRACE_SECONDS = 3.0
 OutputCallback = Callable[["int | None", str], None]
@@ -49,8 +62,9 @@ class LaunchError(TpuLabError):
     """A launch failed: names the argv, each rank's exit code or signal, and the failing rank's traceback.
     ``.result`` holds the LaunchResult."""
 
-    def __init__(self, what: str, *, result: LaunchResult | None = None, cause: str | None = None,
-                 fix: str | None = None) -> None:
+    def __init__(
+        self, what: str, *, result: LaunchResult | None = None, cause: str | None = None, fix: str | None = None
+    ) -> None:
         super().__init__(what, cause=cause, fix=fix)
         self.result = result
 
@@ -81,15 +95,26 @@ class LaunchSpec:
 def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The torchrun argv and the ranks' environment for ``spec``. Pure."""
     argv = [
-        spec.python, "-m", "torch.distributed.run",
-        f"--nproc-per-node={spec.nproc}", "--nnodes=1",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{spec.port}", f"--rdzv-id={spec.run_id}",
-        "--max-restarts=0", "--monitor-interval=0.2",  # notice a dead rank fast, stop the others
-        "--tee=3", f"--log-dir={spec.run_dir / 'logs'}",  # labelled live output, and a file per rank
-        "-m", "tpu_lab.tp._worker", str(spec.script), *spec.args,
+        spec.python,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={spec.nproc}",
+        "--nnodes=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{spec.port}",
+        f"--rdzv-id={spec.run_id}",
+        "--max-restarts=0",
+        "--monitor-interval=0.2",  # notice a dead rank fast, stop the others
+        "--tee=3",
+        f"--log-dir={spec.run_dir / 'logs'}",  # labelled live output, and a file per rank
+        "-m",
+        "tpu_lab.tp._worker",
+        str(spec.script),
+        *spec.args,
     ]
     env = {
-        k: v for k, v in base_env.items()
+        k: v
+        for k, v in base_env.items()
         if k not in STALE_ENV and k not in LAUNCH_ENV and not k.startswith("TORCHELASTIC_")
     }
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its warning
@@ -155,9 +180,11 @@ class LaunchResult:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         rows = [(r.rank, r.state, repr(r.value)) for r in self.ranks]
-        html = (f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s), "
-                f"{'ok' if self.ok else 'FAILED'}, {self.seconds:.1f} s</b>"
-                f"{_render.table(rows, ['rank', 'state', 'value'])}</div>")
+        html = (
+            f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s), "
+            f"{'ok' if self.ok else 'FAILED'}, {self.seconds:.1f} s</b>"
+            f"{_render.table(rows, ['rank', 'state', 'value'])}</div>"
+        )
         return {"text/plain": str(self), "text/html": html}
 
 
@@ -174,8 +201,16 @@ class RunningLaunch:
         self._lines: queue.Queue[tuple[int | None, str] | None] = queue.Queue()
         self._lock = threading.Lock()
         self.proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_term_with_parent, text=True, errors="replace", bufsize=1,
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_term_with_parent,
+            text=True,
+            errors="replace",
+            bufsize=1,
         )
         _LIVE.add(self)
         self._reader = threading.Thread(target=self._read, name=f"tpu_lab-launch-{spec.run_id[:8]}", daemon=True)
@@ -221,12 +256,12 @@ class RunningLaunch:
             while not done:
                 try:
                     item = self._lines.get(timeout=0.1)
+                    if item is None:  # the reader saw torchrun's output end
+                        done = True
+                    else:
+                        on_output(*item)
                 except queue.Empty:
-                    item = ...
-                if item is None:
-                    done = True
-                elif item is not ...:
-                    on_output(*item)
+                    pass
                 if deadline is not None and time.monotonic() > deadline and self.running():
                     self.stop(f"timed out after {timeout:g} s")
             self.proc.wait()
@@ -241,7 +276,8 @@ class RunningLaunch:
         if self.stop_reason:
             raise LaunchError(
                 f"The launch {self.stop_reason}; every process of the run was stopped.\n{_describe(result)}",
-                result=result, cause="a rank waiting forever (a hang, a deadlock, a collective another rank "
+                result=result,
+                cause="a rank waiting forever (a hang, a deadlock, a collective another rank "
                 "never joined) or a timeout shorter than loading takes",
                 fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
             )
@@ -249,14 +285,16 @@ class RunningLaunch:
             failing = _failing_rank(result)
             raise LaunchError(
                 f"Rank {failing.rank} failed; torchrun stopped the others.\n{_describe(result)}",
-                result=result, fix="Fix the error in the traceback above (the same code runs on every rank).",
+                result=result,
+                fix="Fix the error in the traceback above (the same code runs on every rank).",
             )
         return result
 
     def _collect(self) -> LaunchResult:
         launcher = "\n".join(self.tails.get(None, ()))
-        torchrun_codes = {int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)",
-                                                               launcher)}
+        torchrun_codes = {
+            int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", launcher)
+        }
         ranks = []
         for rank in range(self.spec.nproc):
             status = read_json(self.spec.run_dir / f"rank{rank}.status.json") or {}
@@ -269,21 +307,32 @@ class RunningLaunch:
             error = status.get("error")
             if code not in (0, None) and not error:
                 error = "\n".join(list(self.tails.get(rank, ()))[-30:])
-            ranks.append(RankResult(
-                rank=rank, exit_code=code, signal=sig,
-                value=read_json(self.spec.run_dir / f"rank{rank}.value.json"),
-                output="\n".join(self.tails.get(rank, ())), error=error,
-            ))
+            ranks.append(
+                RankResult(
+                    rank=rank,
+                    exit_code=code,
+                    signal=sig,
+                    value=read_json(self.spec.run_dir / f"rank{rank}.value.json"),
+                    output="\n".join(self.tails.get(rank, ())),
+                    error=error,
+                )
+            )
         return LaunchResult(tuple(self.argv), self.spec.run_dir, self.elapsed, tuple(ranks), launcher)
 
 
 def start(
-    code_or_path: str | os.PathLike, *, nproc: int, env: Mapping[str, str] | None = None, args: Sequence[str] = (),
+    code_or_path: str | os.PathLike,
+    *,
+    nproc: int,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
 ) -> RunningLaunch:
     """Check everything that can be checked, then start torchrun and return the running launch."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise InvalidArgument(f"nproc={nproc!r} must be a positive integer (one process per chip).", fix="Use e.g. nproc=2.")
+        raise InvalidArgument(
+            f"nproc={nproc!r} must be a positive integer (one process per chip).", fix="Use e.g. nproc=2."
+        )
     env = dict(env or {})
     bad = [k for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)]
     if bad:
@@ -292,15 +341,28 @@ def start(
     tpu_env = _tpu_launch_env(nproc, environ)
     run_dir = Path(tempfile.mkdtemp(prefix="tpu_lab_run_"))
     script = _worker_script(code_or_path, run_dir)
-    spec = LaunchSpec(script=script, nproc=nproc, run_dir=run_dir, run_id=uuid.uuid4().hex, port=_free_port(),
-                      args=tuple(map(str, args)), env=env, tpu_env=tpu_env)
+    spec = LaunchSpec(
+        script=script,
+        nproc=nproc,
+        run_dir=run_dir,
+        run_id=uuid.uuid4().hex,
+        port=_free_port(),
+        args=tuple(map(str, args)),
+        env=env,
+        tpu_env=tpu_env,
+    )
     argv, full_env = build_command(spec, environ)
     return RunningLaunch(spec, argv, full_env)
 
 
 def launch(
-    code_or_path: str | os.PathLike, *, nproc: int, timeout: float | None = None, env: Mapping[str, str] | None = None,
-    args: Sequence[str] = (), on_output: OutputCallback | None = None,
+    code_or_path: str | os.PathLike,
+    *,
+    nproc: int,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    args: Sequence[str] = (),
+    on_output: OutputCallback | None = None,
 ) -> LaunchResult:
     """Run ``code_or_path`` (Python source, or a .py file) on ``nproc`` ranks under torchrun.
 
@@ -344,7 +406,8 @@ def _is_zombie(entry: Path) -> bool:
 def _worker_script(code_or_path: str | os.PathLike, run_dir: Path) -> Path:
     """The script each rank runs: a .py file as it is, or the code written to the run directory."""
     looks_like_path = isinstance(code_or_path, os.PathLike) or (
-        isinstance(code_or_path, str) and "\n" not in code_or_path and code_or_path.strip().endswith(".py"))
+        isinstance(code_or_path, str) and "\n" not in code_or_path and code_or_path.strip().endswith(".py")
+    )
     if looks_like_path:
         path = Path(code_or_path).expanduser().resolve()
         if not path.is_file():
@@ -380,8 +443,9 @@ def _tpu_launch_env(nproc: int, environ: Mapping[str, str]) -> dict[str, str]:
         )
     if nproc not in chips.rank_counts:
         raise InvalidArgument(
-            f"torch_tpu has no {chips.generation} topology for {nproc} processes (\"No TPU topology found for "
-            f"count: {nproc}\").", fix=f"Use nproc in {list(chips.rank_counts)}.",
+            f'torch_tpu has no {chips.generation} topology for {nproc} processes ("No TPU topology found for '
+            f'count: {nproc}").',
+            fix=f"Use nproc in {list(chips.rank_counts)}.",
         )
     from tpu_lab.device import _holds_tpu
 
@@ -392,11 +456,14 @@ def _tpu_launch_env(nproc: int, environ: Mapping[str, str]) -> dict[str, str]:
             fix="Save what you need, restart the kernel, and launch before touching the TPU here.",
         )
     clean = {k: v for k, v in environ.items() if k not in LAUNCH_ENV}
-    code = ("import json, os, sys, torch\nbefore = dict(os.environ)\n"
-            "torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(sys.argv[1]))\n"
-            "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))")
-    proc = subprocess.run([sys.executable, "-c", code, str(nproc)], env=clean, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import json, os, sys, torch\nbefore = dict(os.environ)\n"
+        "torch.tpu.distributed.set_tpu_launch_env(nproc_per_node=int(sys.argv[1]))\n"
+        "print(json.dumps({k: v for k, v in os.environ.items() if before.get(k) != v}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(nproc)], env=clean, capture_output=True, text=True, timeout=120
+    )
     if proc.returncode:
         raise LaunchError(
             "torch_tpu could not compute the launch environment:\n" + proc.stderr.strip()[-2000:],
@@ -437,11 +504,11 @@ def _failing_rank(result: LaunchResult) -> RankResult:
 def _describe(result: LaunchResult) -> str:
     lines = ["argv: " + " ".join(result.argv)]
     lines += [f"rank {r.rank}: {r.state}" for r in result.ranks]
-    failing = [r for r in result.ranks if r.error]
-    if failing:
-        tail = "\n".join(failing[0].error.strip().splitlines()[-12:])
-        lines.append(f"rank {failing[0].rank} traceback (tail):\n{tail}")
-    elif "ChildFailedError" in result.launcher_output or result.launcher_output:
+    failing = next((r for r in result.ranks if r.error), None)
+    if failing is not None and failing.error:
+        tail = "\n".join(failing.error.strip().splitlines()[-12:])
+        lines.append(f"rank {failing.rank} traceback (tail):\n{tail}")
+    elif result.launcher_output:
         lines.append("torchrun said (tail):\n" + "\n".join(result.launcher_output.splitlines()[-12:]))
     return "\n".join(lines)
 

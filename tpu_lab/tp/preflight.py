@@ -100,7 +100,9 @@ def tp_preflight(
     ``DistributedConfig``. ``chips``: the TPU chips to check the rank count against (default: this host's).
     """
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise InvalidArgument(f"tp_size={tp_size!r} must be a positive integer.", fix="Use the number of chips, e.g. 4.")
+        raise InvalidArgument(
+            f"tp_size={tp_size!r} must be a positive integer.", fix="Use the number of chips, e.g. 4."
+        )
     config = _load_config(name_or_config)
     skeleton = _meta_model(config)
     default_plan = dict(skeleton.tp_plan)
@@ -119,20 +121,30 @@ def tp_preflight(
     problems += _check_ranks(tp_size, scan_tpu_chips() if chips is None else chips)
     tied = bool(getattr(text, "tie_word_embeddings", False))
     if tied and tp_size > 1:
-        problems.append(Finding(
-            "tied-embeddings", "warning",
-            "The LM head is tied to the input embeddings. The Transformers TPU guide says such models (e.g. "
-            "Qwen3-0.6B) fail to load with tp_size > 1; on transformers 5.24 with gloo on CPU they load and match "
-            "one process.",
-            "Try it; if loading fails on TPU, run this model on one chip or untie the weights.",
-        ))
+        problems.append(
+            Finding(
+                "tied-embeddings",
+                "warning",
+                "The LM head is tied to the input embeddings. The Transformers TPU guide says such models (e.g. "
+                "Qwen3-0.6B) fail to load with tp_size > 1; on transformers 5.24 with gloo on CPU they load and match "
+                "one process.",
+                "Try it; if loading fails on TPU, run this model on one chip or untie the weights.",
+            )
+        )
     suggestion, fixes_all = _suggest(problems, user_plan, default_plan, shape, tp_size)
     order = {"error": 0, "warning": 1, "info": 2}
     return PreflightReport(
-        model=type(skeleton).__name__, tp_size=tp_size, heads=shape.heads, kv_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate, vocab_size=shape.vocab, tied_embeddings=tied, plan=plan,
+        model=type(skeleton).__name__,
+        tp_size=tp_size,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate,
+        vocab_size=shape.vocab,
+        tied_embeddings=tied,
+        plan=plan,
         problems=tuple(sorted(problems, key=lambda p: order[p.severity])),
-        suggested_tp_plan=suggestion, suggestion_fixes_all=fixes_all,
+        suggested_tp_plan=suggestion,
+        suggestion_fixes_all=fixes_all,
     )
 
 
@@ -208,19 +220,25 @@ def _check_user_plan(
             continue
         candidates = sorted(n for n in names if n.endswith("." + key) or fnmatch.fnmatch(n, "*." + key))
         if len(candidates) == 1:
-            problems.append(Finding(
-                "tp-plan-key", "error",
-                f"tp_plan key {key!r} matches no module: transformers 5.x wants the full path, and raises "
-                f"\"tp_plan keys ['{key}'] match nothing\" before loading.",
-                f"Use {candidates[0]!r} instead.",
-            ))
+            problems.append(
+                Finding(
+                    "tp-plan-key",
+                    "error",
+                    f"tp_plan key {key!r} matches no module: transformers 5.x wants the full path, and raises "
+                    f"\"tp_plan keys ['{key}'] match nothing\" before loading.",
+                    f"Use {candidates[0]!r} instead.",
+                )
+            )
             usable[candidates[0]] = style
         else:
-            problems.append(Finding(
-                "tp-plan-key", "error",
-                f"tp_plan key {key!r} matches no module of this model.",
-                "Use a full module path from the model's plan, e.g. " + ", ".join(list(default_plan)[:3]) + ".",
-            ))
+            problems.append(
+                Finding(
+                    "tp-plan-key",
+                    "error",
+                    f"tp_plan key {key!r} matches no module of this model.",
+                    "Use a full module path from the model's plan, e.g. " + ", ".join(list(default_plan)[:3]) + ".",
+                )
+            )
     return usable
 
 
@@ -238,45 +256,66 @@ def _check_shards(plan: dict[str, str], shape: _Shape, tp: int) -> list[Finding]
     out = []
     for what, n in (("attention heads", shape.heads), ("key/value heads", shape.kv_heads)):
         if split[what] and n % tp:
-            out.append(Finding(
-                "heads-not-divisible", "error",
-                f"{', '.join(split[what])} split {n} {what} over {tp} ranks: {n / tp:g} per rank is not a whole "
-                f"head. Loading works; the first forward then fails on every rank with \"shape '[..., -1, "
-                f"head_dim]' is invalid\".",
-                f"Replicate the attention projections ({REPLICATE}) in tp_plan (suggested), or use a tp_size that "
-                f"divides {n}.",
-            ))
-    for leaf, size, label in (("gate_proj", shape.intermediate, "intermediate size"),
-                              ("lm_head", shape.vocab, "vocabulary")):
+            out.append(
+                Finding(
+                    "heads-not-divisible",
+                    "error",
+                    f"{', '.join(split[what])} split {n} {what} over {tp} ranks: {n / tp:g} per rank is not a whole "
+                    f"head. Loading works; the first forward then fails on every rank with \"shape '[..., -1, "
+                    f"head_dim]' is invalid\".",
+                    f"Replicate the attention projections ({REPLICATE}) in tp_plan (suggested), or use a tp_size that "
+                    f"divides {n}.",
+                )
+            )
+    for leaf, size, label in (
+        ("gate_proj", shape.intermediate, "intermediate size"),
+        ("lm_head", shape.vocab, "vocabulary"),
+    ):
         if size and size % tp and any(k.endswith(leaf) and style in SPLITS_OUTPUT for k, style in plan.items()):
-            out.append(Finding(
-                "uneven-shards", "warning",
-                f"The {label} ({size}) does not divide by {tp}: ranks get unequal shards.",
-                f"Prefer a tp_size that divides {size}.",
-            ))
+            out.append(
+                Finding(
+                    "uneven-shards",
+                    "warning",
+                    f"The {label} ({size}) does not divide by {tp}: ranks get unequal shards.",
+                    f"Prefer a tp_size that divides {size}.",
+                )
+            )
     return out
 
 
 def _check_ranks(tp: int, chips: TpuChips) -> list[Finding]:
     if not chips.count:
-        return [Finding(
-            "no-tpu-here", "info",
-            f"No TPU on this host: tl.launch runs {tp} CPU processes with gloo, which shards for real but slowly.",
-            "Nothing to fix for lessons; on a TPU VM each rank gets one chip.",
-        )] if tp > 1 else []
+        return (
+            [
+                Finding(
+                    "no-tpu-here",
+                    "info",
+                    f"No TPU on this host: tl.launch runs {tp} CPU processes with gloo, which shards for real but slowly.",
+                    "Nothing to fix for lessons; on a TPU VM each rank gets one chip.",
+                )
+            ]
+            if tp > 1
+            else []
+        )
     if tp > chips.count:
-        return [Finding(
-            "more-ranks-than-chips", "error",
-            f"tp_size={tp} needs {tp} chips (one process per chip) but this host has {chips.count}.",
-            f"Use tp_size in {list(chips.rank_counts)}, or a larger host / multi-host torchrun.",
-        )]
+        return [
+            Finding(
+                "more-ranks-than-chips",
+                "error",
+                f"tp_size={tp} needs {tp} chips (one process per chip) but this host has {chips.count}.",
+                f"Use tp_size in {list(chips.rank_counts)}, or a larger host / multi-host torchrun.",
+            )
+        ]
     if tp not in chips.rank_counts:
-        return [Finding(
-            "rank-count-not-allowed", "error",
-            f"torch_tpu has no {chips.generation} topology for {tp} processes per host "
-            f"(\"No TPU topology found for count: {tp}\").",
-            f"Use one of {list(chips.rank_counts)}.",
-        )]
+        return [
+            Finding(
+                "rank-count-not-allowed",
+                "error",
+                f"torch_tpu has no {chips.generation} topology for {tp} processes per host "
+                f'("No TPU topology found for count: {tp}").',
+                f"Use one of {list(chips.rank_counts)}.",
+            )
+        ]
     return []
 
 

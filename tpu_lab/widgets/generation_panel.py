@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 import ipywidgets as w
@@ -11,9 +12,13 @@ from tpu_lab.generation import GenerationRecord, GenerationSession, table_html
 from tpu_lab.plots import compile_chart, png_bytes
 from tpu_lab.widgets._common import error_html
 
-POLICIES = [("as created", "session"), ("none (every length compiles)", "none"),
-            ("recommended from prompts seen", "recommended"), ("powers of two", "power-of-two"),
-            ("fixed list", "fixed")]
+POLICIES = [
+    ("as created", "session"),
+    ("none (every length compiles)", "none"),
+    ("recommended from prompts seen", "recommended"),
+    ("powers of two", "power-of-two"),
+    ("fixed list", "fixed"),
+]
 
 
 class GenerationPanel(w.VBox):
@@ -24,8 +29,9 @@ class GenerationPanel(w.VBox):
         self.session = session
         self.max_buckets = max_buckets
         self._created_buckets = session.buckets
-        self.prompt = w.Textarea(value="The French Bread Law states", description="prompt",
-                                 layout=w.Layout(width="560px", height="60px"))
+        self.prompt = w.Textarea(
+            value="The French Bread Law states", description="prompt", layout=w.Layout(width="560px", height="60px")
+        )
         self.max_new_tokens = w.BoundedIntText(value=session.max_new_tokens, min=1, max=4096, description="new tokens")
         self.do_sample = w.Checkbox(value=False, description="do_sample")
         self.policy = w.Dropdown(options=POLICIES, value="session", description="buckets")
@@ -38,30 +44,42 @@ class GenerationPanel(w.VBox):
         self.run_button.on_click(lambda _: self.run())
         self.warmup_button.on_click(lambda _: self.warm_up())
         self.policy.observe(lambda _: self.apply_policy(), names="value")
-        super().__init__([
-            self.prompt,
-            w.HBox([self.max_new_tokens, self.do_sample, self.policy]),
-            w.HBox([self.run_button, self.warmup_button, self.status]),
-            self.output, self.table, self.chart,
-        ])
+        super().__init__(
+            [
+                self.prompt,
+                w.HBox([self.max_new_tokens, self.do_sample, self.policy]),
+                w.HBox([self.run_button, self.warmup_button, self.status]),
+                self.output,
+                self.table,
+                self.chart,
+            ]
+        )
         self.add_class("tpu-lab-generation-panel")
-        for widget, name in ((self.status, "status"), (self.output, "output"), (self.table, "shape-table"),
-                             (self.chart, "chart"), (self.policy, "policy")):
+        for widget, name in (
+            (self.status, "status"),
+            (self.output, "output"),
+            (self.table, "shape-table"),
+            (self.chart, "chart"),
+            (self.policy, "policy"),
+        ):
             widget.add_class(f"tpu-lab-{name}")
         self.refresh()
 
     def run(self) -> GenerationRecord | None:
         """Generate for the prompt box; errors are shown, never raised into the cell."""
         try:
-            record = self.session.generate(self.prompt.value, max_new_tokens=self.max_new_tokens.value,
-                                           do_sample=self.do_sample.value)
+            record = self.session.generate(
+                self.prompt.value, max_new_tokens=self.max_new_tokens.value, do_sample=self.do_sample.value
+            )
         except Exception as e:
             self.status.value = "<span style='color:#c62828'>failed</span>"
             self.output.value = error_html(e)
             return None
         why = f" &middot; {escape('; '.join(record.reasons))}" if record.reasons else ""
-        self.status.value = (f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
-                             f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}")
+        self.status.value = (
+            f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
+            f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}"
+        )
         self.output.value = f"<div class='tpu-lab-generated'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
         self.refresh()
         return record
@@ -87,14 +105,15 @@ class GenerationPanel(w.VBox):
         if policy in ("recommended", "power-of-two") and not lengths:
             self.status.value = "run a few prompts first: buckets are fitted to the lengths seen"
             return
-        buckets = {
-            "session": self._created_buckets,
-            "none": None,
-            "recommended": lambda: recommend_buckets(lengths, max_buckets=self.max_buckets),
-            "power-of-two": lambda: power_of_two_buckets(lengths),
-            "fixed": DEFAULT_FIXED,
-        }[policy]
-        buckets = buckets() if callable(buckets) else buckets
+        buckets: Sequence[int] | None = None
+        if policy == "session":
+            buckets = self._created_buckets
+        elif policy == "recommended":
+            buckets = recommend_buckets(lengths, max_buckets=self.max_buckets)
+        elif policy == "power-of-two":
+            buckets = power_of_two_buckets(lengths)
+        elif policy == "fixed":
+            buckets = DEFAULT_FIXED
         try:
             self.session.set_buckets(buckets)
         except Exception as e:

@@ -26,7 +26,7 @@ class LaunchPanel(w.VBox):
         self.run: RunningLaunch | None = None
         self.result: LaunchResult | None = None
         self.error: Exception | None = None
-        self._logs = {rank: deque(maxlen=LOG_LINES) for rank in range(nproc)}
+        self._logs: dict[int, deque[str]] = {rank: deque(maxlen=LOG_LINES) for rank in range(nproc)}
         self._states = {rank: "waiting" for rank in range(nproc)}
         self._thread: threading.Thread | None = None
         self._last_draw = 0.0
@@ -99,4 +99,3 @@ class LaunchPanel(w.VBox):
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(state)}</span>"
                 f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{log}</pre></div>"
             )
-

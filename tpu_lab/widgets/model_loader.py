@@ -25,26 +25,37 @@ class ModelLoader(w.VBox):
         self.choices = {c.name: c for c in device_choices(report)}
         self.loaded: LoadedModel | None = None
         self.model_name = w.Combobox(
-            value=model, options=list(MODEL_PRESETS), ensure_option=False, description="model",
-            placeholder="folder, hub id or tiny:<arch>", layout=w.Layout(width="420px"),
+            value=model,
+            options=list(MODEL_PRESETS),
+            ensure_option=False,
+            description="model",
+            placeholder="folder, hub id or tiny:<arch>",
+            layout=w.Layout(width="420px"),
         )
         self.device = w.Dropdown(
-            options=[(c.name if c.available else f"{c.name} (unavailable: {c.reason})", c.name)
-                     for c in self.choices.values()],
-            value=report.device, description="device",
+            options=[
+                (c.name if c.available else f"{c.name} (unavailable: {c.reason})", c.name)
+                for c in self.choices.values()
+            ],
+            value=report.device,
+            description="device",
         )
         self.dtype = w.Dropdown(options=DTYPE_OPTIONS, value="auto", description="dtype")
         self.load_button = w.Button(description="Load", button_style="primary", icon="download")
-        self.progress = w.IntProgress(value=0, min=0, max=1, description="weights", layout=w.Layout(visibility="hidden"))
+        self.progress = w.IntProgress(
+            value=0, min=0, max=1, description="weights", layout=w.Layout(visibility="hidden")
+        )
         self.status = w.HTML()
         self.report_view = w.HTML()
         self.load_button.on_click(lambda _: self.load())
         self.device.observe(lambda _: self._check_device(), names="value")
-        super().__init__([
-            w.HBox([self.model_name, self.device, self.dtype]),
-            w.HBox([self.load_button, self.progress, self.status]),
-            self.report_view,
-        ])
+        super().__init__(
+            [
+                w.HBox([self.model_name, self.device, self.dtype]),
+                w.HBox([self.load_button, self.progress, self.status]),
+                self.report_view,
+            ]
+        )
         self.add_class("tpu-lab-model-loader")
         self.status.add_class("tpu-lab-status")
         self.report_view.add_class("tpu-lab-report-view")
@@ -61,7 +72,9 @@ class ModelLoader(w.VBox):
     def _check_device(self) -> None:
         choice = self.choices[self.device.value]
         self.load_button.disabled = not choice.available
-        self.status.value = "" if choice.available else f"<b>{choice.name}</b> is unavailable here: {escape(choice.reason)}"
+        self.status.value = (
+            "" if choice.available else f"<b>{choice.name}</b> is unavailable here: {escape(choice.reason)}"
+        )
 
     def _on_progress(self, desc: str, n: int, total: int | None) -> None:
         self.progress.layout.visibility = "visible"
