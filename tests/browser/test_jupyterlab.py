@@ -189,15 +189,15 @@ def test_generation_panel_table_and_chart_after_two_prompts(lab, browser):
     panel = page.locator(".tpu-lab-generation-panel").last
     panel.wait_for(timeout=30_000)
     panel.locator(".tpu-lab-policy select").select_option(label="none (every length compiles)")
-    status = panel.locator(".tpu-lab-status")
+    status, output = panel.locator(".tpu-lab-status"), panel.locator(".tpu-lab-output")
     wait_until(lambda: text_of(status) == "buckets: none", 30)
     for text in ("Each chip runs one process.", "A static cache and shape buckets bound the compilations of a TPU."):
         before = status.inner_text()
         panel.locator("textarea").fill(text)
         panel.locator("button", has_text="Run").click()
-        wait_until(lambda before=before: status.inner_text() != before, 120)
+        # the status line is updated last, but wait for the output too
+        wait_until(lambda before=before, text=text: status.inner_text() != before and text in text_of(output), 120)
         assert "compile(s)" in text_of(status), text_of(status)
-        assert text in text_of(panel.locator(".tpu-lab-output"))
     table = text_of(panel.locator(".tpu-lab-shape-table table").first)
     assert table.count("prefill 1x") >= 4 and "why it compiled" in table and "new prompt length" in table
     chart = panel.locator(".tpu-lab-chart").first
@@ -217,7 +217,7 @@ def test_launch_panel_shows_per_rank_logs(lab, browser):
     for rank in (0, 1):
         view = panel.locator(f".tpu-lab-rank[data-rank='{rank}']")
         view.get_by_text(f"rank {rank} step 2").wait_for(timeout=60_000)
-        assert "ok" in text_of(view.locator(".tpu-lab-rank-state"))
+        wait_until(lambda view=view: text_of(view.locator(".tpu-lab-rank-state")) == "ok", 30)
     assert "2 finished" in text_of(panel)
     shot(page, "04-launch-panel", panel)
     page.close()

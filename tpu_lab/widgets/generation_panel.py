@@ -75,13 +75,14 @@ class GenerationPanel(w.VBox):
             self.status.value = "<span style='color:#c62828'>failed</span>"
             self.output.value = error_html(e)
             return None
+        self.output.value = f"<div class='tpu-lab-generated'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
+        self.refresh()
+        # the status line last: when it changes, the output, table and chart are already updated
         why = f" &middot; {escape('; '.join(record.reasons))}" if record.reasons else ""
         self.status.value = (
             f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
             f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}"
         )
-        self.output.value = f"<div class='tpu-lab-generated'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
-        self.refresh()
         return record
 
     def warm_up(self) -> None:

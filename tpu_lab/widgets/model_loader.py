@@ -97,6 +97,7 @@ class ModelLoader(w.VBox):
             self.load_button.disabled = not self.choices[self.device.value].available
         r = self.loaded.report
         verdict = "ok" if r.ok else "<span style='color:#c62828'>loaded with problems</span>"
-        self.status.value = f"{verdict}: {escape(name)} on <b>{r.device}</b> in {r.load_seconds:.2f} s"
         self.report_view.value = r._repr_mimebundle_()["text/html"]
+        # the status line last: when it says "ok", everything above it is already shown
+        self.status.value = f"{verdict}: {escape(name)} on <b>{r.device}</b> in {r.load_seconds:.2f} s"
         return self.loaded
