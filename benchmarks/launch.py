@@ -4,16 +4,16 @@
 
 Bare: `python -m torch.distributed.run --nproc-per-node=2 --standalone worker.py`, output to a pipe.
 tl.launch adds: checks, a run directory, the worker runner, per-rank status files, streaming and
-collection. Alternating rounds, medians. Target: tl.launch <= 1.2x bare torchrun.
+collection. Shuffled rounds, medians. Target: tl.launch <= 1.2x bare torchrun.
 """
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _side_by_side import measure, report
 
 import tpu_lab as tl
 
@@ -38,19 +38,8 @@ def main() -> None:
         assert tl.launch(script, nproc=2, on_output=lambda rank, line: None).ok
 
     cases = {"bare torchrun": bare, "tl.launch": lab}
-    times = {name: [] for name in cases}
-    for fn in cases.values():
-        fn()  # warm the file cache
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["bare torchrun"])
-    print(f"trivial 2-rank worker, median of {args.rounds} alternating rounds")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"  {name:<14} {med:6.2f} s   {med / base:5.2f}x")
+    times = measure(cases, args.rounds)
+    report(f"trivial 2-rank worker, median of {args.rounds} rounds", times, unit="s")
 
 
 if __name__ == "__main__":

@@ -1,21 +1,21 @@
 """load_model versus the bare from_pretrained + AutoTokenizer it wraps, side by side in one run.
 
-    python benchmarks/load.py [--rounds 15]
+    python benchmarks/load.py [--rounds 25]
 
-Both load the same tiny checkpoint on CPU in float32, alternating so drift hits both equally; the
-figure is the median per load. Target: load_model <= 1.10x bare.
+Both load the same tiny checkpoint on CPU in float32, in shuffled rounds so drift hits both equally;
+the figure is the median per load. Target: load_model <= 1.10x bare.
 """
 
 import argparse
-import statistics
-import time
+
+from _side_by_side import measure, report
 
 import tpu_lab as tl
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=25)
     args = parser.parse_args()
 
     import torch
@@ -34,19 +34,8 @@ def main() -> None:
         "tl.load_model(device='cpu')": lambda: tl.load_model(path, device="cpu", dtype="float32"),
         "tl.load_model(device=None)  (+probe)": lambda: tl.load_model(path, dtype="float32"),
     }
-    times = {name: [] for name in cases}
-    for fn in cases.values():  # warm imports and file caches
-        fn()
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["bare from_pretrained + AutoTokenizer"])
-    print(f"tiny Qwen3 on CPU, median of {args.rounds} alternating rounds")
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"  {name:<38} {med * 1000:8.1f} ms   {med / base:5.2f}x")
+    times = measure(cases, args.rounds)
+    report(f"tiny Qwen3 on CPU, median of {args.rounds} rounds", times)
 
 
 if __name__ == "__main__":

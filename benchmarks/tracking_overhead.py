@@ -12,12 +12,9 @@ Target: tracked <= 1.03x untracked.
 """
 
 import argparse
-import gc
-import random
-import statistics
-import time
 
 import torch
+from _side_by_side import measure, report
 
 import tpu_lab as tl
 from tpu_lab.generation import _private_copy
@@ -75,29 +72,14 @@ def main() -> None:
         return session.generate(ids, min_new_tokens=NEW_TOKENS)
 
     assert untracked()[0, bucket:].tolist() == list(tracked().token_ids) == bare()[0, bucket:].tolist()
-    untracked(), tracked(), bare()  # warm all three
     cases = {"untracked": untracked, "tracked": tracked, "bare generate": bare}
-    times = {name: [] for name in cases}
-    order = list(cases)
-    rng = random.Random(0)
-    for _ in range(args.rounds):
-        rng.shuffle(order)  # no case always runs first (or right after another)
-        for name in order:
-            gc.collect()
-            gc.disable()  # as timeit does: a collection landing in one case is noise, not cost
-            start = time.perf_counter()
-            cases[name]()
-            times[name].append(time.perf_counter() - start)
-            gc.enable()
+    times = measure(cases, args.rounds)
     assert session.records[-1].compiles == 0
-    base = statistics.median(times["untracked"])
-    print(
+    report(
         f"warm generate, {NEW_TOKENS} new tokens, prompt 20 -> bucket {bucket}, tiny Qwen3, "
-        f"{session.backend}; median of {args.rounds} alternating rounds"
+        f"{session.backend}; median of {args.rounds} shuffled rounds",
+        times,
     )
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        print(f"  {name:<14} {med * 1000:7.2f} ms   {med / base:5.3f}x")
     session.close()
 
 

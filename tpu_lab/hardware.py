@@ -72,6 +72,11 @@ class TpuChips:
     """Google PCI devices seen without a VFIO group (not usable: driver or container problem)."""
 
 
+def _read(path: Path) -> str:
+    with open(path, "rb") as f:  # sysfs files are tiny ASCII: skip text-mode decoding machinery
+        return f.read().decode("ascii", "replace").strip().lower()
+
+
 def scan_tpu_chips(sysfs_root: str | os.PathLike = "/sys", dev_root: str | os.PathLike = "/dev") -> TpuChips:
     """Scan ``<sysfs_root>/bus/pci/devices`` for TPU chips; never touches a device."""
     devices = Path(sysfs_root) / "bus" / "pci" / "devices"
@@ -83,9 +88,9 @@ def scan_tpu_chips(sysfs_root: str | os.PathLike = "/sys", dev_root: str | os.Pa
         entries = []
     for dev in entries:
         try:
-            if (dev / "vendor").read_text().strip().lower() != GOOGLE_PCI_VENDOR:
+            if _read(dev / "vendor") != GOOGLE_PCI_VENDOR:
                 continue
-            device_id = (dev / "device").read_text().strip().lower()
+            device_id = _read(dev / "device")
         except OSError:
             continue
         try:

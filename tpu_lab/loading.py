@@ -532,16 +532,18 @@ def inspect_placement(
     dtypes: Counter[str] = Counter()
     misplaced, on_meta = [], []
     numel = nbytes = 0
-    tensors = [*model.named_parameters(), *model.named_buffers()]
-    for tname, t in tensors:
-        placement[str(t.device)] += 1
+    params = list(model.named_parameters())  # tied weights once (named_parameters de-duplicates)
+    for i, (tname, t) in enumerate([*params, *model.named_buffers()]):
+        device_ = t.device
+        placement[str(device_)] += 1
         dtypes[str(t.dtype).removeprefix("torch.")] += 1
-        nbytes += t.numel() * t.element_size()
-        if t.is_meta:
+        n = t.numel()
+        nbytes += n * t.element_size()
+        numel += n if i < len(params) else 0
+        if device_.type == "meta":
             on_meta.append(tname)
-        elif t.device.type != target:
+        elif device_.type != target:
             misplaced.append(tname)
-    numel = sum(p.numel() for _, p in model.named_parameters())
     text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     tied = bool(getattr(text_config, "tie_word_embeddings", False))
     shared = None
