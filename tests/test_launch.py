@@ -183,3 +183,19 @@ def test_report_outside_a_launch_warns(monkeypatch):
     monkeypatch.delenv("TPU_LAB_RESULT_DIR", raising=False)
     with pytest.warns(tl.errors.TpuLabWarning, match="outside a tl.launch worker"):
         tl.report(1)
+
+
+def test_tpu_host_rank_checks():
+    from tpu_lab.hardware import TpuChips
+    from tpu_lab.tp.launch import check_tpu_ranks
+
+    v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
+    with pytest.raises(InvalidArgument, match="nproc=8 but this host has 4 TPU chip") as e:
+        check_tpu_ranks(8, v6e, holds_tpu=False)
+    assert e.value.fix == "Use nproc in [1, 4]."
+    with pytest.raises(InvalidArgument, match="No TPU topology found for count: 2"):
+        check_tpu_ranks(2, v6e, holds_tpu=False)
+    with pytest.raises(tl.LaunchError, match="already holds the TPU") as e:
+        check_tpu_ranks(4, v6e, holds_tpu=True)
+    assert "restart the kernel" in e.value.fix
+    check_tpu_ranks(4, v6e, holds_tpu=False)  # allowed

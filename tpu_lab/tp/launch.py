@@ -32,7 +32,7 @@ from typing import Any
 from tpu_lab import _render
 from tpu_lab.device import LAUNCH_ENV
 from tpu_lab.errors import InvalidArgument, TpuLabError
-from tpu_lab.hardware import scan_tpu_chips
+from tpu_lab.hardware import TpuChips, scan_tpu_chips
 from tpu_lab.tp.results import RESULT_DIR_ENV, read_json
 
 RUN_ID_ENV = "TPU_LAB_RUN_ID"
@@ -429,13 +429,8 @@ def _worker_script(code_or_path: str | os.PathLike, run_dir: Path) -> Path:
     return path
 
 
-def _tpu_launch_env(nproc: int, environ: Mapping[str, str]) -> dict[str, str]:
-    """On a TPU host: check the rank count and compute torch_tpu's launch environment in a short-lived
-    child. set_tpu_launch_env() caches its values for the life of a process and changes the environment
-    even when it fails, so a long-lived kernel must never call it itself."""
-    chips = scan_tpu_chips()
-    if not chips.count:
-        return {}
+def check_tpu_ranks(nproc: int, chips: TpuChips, holds_tpu: bool | None) -> None:
+    """Refuse, before anything starts, a launch a TPU host cannot run. Pure."""
     if nproc > chips.count:
         raise InvalidArgument(
             f"nproc={nproc} but this host has {chips.count} TPU chip(s); torch_tpu runs one process per chip.",
@@ -447,14 +442,24 @@ def _tpu_launch_env(nproc: int, environ: Mapping[str, str]) -> dict[str, str]:
             f'count: {nproc}").',
             fix=f"Use nproc in {list(chips.rank_counts)}.",
         )
-    from tpu_lab.device import _holds_tpu
-
-    if _holds_tpu():
+    if holds_tpu:
         raise LaunchError(
             "This kernel already holds the TPU, so every rank would fail with 'Device or resource busy'.",
             cause="a tensor was put on the 'tpu' device in this kernel (loading a model there counts)",
             fix="Save what you need, restart the kernel, and launch before touching the TPU here.",
         )
+
+
+def _tpu_launch_env(nproc: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """On a TPU host: check the rank count and compute torch_tpu's launch environment in a short-lived
+    child. set_tpu_launch_env() caches its values for the life of a process and changes the environment
+    even when it fails, so a long-lived kernel must never call it itself."""
+    chips = scan_tpu_chips()
+    if not chips.count:
+        return {}
+    from tpu_lab.device import _holds_tpu
+
+    check_tpu_ranks(nproc, chips, _holds_tpu())
     clean = {k: v for k, v in environ.items() if k not in LAUNCH_ENV}
     code = (
         "import json, os, sys, torch\nbefore = dict(os.environ)\n"
