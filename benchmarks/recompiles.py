@@ -21,7 +21,7 @@ NEW_TOKENS = 8
 
 def run_mode(mode: str, backend: str, prompts: int) -> dict:
     import tpu_lab as tl
-    from tpu_lab.workload import mixed_lengths, mixed_workload
+    from tpu_lab.models.workload import mixed_lengths, mixed_workload
 
     lengths = mixed_lengths(prompts=prompts, distinct=20, low=4, high=200)
     loaded = tl.load_model("tiny:qwen3")

@@ -4,7 +4,7 @@ import random
 import pytest
 
 import tpu_lab as tl
-from tpu_lab.buckets import bucket_for, compare_policies, power_of_two_buckets, validate_buckets
+from tpu_lab.compile.buckets import bucket_for, compare_policies, power_of_two_buckets, validate_buckets
 from tpu_lab.errors import InvalidArgument
 
 

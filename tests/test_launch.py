@@ -10,7 +10,8 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.errors import InvalidArgument
-from tpu_lab.tp.launch import RUN_ID_ENV, LaunchSpec, build_command, run_pids
+from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec, build_command
+from tpu_lab.tp.process import run_pids
 
 
 def spec(**kw):
@@ -186,7 +187,7 @@ def test_report_outside_a_launch_warns(monkeypatch):
 
 
 def test_tpu_host_rank_checks():
-    from tpu_lab.hardware import TpuChips
+    from tpu_lab.host.chips import TpuChips
     from tpu_lab.tp.launch import check_tpu_ranks
 
     v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))

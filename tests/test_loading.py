@@ -13,7 +13,9 @@ from tpu_lab.errors import (
     ModelLoadError,
     TpuLabWarning,
 )
-from tpu_lab.loading import check_kernels, device_choices, inspect_placement
+from tpu_lab.host.probe import device_choices
+from tpu_lab.models.loading import check_kernels
+from tpu_lab.models.placement import inspect_placement
 
 
 @pytest.fixture
@@ -220,7 +222,7 @@ def test_kernels_checks():
 
 
 def test_device_choices_from_reports(tmp_path):
-    from tpu_lab.device import AcceleratorInfo
+    from tpu_lab.host.probe import AcceleratorInfo
     from tpu_lab.testing import write_fake_tpu_host
 
     here = {c.name: c for c in device_choices(tl.probe())}
@@ -246,7 +248,7 @@ def test_warnings_are_not_raised_for_a_clean_load():
 def test_hub_reachability_check_uses_hf_endpoint(monkeypatch):
     import socket
 
-    from tpu_lab.loading import hub_reachable
+    from tpu_lab.models.checkpoint import hub_reachable
 
     for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(k, raising=False)

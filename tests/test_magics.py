@@ -4,7 +4,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
 
-from tpu_lab.tp.launch import run_pids
+from tpu_lab.tp.process import run_pids
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import os
 import pytest
 
 import tpu_lab as tl
-from tpu_lab import models
+from tpu_lab.models import tiny as models
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
 
 

@@ -3,7 +3,8 @@ import json
 import pytest
 
 import tpu_lab as tl
-from tpu_lab.device import AcceleratorInfo, diagnose
+from tpu_lab.host.findings import diagnose
+from tpu_lab.host.probe import AcceleratorInfo
 from tpu_lab.testing import write_fake_tpu_host
 
 NO_GPU = AcceleratorInfo(type=None, available=False, count=0)
@@ -131,7 +132,7 @@ def test_wellformed_environment_is_reported_not_flagged(tmp_path, env):
 
 
 def test_diagnose_is_pure_and_sorted():
-    from tpu_lab.hardware import TpuChips
+    from tpu_lab.host.chips import TpuChips
 
     findings = diagnose(
         versions={"torch": "2.14.1", "torch_tpu": "0.2.0"},
@@ -155,11 +156,11 @@ def test_report_renders_text_html_and_json(v6e_host):
 
 def test_html_escapes_environment_values(tmp_path):
     report = tl.probe(sysfs_root=tmp_path, accelerator=NO_GPU, environ={"XLA_FLAGS": "<script>x</script>"})
-    assert "<script>" not in report._repr_html_()
+    assert "<script>" not in report.to_html()
 
 
 def test_memory_reads_meminfo_and_cgroup_limits(tmp_path):
-    from tpu_lab.device import memory_gib
+    from tpu_lab.host.memory import memory_gib
 
     proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
     proc.mkdir()

@@ -1,7 +1,7 @@
 import functools
 
 import tpu_lab as tl
-from tpu_lab.device import AcceleratorInfo
+from tpu_lab.host.probe import AcceleratorInfo
 from tpu_lab.errors import EnvironmentProblem
 from tpu_lab.testing import write_fake_tpu_host
 
@@ -134,7 +134,7 @@ def test_launch_panel_shows_each_rank_and_its_state():
 
 
 def test_launch_panel_stop_and_failures():
-    from tpu_lab.tp.launch import run_pids
+    from tpu_lab.tp.process import run_pids
 
     panel = tl.widgets.LaunchPanel("import time\nprint('sleeping', flush=True)\ntime.sleep(120)", nproc=2).start()
     import time

@@ -12,41 +12,49 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
-    "probe": "tpu_lab.device",
-    "DeviceReport": "tpu_lab.device",
-    "Finding": "tpu_lab.device",
-    "tiny_model": "tpu_lab.models",
-    "load_model": "tpu_lab.loading",
-    "LoadedModel": "tpu_lab.loading",
-    "LoadReport": "tpu_lab.loading",
+    "probe": "tpu_lab.host.probe",
+    "DeviceReport": "tpu_lab.host.probe",
+    "Finding": "tpu_lab._report",
+    "tiny_model": "tpu_lab.models.tiny",
+    "load_model": "tpu_lab.models.loading",
+    "LoadedModel": "tpu_lab.models.loading",
+    "LoadReport": "tpu_lab.models.placement",
     "TpuLabError": "tpu_lab.errors",
-    "GenerationSession": "tpu_lab.generation",
-    "GenerationRecord": "tpu_lab.generation",
-    "RecompileError": "tpu_lab.generation",
-    "recommend_buckets": "tpu_lab.buckets",
-    "compare_policies": "tpu_lab.buckets",
+    "RecompileError": "tpu_lab.errors",
+    "LaunchError": "tpu_lab.errors",
+    "watch": "tpu_lab.compile.watch",
+    "Watch": "tpu_lab.compile.watch",
+    "no_recompiles": "tpu_lab.compile.guard",
+    "GenerationSession": "tpu_lab.compile.session",
+    "GenerationRecord": "tpu_lab.compile.record",
+    "recommend_buckets": "tpu_lab.compile.buckets",
+    "compare_policies": "tpu_lab.compile.buckets",
     "tp_preflight": "tpu_lab.tp.preflight",
     "PreflightReport": "tpu_lab.tp.preflight",
     "launch": "tpu_lab.tp.launch",
-    "LaunchResult": "tpu_lab.tp.launch",
-    "LaunchError": "tpu_lab.tp.launch",
+    "LaunchResult": "tpu_lab.tp.results",
     "report": "tpu_lab.tp.results",
 }
-_SUBMODULES = {"widgets", "testing", "errors", "hardware", "tp"}
+_SUBMODULES = {"widgets", "testing", "errors", "host", "models", "compile", "tp"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 
 if TYPE_CHECKING:
-    from tpu_lab import errors, hardware, testing, tp, widgets
-    from tpu_lab.buckets import compare_policies, recommend_buckets
-    from tpu_lab.device import DeviceReport, Finding, probe
-    from tpu_lab.errors import TpuLabError
-    from tpu_lab.generation import GenerationRecord, GenerationSession, RecompileError
-    from tpu_lab.loading import LoadedModel, LoadReport, load_model
-    from tpu_lab.models import tiny_model
-    from tpu_lab.tp.launch import LaunchError, LaunchResult, launch
+    from tpu_lab import compile, errors, host, models, testing, tp, widgets
+    from tpu_lab._report import Finding
+    from tpu_lab.compile.buckets import compare_policies, recommend_buckets
+    from tpu_lab.compile.guard import no_recompiles
+    from tpu_lab.compile.record import GenerationRecord
+    from tpu_lab.compile.session import GenerationSession
+    from tpu_lab.compile.watch import Watch, watch
+    from tpu_lab.errors import LaunchError, RecompileError, TpuLabError
+    from tpu_lab.host.probe import DeviceReport, probe
+    from tpu_lab.models.loading import LoadedModel, load_model
+    from tpu_lab.models.placement import LoadReport
+    from tpu_lab.models.tiny import tiny_model
+    from tpu_lab.tp.launch import launch
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
-    from tpu_lab.tp.results import report
+    from tpu_lab.tp.results import LaunchResult, report
 
 
 def __getattr__(name: str) -> Any:

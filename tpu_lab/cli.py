@@ -19,7 +19,7 @@ def _quiet_torch_tpu() -> None:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from tpu_lab.device import probe
+    from tpu_lab.host.probe import probe
 
     report = probe()
     print(report.to_json() if args.json else report)

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.buckets import compare_policies, recommend_buckets
-from tpu_lab.device import probe
-from tpu_lab.generation import GenerationSession, table_text
-from tpu_lab.loading import load_model
-from tpu_lab.plots import compile_chart
-from tpu_lab.workload import mixed_lengths, mixed_workload
+from tpu_lab.compile.buckets import compare_policies, recommend_buckets
+from tpu_lab.compile.chart import compile_chart
+from tpu_lab.compile.session import GenerationSession
+from tpu_lab.host.probe import probe
+from tpu_lab.models.loading import load_model
+from tpu_lab.models.workload import mixed_lengths, mixed_workload
 
 
 def run_demo(
@@ -69,7 +69,7 @@ def run_demo(
             }
         title = name if name == "naive" else f"bucketed ({', '.join(map(str, buckets))}), fixed cache"
         say(f"\n== {title}: {session.backend} backend, every forward compiled with dynamic=False")
-        say(table_text(tables[name], limit_hit=session.limit_hit))
+        say(tables[name].to_text())
     n, b = totals["naive"], totals["bucketed"]
     say(
         f"\nnaive:    {n['compiles']:3d} compiles, {n['seconds']:6.1f} s   (second pass: {n['second_pass_compiles']} compiles)"
@@ -79,6 +79,6 @@ def run_demo(
     )
     say(f"naive / bucketed wall time: {n['seconds'] / b['seconds']:.1f}x")
     if chart:
-        compile_chart(tables).savefig(chart, dpi=90)
+        compile_chart({k: t.rows for k, t in tables.items()}).savefig(chart, dpi=90)
         say(f"chart saved to {Path(chart).resolve()}")
     return {**totals, "buckets": buckets}

@@ -8,13 +8,17 @@ Every error says what happened, the likely cause and the fix, and chains the ori
     ├── ModelBuildError          a tiny checkpoint could not be built or written
     ├── DeviceUnavailable        the requested device does not exist in this process
     ├── KernelsUnavailable       use_kernels=True but kernels/jax are missing or the wrong version
-    └── ModelLoadError           a checkpoint could not be loaded
-        └── HubUnreachable       a hub id was given but the hub cannot be reached and nothing is cached
+    ├── ModelLoadError           a checkpoint could not be loaded
+    │   └── HubUnreachable       a hub id was given but the hub cannot be reached and nothing is cached
+    ├── RecompileError           something compiled inside no_recompiles() (names the function and what changed)
+    └── LaunchError              a tensor-parallel launch failed, timed out or was stopped (``.result``)
 
 Warnings are ``TpuLabWarning``s; they begin with ``tpu_lab:`` and name the fix.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class TpuLabError(Exception):
@@ -58,6 +62,19 @@ class ModelLoadError(TpuLabError):
 
 class HubUnreachable(ModelLoadError):
     """A hub id was given, the hub cannot be reached, and the model is not in the local cache."""
+
+
+class RecompileError(TpuLabError):
+    """A compilation happened inside ``no_recompiles()``: names the function, its file:line and what changed."""
+
+
+class LaunchError(TpuLabError):
+    """A launch failed: names the argv, each rank's exit code or signal, and the failing rank's traceback.
+    ``.result`` holds the LaunchResult (None when nothing started)."""
+
+    def __init__(self, what: str, *, result: Any = None, cause: str | None = None, fix: str | None = None) -> None:
+        super().__init__(what, cause=cause, fix=fix)
+        self.result = result
 
 
 class TpuLabWarning(UserWarning):

@@ -6,8 +6,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from tpu_lab.errors import TpuLabError
-from tpu_lab.tp.launch import LaunchError, launch
+from tpu_lab.errors import LaunchError, TpuLabError
+from tpu_lab.tp.launch import launch
 
 
 @magics_class

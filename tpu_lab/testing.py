@@ -1,7 +1,7 @@
 """Helpers for tests and teaching notebooks: fake TPU hosts built from plain files.
 
 ``write_fake_tpu_host`` lays out the sysfs and /dev entries torch_tpu reads to find chips, so the real
-detection code in ``tpu_lab.hardware`` can run on "a v6e host with 4 chips" anywhere.
+detection code in ``tpu_lab.host.chips`` can run on "a v6e host with 4 chips" anywhere.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_lab.hardware import generation_by_name
+from tpu_lab.host.chips import generation_by_name
 
 
 def write_fake_tpu_host(

@@ -1,1 +1,8 @@
-"""Tensor parallel from a notebook: a preflight that predicts sharding failures, and a torchrun launcher."""
+"""tp: tensor parallel from a notebook. ``preflight`` predicts sharding failures from the config;
+``command`` builds torchrun's argv and environment (pure); ``process`` is the one module that spawns,
+signals and reaps processes; ``launch`` is the API that checks, then starts; ``results`` holds what comes
+back (values, statuses, RankResult, LaunchResult); ``_worker`` is what each rank runs.
+
+May import: ``tpu_lab.host``, ``tpu_lab.models`` (config resolution for the preflight) and the base.
+Never compile or widgets.
+"""

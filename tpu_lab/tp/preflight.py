@@ -13,12 +13,13 @@ import copy
 import fnmatch
 import os
 from dataclasses import dataclass
+from html import escape
 from typing import Any
 
-from tpu_lab import _render
-from tpu_lab.device import Finding
+from tpu_lab._checks import positive_int
+from tpu_lab._report import Finding, Report, has_error, most_severe_first, report_html, report_text
 from tpu_lab.errors import InvalidArgument
-from tpu_lab.hardware import TpuChips, scan_tpu_chips
+from tpu_lab.host.chips import TpuChips, rank_count_problem, scan_tpu_chips
 
 REPLICATE = "replicated_with_grad_allreduce"
 # Styles that split a projection's output features (its heads) across ranks, and those that split input.
@@ -28,7 +29,7 @@ ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
 @dataclass(frozen=True)
-class PreflightReport:
+class PreflightReport(Report):
     """What would happen if this model were sharded ``tp_size`` ways, and how to fix it."""
 
     model: str
@@ -51,7 +52,7 @@ class PreflightReport:
     @property
     def ok(self) -> bool:
         """True when no problem is an error: the shards have whole heads and the rank count is allowed."""
-        return not any(p.severity == "error" for p in self.problems)
+        return not has_error(self.problems)
 
     @property
     def snippet(self) -> str:
@@ -72,22 +73,18 @@ class PreflightReport:
             ("tied embeddings", "yes" if self.tied_embeddings else "no"),
         ]
 
-    def __str__(self) -> str:
-        lines = ["tpu_lab tp preflight"] + [f"  {k:<22} {v}" for k, v in self._rows()]
-        for p in self.problems:
-            lines += [f"  [{p.severity}] {p.code}: {p.message}", f"      fix: {p.fix}"]
+    def to_text(self) -> str:
+        text = report_text("tpu_lab tp preflight", self._rows(), self.problems, width=22)
         if self.suggested_tp_plan is not None:
             state = "fixes every error" if self.suggestion_fixes_all else "fixes part of it"
-            lines += [f"suggested ({state}):", self.snippet]
-        return "\n".join(lines)
+            text += f"\nsuggested ({state}):\n{self.snippet}"
+        return text
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        html = _render.report_html("Tensor-parallel preflight", self._rows(), self.problems)
+    def to_html(self) -> str:
+        html = report_html("Tensor-parallel preflight", self._rows(), self.problems)
         if self.suggested_tp_plan is not None:
-            from html import escape
-
             html += f"<div class='tpu-lab-suggestion'><b>Suggested</b><pre>{escape(self.snippet)}</pre></div>"
-        return {"text/plain": str(self), "text/html": html}
+        return html
 
 
 def tp_preflight(
@@ -99,10 +96,7 @@ def tp_preflight(
     fetched) or ``tiny:<arch>[-kvN][-tied]``. ``tp_plan``: the override you would pass to
     ``DistributedConfig``. ``chips``: the TPU chips to check the rank count against (default: this host's).
     """
-    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise InvalidArgument(
-            f"tp_size={tp_size!r} must be a positive integer.", fix="Use the number of chips, e.g. 4."
-        )
+    positive_int(tp_size, "tp_size", example=4)
     config = _load_config(name_or_config)
     skeleton = _meta_model(config)
     default_plan = dict(skeleton.tp_plan)
@@ -132,7 +126,6 @@ def tp_preflight(
             )
         )
     suggestion, fixes_all = _suggest(problems, user_plan, default_plan, shape, tp_size)
-    order = {"error": 0, "warning": 1, "info": 2}
     return PreflightReport(
         model=type(skeleton).__name__,
         tp_size=tp_size,
@@ -142,7 +135,7 @@ def tp_preflight(
         vocab_size=shape.vocab,
         tied_embeddings=tied,
         plan=plan,
-        problems=tuple(sorted(problems, key=lambda p: order[p.severity])),
+        problems=most_severe_first(problems),
         suggested_tp_plan=suggestion,
         suggestion_fixes_all=fixes_all,
     )
@@ -166,7 +159,7 @@ def _load_config(name_or_config: Any) -> Any:
             f"Cannot read a model config from {type(name_or_config).__name__}.",
             fix="Pass a transformers config, a checkpoint folder, a hub id or 'tiny:qwen3'.",
         )
-    from tpu_lab.loading import resolve_source
+    from tpu_lab.models.checkpoint import resolve_source
 
     path, _, local_only = resolve_source(os.fspath(name_or_config), config_only=True)
     return AutoConfig.from_pretrained(path, local_files_only=local_only)
@@ -297,26 +290,10 @@ def _check_ranks(tp: int, chips: TpuChips) -> list[Finding]:
             if tp > 1
             else []
         )
-    if tp > chips.count:
-        return [
-            Finding(
-                "more-ranks-than-chips",
-                "error",
-                f"tp_size={tp} needs {tp} chips (one process per chip) but this host has {chips.count}.",
-                f"Use tp_size in {list(chips.rank_counts)}, or a larger host / multi-host torchrun.",
-            )
-        ]
-    if tp not in chips.rank_counts:
-        return [
-            Finding(
-                "rank-count-not-allowed",
-                "error",
-                f"torch_tpu has no {chips.generation} topology for {tp} processes per host "
-                f'("No TPU topology found for count: {tp}").',
-                f"Use one of {list(chips.rank_counts)}.",
-            )
-        ]
-    return []
+    problem = rank_count_problem(tp, chips)
+    if problem is None:
+        return []
+    return [Finding(problem.code, problem.severity, f"tp_size={tp}: {problem.message}", problem.fix)]
 
 
 def _suggest(

@@ -1,4 +1,5 @@
-"""The files a worker and the launcher exchange in the run directory: each rank's value and status.
+"""What a launch hands back: each rank's value and status, exchanged as files in the run directory, and
+the ``RankResult``/``LaunchResult`` built from them (with the ``LaunchError`` a failed one raises).
 
 Workers call ``tl.report(value)``; the worker runner writes each rank's status (exit code, traceback).
 Every file is written to a temporary name and renamed, so the launcher never reads half a file.
@@ -9,11 +10,15 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.errors import InvalidArgument, TpuLabWarning
+from tpu_lab._report import Report, table
+from tpu_lab.errors import InvalidArgument, LaunchError, TpuLabWarning
 
+# Duplicated from tp.command on purpose: workers import this module, and it must stay this light.
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
 
 
@@ -50,3 +55,116 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """How one rank ended."""
+
+    rank: int
+    exit_code: int | None
+    """0 on success; None when the rank was stopped before it could say (see ``signal``)."""
+    signal: str | None
+    """The signal that ended it (e.g. "SIGTERM" when the launcher stopped it), if known."""
+    value: Any
+    """What it passed to ``tl.report()`` (None if nothing)."""
+    output: str
+    """The tail of its output (stdout and stderr)."""
+    error: str | None
+    """Its traceback when it failed."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def state(self) -> str:
+        if self.exit_code == 0:
+            return "ok"
+        if self.exit_code is None:
+            return "stopped"
+        return f"failed (exit {self.exit_code})"
+
+
+@dataclass(frozen=True)
+class LaunchResult(Report):
+    """A finished launch: each rank's exit code, value and output."""
+
+    argv: tuple[str, ...]
+    run_dir: Path
+    seconds: float
+    ranks: tuple[RankResult, ...]
+    launcher_output: str = ""
+    """torchrun's own lines (not from a rank)."""
+    stop_reason: str | None = None
+    """Why the launcher stopped the run ("interrupted", "timed out after 60 s", ...); None when it ended by itself."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.ranks)
+
+    @property
+    def values(self) -> list[Any]:
+        """Each rank's reported value, by rank."""
+        return [r.value for r in self.ranks]
+
+    @property
+    def verdict(self) -> str:
+        if self.ok:
+            return "ok"
+        return f"STOPPED ({self.stop_reason})" if self.stop_reason else "FAILED"
+
+    def to_text(self) -> str:
+        lines = [f"tpu_lab launch: {len(self.ranks)} rank(s), {self.verdict}, {self.seconds:.1f} s"]
+        lines += [f"  rank {r.rank}: {r.state}, value={r.value!r}" for r in self.ranks]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = [(r.rank, r.state, repr(r.value)) for r in self.ranks]
+        return (
+            f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s), {escape(self.verdict)}, "
+            f"{self.seconds:.1f} s</b>{table(rows, ['rank', 'state', 'value'])}</div>"
+        )
+
+
+def _failing_rank(result: LaunchResult) -> RankResult:
+    failed = [r for r in result.ranks if r.exit_code not in (0, None)]
+    return failed[0] if failed else next(r for r in result.ranks if not r.ok)
+
+
+def _describe(result: LaunchResult) -> str:
+    lines = ["argv: " + " ".join(result.argv)]
+    lines += [f"rank {r.rank}: {r.state}" for r in result.ranks]
+    failing = next((r for r in result.ranks if r.error), None)
+    if failing is not None and failing.error:
+        tail = "\n".join(failing.error.strip().splitlines()[-12:])
+        lines.append(f"rank {failing.rank} traceback (tail):\n{tail}")
+    elif result.launcher_output:
+        lines.append("torchrun said (tail):\n" + "\n".join(result.launcher_output.splitlines()[-12:]))
+    return "\n".join(lines)
+
+
+def raise_for_failure(result: LaunchResult) -> None:
+    """Raise the LaunchError a stopped or failed run deserves: argv, each rank's state, the traceback."""
+    reason = result.stop_reason
+    if reason and reason.startswith("timed out"):
+        raise LaunchError(
+            f"The launch {reason}; every process of the run was stopped.\n{_describe(result)}",
+            result=result,
+            cause="a rank waiting forever (a hang, a deadlock, a collective another rank never joined) or a "
+            "timeout shorter than loading takes",
+            fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
+        )
+    if reason:
+        raise LaunchError(
+            f"The launch was stopped by you ({reason}); every process of the run was stopped.\n{_describe(result)}",
+            result=result,
+            fix="Nothing to fix: run the cell again when you are ready.",
+        )
+    if not result.ok:
+        failing = _failing_rank(result)
+        raise LaunchError(
+            f"Rank {failing.rank} failed; torchrun stopped the others.\n{_describe(result)}",
+            result=result,
+            fix="Fix the error in the traceback above (the same code runs on every rank).",
+        )

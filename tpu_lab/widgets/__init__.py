@@ -1,4 +1,9 @@
-"""Thin ipywidgets views over tpu_lab's core objects (the only package that imports ipywidgets)."""
+"""widgets: thin ipywidgets views over the core (the only package that imports ipywidgets). A widget
+reads a core object, sets traits and forwards clicks to a core function; it holds no logic of its own
+and touches no private member of a core object.
+
+May import: host, models, compile, tp and the base.
+"""
 
 from tpu_lab.widgets.generation_panel import GenerationPanel
 from tpu_lab.widgets.launch_panel import LaunchPanel

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from html import escape
 
 import ipywidgets as w
 
-from tpu_lab.buckets import DEFAULT_FIXED, compare_policies, power_of_two_buckets, recommend_buckets
-from tpu_lab.generation import GenerationRecord, GenerationSession, table_html
-from tpu_lab.plots import compile_chart, png_bytes
+from tpu_lab.compile.buckets import POLICIES, buckets_for_policy, compare_policies
+from tpu_lab.compile.chart import png_bytes
+from tpu_lab.compile.record import GenerationRecord
+from tpu_lab.compile.session import GenerationSession
 from tpu_lab.widgets._common import error_html
-
-POLICIES = [
-    ("as created", "session"),
-    ("none (every length compiles)", "none"),
-    ("recommended from prompts seen", "recommended"),
-    ("powers of two", "power-of-two"),
-    ("fixed list", "fixed"),
-]
 
 
 class GenerationPanel(w.VBox):
@@ -34,7 +26,12 @@ class GenerationPanel(w.VBox):
         )
         self.max_new_tokens = w.BoundedIntText(value=session.max_new_tokens, min=1, max=4096, description="new tokens")
         self.do_sample = w.Checkbox(value=False, description="do_sample")
-        self.policy = w.Dropdown(options=POLICIES, value="session", description="buckets")
+        self.policy = w.Dropdown(
+            options=[(label, key) for key, label in POLICIES.items()],
+            value="session",
+            description="buckets",
+            layout=w.Layout(width="320px"),
+        )
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
         self.warmup_button = w.Button(description="Warm up", icon="fire", tooltip="compile every bucket now")
         self.status = w.HTML()
@@ -87,12 +84,8 @@ class GenerationPanel(w.VBox):
 
     def warm_up(self) -> None:
         """Compile every bucket (or every length seen, without buckets)."""
-        targets = list(self.session.buckets or self.session.prompt_lengths)
-        if not targets:
-            self.status.value = "nothing to warm up yet: pick buckets or run a prompt first"
-            return
         try:
-            records = self.session.warmup(targets)
+            records = self.session.warmup()
         except Exception as e:
             self.output.value = error_html(e)
             return
@@ -101,21 +94,13 @@ class GenerationPanel(w.VBox):
 
     def apply_policy(self) -> None:
         """Set the session's buckets from the selected policy and the prompt lengths seen so far."""
-        lengths = self.session.prompt_lengths
-        policy = self.policy.value
-        if policy in ("recommended", "power-of-two") and not lengths:
-            self.status.value = "run a few prompts first: buckets are fitted to the lengths seen"
-            return
-        buckets: Sequence[int] | None = None
-        if policy == "session":
-            buckets = self._created_buckets
-        elif policy == "recommended":
-            buckets = recommend_buckets(lengths, max_buckets=self.max_buckets)
-        elif policy == "power-of-two":
-            buckets = power_of_two_buckets(lengths)
-        elif policy == "fixed":
-            buckets = DEFAULT_FIXED
         try:
+            buckets = buckets_for_policy(
+                self.policy.value,
+                self.session.prompt_lengths,
+                created=self._created_buckets,
+                max_buckets=self.max_buckets,
+            )
             self.session.set_buckets(buckets)
         except Exception as e:
             self.output.value = error_html(e)
@@ -125,12 +110,11 @@ class GenerationPanel(w.VBox):
 
     def refresh(self) -> None:
         """Redraw the table, the policy comparison and the chart from the session."""
-        rows = self.session.compile_table
+        table = self.session.compile_table
         plans = ""
         if self.session.prompt_lengths:
             comparison = compare_policies(self.session.prompt_lengths, max_buckets=self.max_buckets)
-            plans = "<details><summary>bucket policies for the prompts seen</summary>"
-            plans += comparison._repr_mimebundle_()["text/html"] + "</details>"
-        self.table.value = table_html(rows, limit_hit=self.session.limit_hit) + plans
-        if rows:
-            self.chart.value = png_bytes(compile_chart({"this session": rows}))
+            plans = f"<details><summary>bucket policies for the prompts seen</summary>{comparison.to_html()}</details>"
+        self.table.value = table.to_html() + plans
+        if len(table):
+            self.chart.value = png_bytes(table.chart())

@@ -6,8 +6,8 @@ from html import escape
 
 import ipywidgets as w
 
-from tpu_lab.device import DeviceReport, probe
-from tpu_lab.loading import MODEL_PRESETS, LoadedModel, device_choices, load_model
+from tpu_lab.host.probe import DeviceReport, device_choices, probe
+from tpu_lab.models.loading import MODEL_PRESETS, LoadedModel, load_model
 from tpu_lab.widgets._common import error_html
 
 DTYPE_OPTIONS = [("device default", "auto"), ("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32")]
@@ -97,7 +97,7 @@ class ModelLoader(w.VBox):
             self.load_button.disabled = not self.choices[self.device.value].available
         r = self.loaded.report
         verdict = "ok" if r.ok else "<span style='color:#c62828'>loaded with problems</span>"
-        self.report_view.value = r._repr_mimebundle_()["text/html"]
+        self.report_view.value = r.to_html()
         # the status line last: when it says "ok", everything above it is already shown
         self.status.value = f"{verdict}: {escape(name)} on <b>{r.device}</b> in {r.load_seconds:.2f} s"
         return self.loaded

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
-from tpu_lab.device import DeviceReport, probe
+from tpu_lab.host.probe import DeviceReport, probe
 from tpu_lab.widgets._common import error_html
 
 
@@ -43,4 +43,4 @@ class ProbePanel(w.VBox):
         self.status.value = (
             f"device <b>{self.report.device}</b> &middot; {summary} &middot; taken {time.strftime('%H:%M:%S')}"
         )
-        self.body.value = self.report._repr_html_()
+        self.body.value = self.report.to_html()

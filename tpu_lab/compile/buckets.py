@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tpu_lab import _render
+from tpu_lab._checks import positive_int, token_counts
+from tpu_lab._report import Report, table
 from tpu_lab.errors import InvalidArgument
 
 DEFAULT_FIXED = (32, 64, 128, 256, 512, 1024)
@@ -43,20 +44,10 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     )
 
 
-def _lengths(lengths: Iterable[int]) -> list[int]:
-    out = list(lengths)
-    if not out or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in out):
-        raise InvalidArgument(
-            "lengths must be a non-empty list of positive token counts.", fix="Pass the prompt lengths you have seen."
-        )
-    return out
-
-
 def recommend_buckets(lengths: Iterable[int], *, max_buckets: int) -> list[int]:
     """The at most ``max_buckets`` bucket lengths that minimise total padded tokens for ``lengths``. Exact."""
-    if isinstance(max_buckets, bool) or not isinstance(max_buckets, int) or max_buckets < 1:
-        raise InvalidArgument(f"max_buckets={max_buckets!r} must be a positive integer.", fix="Use e.g. max_buckets=4.")
-    counts = Counter(_lengths(lengths))
+    positive_int(max_buckets, "max_buckets", example=4)
+    counts = Counter(token_counts(lengths))
     values = sorted(counts)
     m, k = len(values), min(max_buckets, len(counts))
     if k == m:
@@ -91,7 +82,7 @@ def recommend_buckets(lengths: Iterable[int], *, max_buckets: int) -> list[int]:
 
 def power_of_two_buckets(lengths: Iterable[int], *, minimum: int = 16) -> list[int]:
     """The powers of two (at least ``minimum``) that the lengths round up to."""
-    return sorted({max(minimum, 1 << (n - 1).bit_length()) for n in _lengths(lengths)})
+    return sorted({max(minimum, 1 << (n - 1).bit_length()) for n in token_counts(lengths)})
 
 
 @dataclass(frozen=True)
@@ -121,7 +112,7 @@ def plan(policy: str, lengths: Sequence[int], buckets: Sequence[int] | None) -> 
 
 
 @dataclass(frozen=True)
-class PolicyComparison:
+class PolicyComparison(Report):
     """Bucket policies side by side for one workload; renders as a table."""
 
     plans: tuple[BucketPlan, ...]
@@ -138,23 +129,20 @@ class PolicyComparison:
             for p in self.plans
         ]
 
-    def __str__(self) -> str:
+    def to_text(self) -> str:
         head = f"{'policy':<13} {'compiles':>8} {'padded':>9} {'waste':>6}  buckets"
         lines = [head] + [f"{r[0]:<13} {r[2]:>8} {r[3]:>9} {r[4]:>6}  {r[1]}" for r in self._rows()]
         return "\n".join(lines)
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        html = _render.table(
-            self._rows(), ["policy", "buckets", "compiles (prefill + 1 decode)", "padded tokens", "waste"]
-        )
-        return {"text/plain": str(self), "text/html": html}
+    def to_html(self) -> str:
+        return table(self._rows(), ["policy", "buckets", "compiles (prefill + 1 decode)", "padded tokens", "waste"])
 
 
 def compare_policies(
     lengths: Iterable[int], *, max_buckets: int = 4, fixed: Sequence[int] = DEFAULT_FIXED
 ) -> PolicyComparison:
     """No buckets, the optimal set, powers of two and a fixed list, each with its waste and compile count."""
-    lengths = _lengths(lengths)
+    lengths = token_counts(lengths)
     fixed = validate_buckets(fixed)
     if max(lengths) > fixed[-1]:
         fixed = (*fixed, max(lengths))
@@ -166,3 +154,36 @@ def compare_policies(
             plan("fixed", lengths, fixed),
         )
     )
+
+
+# The bucket policies a user can pick (e.g. in the GenerationPanel), with what each means.
+POLICIES = {
+    "session": "as the session was created",
+    "none": "none (every length compiles)",
+    "recommended": "fitted to the prompts seen",
+    "power-of-two": "powers of two",
+    "fixed": "fixed list",
+}
+
+
+def buckets_for_policy(
+    policy: str, lengths: Sequence[int], *, created: Sequence[int] | None = None, max_buckets: int = 4
+) -> tuple[int, ...] | None:
+    """The buckets a policy gives for the prompt lengths seen (None: no buckets). ``created``: the
+    session's own buckets, for ``"session"``."""
+    if policy not in POLICIES:
+        raise InvalidArgument(f"Unknown bucket policy {policy!r}.", fix=f"Use one of: {', '.join(POLICIES)}.")
+    if policy in ("recommended", "power-of-two") and not lengths:
+        raise InvalidArgument(
+            f"The {policy!r} policy fits buckets to the prompt lengths seen, and none were seen yet.",
+            fix="Run a few prompts first, or pick the 'fixed' policy.",
+        )
+    if policy == "session":
+        return tuple(created) if created else None
+    if policy == "recommended":
+        return tuple(recommend_buckets(lengths, max_buckets=max_buckets))
+    if policy == "power-of-two":
+        return tuple(power_of_two_buckets(lengths))
+    if policy == "fixed":
+        return DEFAULT_FIXED
+    return None

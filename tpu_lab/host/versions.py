@@ -1,8 +1,11 @@
-"""Installed package versions and the version ranges packages declare, from metadata (nothing imported)."""
+"""Installed package versions and the version ranges packages declare, from metadata (nothing imported);
+the one rule for whether Hub kernels can work with what is installed."""
 
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 # Distribution names on PyPI, keyed by the name reports use.
 PACKAGES = {
@@ -55,3 +58,37 @@ def outside_range(version: str, spec: str) -> bool:
         return Version(Version(version).base_version) not in SpecifierSet(spec)
     except InvalidVersion:
         return False
+
+
+@dataclass(frozen=True)
+class KernelsStatus:
+    """Whether ``use_kernels=True`` can work with the installed kernels, jax and transformers."""
+
+    missing: tuple[str, ...]
+    """Packages it needs that are not installed (kernels; jax too on TPU: TPU kernels are Pallas/JAX)."""
+    kernels: str | None
+    """The installed kernels version."""
+    required: str
+    """The kernels range the installed transformers declares ("" when it declares none)."""
+    transformers: str | None
+
+    @property
+    def mismatch(self) -> bool:
+        """kernels is installed but outside the range transformers requires."""
+        return bool(self.kernels and self.required and outside_range(self.kernels, self.required))
+
+    @property
+    def install_command(self) -> str:
+        return f'pip install "kernels{self.required}"' + (" jax" if "jax" in self.missing else "")
+
+
+def kernels_status(versions: Mapping[str, str | None] | None = None, *, need_jax: bool = False) -> KernelsStatus:
+    """``versions`` entries override the installed ones (None meaning "not installed")."""
+    v = {**installed_versions(), **(versions or {})}
+    needed = ["kernels"] + (["jax"] if need_jax else [])
+    return KernelsStatus(
+        missing=tuple(p for p in needed if not v.get(p)),
+        kernels=v.get("kernels"),
+        required=required_range("transformers", "kernels", extra="kernels") or "",
+        transformers=v.get("transformers"),
+    )

@@ -1,15 +1,21 @@
-"""TPU chips on the PCI bus: which generation, how much HBM, which rank counts a host allows.
+"""TPU chips on the PCI bus: which generation, how much HBM, which rank counts a host allows, and
+whether this process already holds them.
 
-This reads sysfs only, the way torch_tpu itself discovers chips (vendor 0x1ae0 with a VFIO group under
+The scan reads sysfs only, the way torch_tpu itself discovers chips (vendor 0x1ae0 with a VFIO group under
 /dev/vfio), so it never initialises a device and works without torch_tpu installed. The roots are
 parameters so tests and notebooks can point it at a fake tree (see ``tpu_lab.testing``).
+``rank_count_problem`` is the one rule for how many processes a TPU host can run.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tpu_lab._report import Finding
+from tpu_lab.errors import InvalidArgument
 
 GOOGLE_PCI_VENDOR = "0x1ae0"
 
@@ -49,8 +55,6 @@ def generation_by_name(name: str) -> TpuGeneration:
         if gen.name.lower().removeprefix("tpu").strip() == wanted:
             return gen
     known = ", ".join(g.name.split()[-1] for g in GENERATIONS.values())
-    from tpu_lab.errors import InvalidArgument
-
     raise InvalidArgument(f"Unknown TPU generation {name!r}.", fix=f"Use one of: {known}.")
 
 
@@ -111,3 +115,40 @@ def scan_tpu_chips(sysfs_root: str | os.PathLike = "/sys", dev_root: str | os.Pa
         pci_addresses=tuple(addr for addr, _ in usable),
         without_vfio=without_vfio,
     )
+
+
+def rank_count_problem(nproc: int, chips: TpuChips) -> Finding | None:
+    """Why a TPU host with ``chips`` cannot run ``nproc`` processes (one per chip), or None when it can.
+    A host without chips runs any count on CPU."""
+    if not chips.count:
+        return None
+    allowed = list(chips.rank_counts)
+    if nproc > chips.count:
+        return Finding(
+            "more-ranks-than-chips",
+            "error",
+            f"{nproc} processes need {nproc} TPU chips (one process per chip) but this host has {chips.count}.",
+            f"Use a count in {allowed}, or a larger host / several hosts.",
+        )
+    if nproc not in chips.rank_counts:
+        return Finding(
+            "rank-count-not-allowed",
+            "error",
+            f"torch_tpu has no {chips.generation} topology for {nproc} processes per host "
+            f'("No TPU topology found for count: {nproc}").',
+            f"Use a count in {allowed}.",
+        )
+    return None
+
+
+def holds_tpu() -> bool | None:
+    """Whether this process already claimed the TPU; None when torch_tpu is not loaded here (then it
+    cannot hold it). Never initialises a device."""
+    if "torch_tpu" not in sys.modules:
+        return None
+    try:
+        import torch
+
+        return bool(torch.tpu.is_initialized())  # type: ignore[attr-defined]  # registered by torch_tpu
+    except Exception:  # an unexpected torch_tpu build: say "unknown" rather than fail
+        return None

@@ -1,7 +1,7 @@
 import pytest
 
 from tpu_lab.errors import InvalidArgument
-from tpu_lab.hardware import generation_by_name, scan_tpu_chips
+from tpu_lab.host.chips import generation_by_name, scan_tpu_chips
 from tpu_lab.testing import write_fake_tpu_host
 
 

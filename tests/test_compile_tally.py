@@ -1,19 +1,17 @@
-"""The compile log's pure parts: attribution, explanations, and the torch_tpu source on recorded snapshots."""
+"""The compile counting's pure parts: sources on recorded data, attribution to shapes, explanations."""
 
 from types import SimpleNamespace
 
-from tpu_lab.compile_log import (
-    CompileEvent,
-    DynamoSource,
-    ForwardCall,
-    ShapeSignature,
-    TpuCacheSource,
-    compile_table,
-    explain,
-    explain_calls,
-    new_items,
-    read_tpu_stats,
-)
+from tpu_lab.compile.explain import explain
+from tpu_lab.compile.signature import ShapeSignature
+from tpu_lab.compile.sources import CompileEvent, DynamoSource, TpuCacheSource, new_items, read_tpu_stats
+from tpu_lab.compile.tally import ForwardCall, ShapeTally
+
+
+def fold(calls):
+    tally = ShapeTally()
+    reasons = [tally.add(call) for call in calls]
+    return tally.rows(), reasons
 
 
 def sig(phase="prefill", length=16, cache=96, mask=True):
@@ -109,7 +107,8 @@ def test_attribution_groups_by_shape_and_explains():
         ForwardCall(sig(length=16, mask=False), 0.7, (ev(),)),
         ForwardCall(sig("decode", cache=128), 0.6, (ev(),)),
     ]
-    rows = {str(r.signature): r for r in compile_table(calls)}
+    table, reasons = fold(calls)
+    rows = {str(r.signature): r for r in table}
     assert list(rows) == [
         "prefill 1x16 cache=96",
         "decode 1x1 cache=96",
@@ -125,7 +124,7 @@ def test_attribution_groups_by_shape_and_explains():
     assert rows["prefill 1x32 cache=96"].reason.startswith("new prompt length 32 (compiled so far: 16)")
     assert "attention mask is None" in rows["prefill 1x16 cache=96 no-mask"].reason
     assert "static cache length changed to 128" in rows["decode 1x1 cache=128"].reason
-    assert explain_calls(calls)[2] == ""
+    assert reasons[2] == ""
 
 
 def test_limit_hit_calls_are_not_counted_as_compiles():
@@ -134,7 +133,7 @@ def test_limit_hit_calls_are_not_counted_as_compiles():
         ForwardCall(sig(length=7), 0.05, (ev("0/7: ...", 0.0, limit=True),), compiled=False),
         ForwardCall(sig(length=9), 0.05, compiled=False),
     ]
-    rows = compile_table(calls)
+    rows, _ = fold(calls)
     assert [r.compiles for r in rows] == [1, 0, 0]
     assert [r.uncompiled_calls for r in rows] == [0, 1, 1]
     assert "recompile limit" in rows[1].reason

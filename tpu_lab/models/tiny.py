@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from tpu_lab._checks import boolean
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
 
 CACHE_ENV = "TPU_LAB_CACHE"
@@ -118,8 +119,7 @@ def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool) -> dict:
             cause="grouped-query attention needs the attention heads to be a multiple of the KV heads",
             fix=f"Use one of: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}.",
         )
-    if not isinstance(tie_embeddings, bool):
-        raise InvalidArgument(f"tie_embeddings must be True or False, got {tie_embeddings!r}.")
+    boolean(tie_embeddings, "tie_embeddings")
     return {"arch": arch, "kv_heads": kv, "tie_embeddings": tie_embeddings, "recipe": RECIPE_VERSION}
 
 
@@ -169,7 +169,7 @@ def _train_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from tpu_lab._corpus import sentences
+    from tpu_lab.models.corpus import sentences
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tpu_lab._corpus import sentences
+from tpu_lab.models.corpus import sentences
 
 
 def prompt_ids(tokenizer: Any, length: int, *, offset: int = 0) -> list[int]:

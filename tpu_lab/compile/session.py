@@ -5,85 +5,35 @@ cache with a fixed ``max_cache_len``, prompts left-padded to a bucket with their
 session compiles the model's forward itself with ``dynamic=False``, as torch_tpu compiles per shape, so
 CPU and GPU show the compile counts a TPU would pay (backend per device: ``aot_eager`` on CPU,
 ``inductor`` on CUDA, torch_tpu's ``tpu`` on TPU, which is what generate's default TPU config uses).
-Each forward is timed and snapshotted; ``tpu_lab.compile_log`` attributes compiles to shapes.
+Each forward is timed and its compiles counted (``sources``) and folded into per-shape rows (``tally``).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
-from html import escape
 from typing import Any
 
-from tpu_lab import _render
-from tpu_lab.buckets import bucket_for, validate_buckets
-from tpu_lab.compile_log import (
-    CompileEvent,
-    CompileSource,
-    DynamoSource,
-    ForwardCall,
-    ShapeRow,
-    ShapeSignature,
-    ShapeTally,
-    TpuCacheSource,
-)
-from tpu_lab.errors import InvalidArgument, TpuLabError
+from tpu_lab._checks import positive_int, token_counts
+from tpu_lab._report import Report
+from tpu_lab.compile.buckets import bucket_for, validate_buckets
+from tpu_lab.compile.guard import NoRecompiles
+from tpu_lab.compile.hooks import keep_attention_masks, private_copy, signature_of
+from tpu_lab.compile.record import GenerationRecord
+from tpu_lab.compile.signature import ShapeSignature
+from tpu_lab.compile.table import CompileTable
+from tpu_lab.compile.tally import ForwardCall, ShapeTally
+from tpu_lab.compile.watch import Watch
+from tpu_lab.errors import InvalidArgument, RecompileError
 
 DEFAULT_BACKEND = {"cpu": "aot_eager", "cuda": "inductor", "tpu": "tpu"}
 COMPILE_PHASES = {"all": ("prefill", "decode"), "decode": ("decode",), "none": ()}
 # Room for new tokens above the largest bucket when max_cache_len is not given.
 NEW_TOKEN_ROOM = 64
-_session_ids = itertools.count(1)
 
 
-class RecompileError(TpuLabError):
-    """A compilation happened inside ``GenerationSession.no_recompiles()``."""
-
-
-@dataclass(frozen=True)
-class GenerationRecord:
-    """One ``generate`` call: shapes, compiles by phase and why, and what it cost."""
-
-    prompt: str
-    """The prompt text (``"<N token ids>"`` for a prompt given as token ids)."""
-    prompt_tokens: int
-    """Tokens in the prompt before padding."""
-    padded_length: int
-    """Tokens after left-padding to the bucket (= prompt_tokens without buckets)."""
-    bucket: int | None
-    """The bucket used, None without buckets."""
-    prefill: ShapeSignature
-    """The prefill forward's shape signature."""
-    decode: ShapeSignature | None
-    """The decode forwards' signature (None when no token was decoded after the first)."""
-    compiles_prefill: int
-    compiles_decode: int
-    reasons: tuple[str, ...]
-    """Why each compile in this call happened, in words."""
-    compile_seconds: float
-    wall_seconds: float
-    ttft_seconds: float
-    """Time to first token: the prefill forward, compiles included."""
-    new_tokens: int
-    tokens_per_second: float
-    """New tokens per wall second."""
-    text: str
-    """The generated text (prompt excluded)."""
-    token_ids: tuple[int, ...]
-    """The generated token ids."""
-    limit_hit: bool = False
-    """Dynamo's recompile limit was hit: some forwards ran uncompiled."""
-    warmup: bool = False
-
-    @property
-    def compiles(self) -> int:
-        return self.compiles_prefill + self.compiles_decode
-
-
-class GenerationSession:
+class GenerationSession(Report):
     """Runs prompts through ``model.generate`` with bounded shapes and counts compilations per shape.
 
     ``buckets``: strictly increasing prompt lengths to left-pad to (None: every length is its own shape).
@@ -125,7 +75,7 @@ class GenerationSession:
             # transformers sizes later static caches to the largest it has seen on this model; forget it so
             # the fixed length really is the one used.
             vars(model).pop("_previous_max_cache_length", None)
-        self.max_new_tokens = _positive_int(max_new_tokens, "max_new_tokens")
+        self.max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
         self.device = next(model.parameters()).device.type
         self.backend = backend or DEFAULT_BACKEND.get(self.device, "aot_eager")
         self.compile_phases = COMPILE_PHASES[compile]
@@ -134,9 +84,8 @@ class GenerationSession:
         self._tally = ShapeTally()  # per-shape rows, updated per forward; no per-call history is kept
         self._current: list[tuple[ForwardCall, str]] = []  # the forwards of the generate call in progress
         self.limit_hit = False
-        self._sources: list[CompileSource] = [DynamoSource()]
-        if self.device == "tpu":
-            self._sources.append(TpuCacheSource())
+        # The one compile-counting seam: the same watcher tl.watch() uses (on TPU it also reads torch_tpu's counters).
+        self._watch = Watch(tpu=self.device == "tpu")
         # torch_tpu counts every executable it builds (graphs and eager ops); Dynamo only its graphs.
         self._primary = "torch_tpu" if self.device == "tpu" else "dynamo"
         self._compiled_signatures: set[ShapeSignature] = set()
@@ -145,9 +94,9 @@ class GenerationSession:
         self._strict = False
         self._had_forward = "forward" in vars(model)
         self._original_forward = model.forward
-        self._compiled = torch.compile(_private_copy(self._original_forward), backend=self.backend, dynamic=False)
+        self._compiled = torch.compile(private_copy(self._original_forward), backend=self.backend, dynamic=False)
         model.forward = self._tracked_forward
-        self._restore_masks = _keep_attention_masks(model)
+        self._restore_masks = keep_attention_masks(model)
 
     # ---- the forward every generate step goes through -------------------------------------------
 
@@ -155,17 +104,17 @@ class GenerationSession:
         sig = signature_of(kwargs, self._next_phase)
         self._next_phase = "decode" if self._next_phase else None
         compiled = sig.phase in self.compile_phases
-        before = [s.snapshot() for s in self._sources]
+        marker = self._watch.begin_call()
         start = time.perf_counter()
         try:
             out = (self._compiled if compiled else self._original_forward)(*args, **kwargs)
         except Exception as e:
             if self._strict:
                 raise RecompileError(
-                    f"{sig} would compile inside no_recompiles(): {str(e).splitlines()[0].split(' filename:')[0]}",
+                    f"{sig} would compile inside no_recompiles(): {_first_line(e)}",
                     cause="a prompt length, bucket or cache size that was not warmed up",
                     fix="Warm this shape up first (session.warmup([...])) or pad it to a warmed bucket.",
-                ) from e
+                ) from None
             raise
         if self.device != "cpu":
             import torch
@@ -174,11 +123,7 @@ class GenerationSession:
         seconds = time.perf_counter() - start
         if self._first_done_at is None:
             self._first_done_at = time.perf_counter()
-        events: list[CompileEvent] = []
-        for source, snap in zip(self._sources, before, strict=True):
-            for event in source.events_between(snap, source.snapshot()):
-                if event.source == self._primary or event.limit_hit:
-                    events.append(event)
+        events = [e for e in self._watch.end_call(marker) if e.source == self._primary or e.limit_hit]
         if any(e.limit_hit for e in events):
             self.limit_hit = True
         ran_compiled = compiled and (sig in self._compiled_signatures or any(not e.limit_hit for e in events))
@@ -236,9 +181,17 @@ class GenerationSession:
             raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
         return self._run(text, ids, generate_kwargs)
 
-    def warmup(self, lengths: Iterable[int], *, max_new_tokens: int = 2) -> list[GenerationRecord]:
-        """Compile every shape these prompt lengths need (one per bucket with buckets), before real traffic."""
-        targets = sorted({bucket_for(n, self.buckets) if self.buckets else n for n in _lengths(lengths)})
+    def warmup(self, lengths: Iterable[int] | None = None, *, max_new_tokens: int = 2) -> list[GenerationRecord]:
+        """Compile every shape these prompt lengths need (one per bucket with buckets), before real traffic.
+        Without ``lengths``: every bucket, or without buckets every prompt length seen so far."""
+        if lengths is None:
+            lengths = self.buckets or self.prompt_lengths
+            if not lengths:
+                raise InvalidArgument(
+                    "Nothing to warm up: the session has no buckets and has seen no prompt yet.",
+                    fix="Pass the lengths (session.warmup([16, 32])), set buckets, or run a prompt first.",
+                )
+        targets = sorted({bucket_for(n, self.buckets) if self.buckets else n for n in token_counts(lengths)})
         filler = self.tokenizer.encode("bread", add_special_tokens=False)[:1] or [self.tokenizer.pad_token_id]
         return [
             self._run(f"<warmup {n} tokens>", filler * n, {"max_new_tokens": max_new_tokens}, warmup=True)
@@ -247,8 +200,8 @@ class GenerationSession:
 
     @contextmanager
     def no_recompiles(self) -> Iterator[GenerationSession]:
-        """Inside, any compilation raises RecompileError naming the shape (Dynamo's fail_on_recompile
-        stance; on TPU also torch_tpu's cache-only mode, which turns a compile-cache miss into an error)."""
+        """Inside, any compilation raises RecompileError naming the shape (tl.no_recompiles; on TPU also
+        torch_tpu's cache-only mode, which turns a compile-cache miss into an error)."""
         import torch
 
         on_tpu = self.device == "tpu"
@@ -256,7 +209,7 @@ class GenerationSession:
         if on_tpu:
             torch.tpu._set_cache_only(True)  # type: ignore[attr-defined]  # registered by torch_tpu
         try:
-            with torch.compiler.set_stance("fail_on_recompile"):
+            with NoRecompiles():
                 yield self
         finally:
             self._strict = False
@@ -264,9 +217,9 @@ class GenerationSession:
                 torch.tpu._set_cache_only(False)  # type: ignore[attr-defined]
 
     @property
-    def compile_table(self) -> list[ShapeRow]:
+    def compile_table(self) -> CompileTable:
         """Per input-shape signature: calls, compiles, compile seconds, first and last call, why."""
-        return self._tally.rows()
+        return CompileTable(tuple(self._tally.rows()), limit_hit=self.limit_hit)
 
     @property
     def total_compiles(self) -> int:
@@ -286,11 +239,11 @@ class GenerationSession:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __str__(self) -> str:
-        return table_text(self.compile_table, limit_hit=self.limit_hit)
+    def to_text(self) -> str:
+        return self.compile_table.to_text()
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        return {"text/plain": str(self), "text/html": table_html(self.compile_table, limit_hit=self.limit_hit)}
+    def to_html(self) -> str:
+        return self.compile_table.to_html()
 
     # ---- internals ----------------------------------------------------------------------------------
 
@@ -298,7 +251,7 @@ class GenerationSession:
         import torch
 
         kwargs = dict(kwargs)
-        max_new = _positive_int(kwargs.pop("max_new_tokens", self.max_new_tokens), "max_new_tokens")
+        max_new = positive_int(kwargs.pop("max_new_tokens", self.max_new_tokens), "max_new_tokens")
         n = len(ids)
         bucket = bucket_for(n, self.buckets) if self.buckets else None
         padded = bucket or n
@@ -328,7 +281,7 @@ class GenerationSession:
         limit = (
             torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else nullcontext()
         )
-        with limit:
+        with limit, self._watch:
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen)
         wall = time.perf_counter() - start
         self._next_phase = None
@@ -360,126 +313,12 @@ class GenerationSession:
         return record
 
 
-def signature_of(kwargs: dict[str, Any], phase: str | None) -> ShapeSignature:
-    """The shape signature of one forward call's keyword arguments."""
-    ids = kwargs.get("input_ids")
-    if ids is None:
-        ids = kwargs.get("inputs_embeds")
-    batch, length = (int(ids.shape[0]), int(ids.shape[1])) if ids is not None else (0, 0)
-    cache = kwargs.get("cache", kwargs.get("past_key_values"))
-    layers = getattr(cache, "layers", None)
-    cache_len = getattr(layers[0], "max_cache_len", None) if layers else getattr(cache, "max_cache_len", None)
-    mask = kwargs.get("attention_mask")
-    has_mask = all(v is not None for v in mask.values()) if isinstance(mask, dict) else mask is not None
-    return ShapeSignature(phase or ("prefill" if length > 1 else "decode"), batch, length, cache_len, has_mask)
-
-
-def _keep_attention_masks(model: Any) -> Any:
-    """Make generate always pass a mask tensor, so a prompt that fills its bucket exactly (no padding)
-    gets the same graph as a padded one instead of a second, mask-less graph. Returns the undo.
-
-    transformers drops the prefill mask when nothing is padded (SDPA's is_causal is then enough). Only
-    in that case the mask is rebuilt with ``allow_is_causal_skip=False``; every other call is untouched."""
-    if getattr(type(model), "create_masks_for_generate", None) is not None or "create_masks_for_generate" in vars(
-        model
-    ):
-        return lambda: None  # the model builds its own masks: leave it alone
-    from transformers import masking_utils as mu
-
-    rebuild = {"full_attention": mu.create_causal_mask, "sliding_attention": mu.create_sliding_window_causal_mask}
-
-    def masks_never_dropped(
-        config: Any, inputs_embeds: Any, attention_mask: Any, cache: Any, position_ids: Any = None, **kwargs: Any
-    ) -> Any:
-        masks = mu.create_masks_for_generate(config, inputs_embeds, attention_mask, cache, position_ids, **kwargs)
-        if attention_mask is None or not isinstance(masks, dict) or all(v is not None for v in masks.values()):
-            return masks
-        text_config = config.get_text_config()
-        return {
-            kind: rebuild[kind](
-                text_config, inputs_embeds, attention_mask, cache, position_ids, allow_is_causal_skip=False
-            )
-            if mask is None and kind in rebuild
-            else mask
-            for kind, mask in masks.items()
-        }
-
-    model.create_masks_for_generate = masks_never_dropped
-    return lambda: vars(model).pop("create_masks_for_generate", None)
-
-
-def _private_copy(fn: Any) -> Any:
-    # Dynamo caches graphs, and counts its recompile limit, per code object. A code object of our own
-    # keeps each session's counts its own, even for two models of the same class.
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    forward.__code__ = forward.__code__.replace(co_name=f"tpu_lab_forward_{next(_session_ids)}")
-    return forward
+def _first_line(e: BaseException) -> str:
+    # Dynamo wraps what a compile callback raised: show the innermost message.
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _count(call: ForwardCall) -> int:
     return sum(not e.limit_hit for e in call.events)
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidArgument(f"{name}={value!r} must be a positive integer.", fix=f"Use e.g. {name}=16.")
-    return value
-
-
-def _lengths(lengths: Iterable[int]) -> list[int]:
-    out = list(lengths)
-    if not out:
-        raise InvalidArgument("warmup() needs at least one length.", fix="Pass prompt lengths or bucket sizes.")
-    return [_positive_int(n, "length") for n in out]
-
-
-_LIMIT_BANNER = (
-    "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
-    "Bound the shapes with buckets and a fixed max_cache_len."
-)
-
-
-def _table_rows(rows: list[ShapeRow]) -> list[tuple[str, ...]]:
-    return [
-        (
-            str(r.signature),
-            str(r.calls),
-            str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
-            f"{r.compile_seconds:.2f}",
-            f"{r.first_call_seconds * 1000:.1f}",
-            f"{r.last_call_seconds * 1000:.1f}",
-            r.reason,
-        )
-        for r in rows
-    ]
-
-
-TABLE_HEADER = ("shape", "calls", "compiles", "compile s", "first call ms", "last call ms", "why it compiled")
-
-
-def table_text(rows: list[ShapeRow], *, limit_hit: bool = False) -> str:
-    width = max([8] + [len(c[2]) for c in _table_rows(rows)])
-    lines = [f"{'shape':<30} {'calls':>5} {'compiles':>{width}} {'compile s':>9} {'last ms':>8}  why"]
-    for r, cells in zip(rows, _table_rows(rows), strict=True):
-        lines.append(f"{cells[0]:<30} {cells[1]:>5} {cells[2]:>{width}} {cells[3]:>9} {cells[5]:>8}  {r.reason}")
-    total = sum(r.compiles for r in rows)
-    lines.append(f"total: {total} compiles, {sum(r.compile_seconds for r in rows):.2f} s compiling")
-    if limit_hit:
-        lines.append("WARNING: " + _LIMIT_BANNER)
-    return "\n".join(lines)
-
-
-def table_html(rows: list[ShapeRow], *, limit_hit: bool = False) -> str:
-    banner = (
-        f"<div class='tpu-lab-limit-banner' style='background:#ffebee;border-left:4px solid #c62828;"
-        f"padding:4px 8px'><b>Recompile limit hit.</b> {escape(_LIMIT_BANNER)}</div>"
-        if limit_hit
-        else ""
-    )
-    total = sum(r.compiles for r in rows)
-    return (
-        f"{banner}{_render.table(_table_rows(rows), TABLE_HEADER)}"
-        f"<div class='tpu-lab-total'>total: {total} compiles, {sum(r.compile_seconds for r in rows):.2f} s compiling</div>"
-    )

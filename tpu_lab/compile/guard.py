@@ -1,0 +1,75 @@
+"""``tl.no_recompiles(allow=...)``: any compile inside raises ``tl.RecompileError`` naming the function,
+its file:line and what changed. ``allow`` lets expected compiles through: a count (the first N), or a
+predicate over the compile (``allow(capture) -> bool``; ``capture.function.name``, ``.signature``,
+``.reason``), for a warm-up window. Dynamo's stance is never touched, so nothing needs restoring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tpu_lab.compile import frames
+from tpu_lab.compile.explain import explain, signature_changes
+from tpu_lab.compile.frames import Capture
+from tpu_lab.errors import InvalidArgument, RecompileError
+
+
+class NoRecompiles:
+    """Context manager; see the module docstring. ``.allowed`` counts the compiles it let through."""
+
+    def __init__(self, allow: int | Callable[[Capture], bool] = 0) -> None:
+        if isinstance(allow, bool) or not (callable(allow) or (isinstance(allow, int) and allow >= 0)):
+            raise InvalidArgument(
+                f"allow={allow!r} must be a count of compiles to let through (an int >= 0) or a function "
+                "that takes the compile and returns True to allow it.",
+                fix="Use e.g. allow=2, or allow=lambda c: c.function.name == 'warmup'.",
+            )
+        self.allow = allow
+        self.allowed = 0
+        self._refused: RecompileError | None = None
+
+    def __enter__(self) -> NoRecompiles:
+        self._refused = None
+        frames.add_listener(self._check)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        frames.remove_listener(self._check)
+        refused = self._refused
+        if refused is not None and exc is not None and not isinstance(exc, RecompileError) and _caused_by(exc, refused):
+            # Dynamo wraps what a compile callback raises (InternalTorchDynamoError): show ours.
+            raise refused.with_traceback(None) from None
+
+    def _check(self, capture: Capture) -> None:
+        ok = bool(self.allow(capture)) if callable(self.allow) else self.allowed < self.allow
+        if ok:
+            self.allowed += 1
+            return
+        changes = signature_changes(capture.previous, capture.signature) if capture.previous else []
+        if changes:
+            changed = "; ".join(changes)
+        else:
+            changed = explain(capture.reason) if capture.reason else "it was never compiled before (a new function)"
+        inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature) or "unknown"
+        self._refused = RecompileError(
+            f"{capture.function} would compile inside no_recompiles(): {changed}. Inputs: {inputs}.",
+            cause="an input shape, dtype or Python value that was not warmed up (or allow= was used up)",
+            fix="Warm this case up before the block (or pad it to a warmed shape), or let it through with allow=.",
+        )
+        raise self._refused
+
+
+def _caused_by(exc: BaseException, target: BaseException) -> bool:
+    seen = 0
+    while exc is not None and seen < 20:
+        if exc is target:
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def no_recompiles(allow: int | Callable[[Capture], bool] = 0) -> NoRecompiles:
+    """Any compile inside raises RecompileError; ``allow`` lets a count or a predicate through."""
+    return NoRecompiles(allow)

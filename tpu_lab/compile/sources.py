@@ -1,0 +1,141 @@
+"""Where compile counts come from: one interface, two sources.
+
+Each source takes a ``snapshot()`` and turns two snapshots into ``CompileEvent``s:
+
+* ``DynamoSource``: graphs Dynamo compiled (CPU, CUDA, and torch.compile on TPU), from
+  ``torch._dynamo.utils.get_compilation_metrics()``: the guard that failed, compile seconds, and whether
+  the recompile limit was hit (the call then runs uncompiled, with only a log line).
+* ``TpuCacheSource``: executables torch_tpu compiled (every new op/shape in eager mode, every graph under
+  torch.compile), from its compile-cache counters, which never reset, so they are diffed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tpu_lab.compile.explain import explain
+
+
+@dataclass(frozen=True)
+class CompileEvent:
+    """One compilation (or one refusal to compile) seen by a source."""
+
+    source: str
+    """``"dynamo"`` or ``"torch_tpu"``."""
+    reason: str | None
+    """The guard that failed (Dynamo's text), None for a first compile or when the source can't tell."""
+    seconds: float
+    """Compile time."""
+    limit_hit: bool = False
+    """Dynamo refused to compile: the recompile limit was reached and the call ran uncompiled."""
+    cause: str | None = None
+    """The cause in words when the watcher knew more than the guard text (the inputs that changed)."""
+
+    @property
+    def explanation(self) -> str:
+        return self.cause or explain(self.reason, limit_hit=self.limit_hit)
+
+
+class CompileSource(Protocol):
+    name: str
+
+    def snapshot(self) -> Any: ...
+
+    def events_between(self, before: Any, after: Any) -> list[CompileEvent]: ...
+
+
+class DynamoSource:
+    """Dynamo's compilation records (one per compiled or refused frame)."""
+
+    name = "dynamo"
+
+    def __init__(self, metrics: Callable[[], Sequence[Any]] | None = None) -> None:
+        if metrics is None:
+            from torch._dynamo.utils import get_compilation_metrics
+
+            metrics = get_compilation_metrics
+        self._metrics = metrics
+
+    def snapshot(self) -> Sequence[Any]:
+        return self._metrics()  # already a fresh list: no second copy on the hot path
+
+    def events_between(self, before: Sequence[Any], after: Sequence[Any]) -> list[CompileEvent]:
+        if len(after) == len(before) and (not after or after[-1] is before[-1]):
+            return []  # the common case, a warm call: nothing new
+        return [_dynamo_event(m) for m in new_items(before, after)]
+
+
+def new_items(before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
+    """Items appended since ``before``; Dynamo keeps a bounded deque, so match by identity, not length."""
+    if not before:
+        return list(after)
+    last = before[-1]
+    for i in range(len(after) - 1, -1, -1):
+        if after[i] is last:
+            return list(after[i + 1 :])
+    return list(after)  # the old records were pushed out: everything is new
+
+
+def _dynamo_event(m: Any) -> CompileEvent:
+    fail = getattr(m, "fail_reason", None) or ""
+    return CompileEvent(
+        source="dynamo",
+        reason=getattr(m, "recompile_reason", None),
+        seconds=float(getattr(m, "entire_frame_compile_time_s", None) or 0.0),
+        limit_hit="recompile limit" in fail.lower() or "cache_size_limit" in fail,
+    )
+
+
+@dataclass(frozen=True)
+class TpuCacheStats:
+    """The part of torch_tpu's compile-cache statistics we diff."""
+
+    requests: int
+    hits: int
+    compilations: int
+    compile_seconds: float
+
+
+class TpuCacheSource:
+    """torch_tpu's compile-cache counters (private API, the only per-process source); never reset."""
+
+    name = "torch_tpu"
+
+    def __init__(self, stats: Callable[[], Any] | None = None) -> None:
+        if stats is None:
+            import torch
+
+            stats = torch.tpu._get_cache_stats  # type: ignore[attr-defined]  # registered by torch_tpu
+        self._stats = stats
+
+    def snapshot(self) -> TpuCacheStats:
+        return read_tpu_stats(self._stats())
+
+    def events_between(self, before: TpuCacheStats, after: TpuCacheStats) -> list[CompileEvent]:
+        n = max(after.compilations - before.compilations, 0)
+        if not n:
+            return []
+        seconds = max(after.compile_seconds - before.compile_seconds, 0.0) / n
+        reason = "new op or input shape (compile-cache miss)"
+        return [CompileEvent("torch_tpu", reason, seconds) for _ in range(n)]
+
+
+def read_tpu_stats(raw: Any) -> TpuCacheStats:
+    """Read torch_tpu's stats object (fields ``num_cache_reqs``, ``num_cache_hits``, ``num_compilations``,
+    ``per_entry_stats[i].compilation_duration``); a dict with those keys works too (recorded snapshots)."""
+
+    def get(obj: Any, key: str, default: Any = 0) -> Any:
+        return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+    seconds = 0.0
+    for entry in get(raw, "per_entry_stats", []) or []:
+        d = get(entry, "compilation_duration", 0.0)
+        seconds += d.total_seconds() if hasattr(d, "total_seconds") else float(d)
+    return TpuCacheStats(
+        requests=int(get(raw, "num_cache_reqs")),
+        hits=int(get(raw, "num_cache_hits")),
+        compilations=int(get(raw, "num_compilations")),
+        compile_seconds=seconds,
+    )
