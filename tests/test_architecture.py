@@ -71,12 +71,16 @@ def test_layers_import_downwards_only(module):
         for name in imports(module, ALL[module])
         if name in ALL and name != "tpu_lab" and layer_of(name) not in allowed
     )
-    assert not wrong, f"{module} ({mine}) imports {wrong}; README's Architecture section says {mine} may import {sorted(allowed)}"
+    assert not wrong, (
+        f"{module} ({mine}) imports {wrong}; README's Architecture section says {mine} may import {sorted(allowed)}"
+    )
 
 
 def test_only_widgets_import_ipywidgets():
     offenders = sorted(
-        m for m, p in ALL.items() if layer_of(m) != "widgets" and any(n.split(".")[0] == "ipywidgets" for n in imports(m, p))
+        m
+        for m, p in ALL.items()
+        if layer_of(m) != "widgets" and any(n.split(".")[0] == "ipywidgets" for n in imports(m, p))
     )
     assert offenders == []
 
@@ -86,7 +90,7 @@ def test_no_module_level_import_cycle():
 
     def visit(node, stack, done):
         if node in stack:
-            return stack[stack.index(node) :] + [node]
+            return [*stack[stack.index(node) :], node]
         if node in done:
             return None
         done.add(node)

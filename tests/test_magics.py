@@ -46,3 +46,10 @@ def test_tp_run_bad_input(ip):
 def test_tp_run_panel(ip):
     panel = ip.run_cell_magic("tp_run", "-n 2 --panel", "import tpu_lab as tl\ntl.report('p')")
     assert panel.wait(120).values == ["p", "p"]
+
+
+def test_watch_magic_shows_the_table(ip):
+    ip.run_cell("import torch\nsq = torch.compile(lambda x: x * x, backend='eager')")
+    table = ip.run_cell_magic("watch", "", "sq(torch.ones(2))\nsq(torch.ones(2, 2))")
+    assert table.total_compiles == 2 and "new shape" in str(table)
+    assert ip.user_ns["_watch"].table.total_compiles == 2

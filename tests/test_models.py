@@ -4,8 +4,8 @@ import os
 import pytest
 
 import tpu_lab as tl
-from tpu_lab.models import tiny as models
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
+from tpu_lab.models import tiny as models
 
 
 def _load(path):

@@ -1,8 +1,8 @@
 import functools
 
 import tpu_lab as tl
-from tpu_lab.host.probe import AcceleratorInfo
 from tpu_lab.errors import EnvironmentProblem
+from tpu_lab.host.probe import AcceleratorInfo
 from tpu_lab.testing import write_fake_tpu_host
 
 
@@ -111,9 +111,9 @@ def test_generation_panel_shows_the_limit_banner_and_policy_hints():
     session = tl.GenerationSession(loaded.model, loaded.tokenizer, max_new_tokens=2, recompile_limit=2)
     panel = tl.widgets.GenerationPanel(session)
     panel.policy.value = "recommended"
-    assert "run a few prompts first" in panel.status.value and session.buckets is None
+    assert "Run a few prompts first" in panel.output.value and session.buckets is None
     panel.warmup_button.click()
-    assert "nothing to warm up yet" in panel.status.value
+    assert "Nothing to warm up" in panel.output.value
     for text in ("one", "one two three four", "one two three four five six seven"):
         panel.prompt.value = text
         panel.run()
@@ -127,7 +127,7 @@ def test_launch_panel_shows_each_rank_and_its_state():
     assert "not started" in panel.header.value and panel.stop_button.disabled
     result = panel.start().wait(120)
     assert result.ok and panel.error is None
-    assert "2 finished" in panel.header.value and panel.stop_button.disabled
+    assert "2 ok" in panel.header.value and panel.stop_button.disabled
     for rank, view in enumerate(panel.rank_views):
         assert f"data-rank='{rank}'" in view.value and ">ok</span>" in view.value
         assert f"step 2 on {rank}" in view.value
@@ -143,10 +143,24 @@ def test_launch_panel_stop_and_failures():
     assert not panel.stop_button.disabled
     panel.stop_button.click()
     panel.wait(60)
-    assert isinstance(panel.error, tl.LaunchError) and "stopped from the panel" in panel.message.value
+    assert isinstance(panel.error, tl.LaunchError) and "stopped by you (Stop button)" in panel.message.value
     assert "stopped" in panel.rank_views[0].value and run_pids() == []
+    assert "2 stopped" in panel.header.value  # killed ranks are stopped, not finished
     failing = tl.widgets.LaunchPanel("import os\nif os.environ['RANK'] == '1':\n    raise KeyError('k')", nproc=2)
     failing.start().wait(60)
     assert "failed (exit 1)" in failing.rank_views[1].value and "KeyError" in failing.message.value
     bad = tl.widgets.LaunchPanel("print(", nproc=2).start()
     assert "syntax error" in bad.message.value and bad.run is None
+
+
+def test_watch_panel_follows_a_loop_and_draws_the_chart():
+    import torch
+
+    f = torch.compile(lambda x: x * 2, backend="eager")
+    panel = tl.widgets.WatchPanel()
+    with panel:
+        for batch in (1, 2, 2, 3):
+            f(torch.ones(batch))
+    assert "tpu-lab-table" in panel.table.value and "lambda" in panel.table.value
+    assert panel.watch.table.total_compiles >= 2 and "compile(s)" in panel.status.value
+    assert panel.chart.value  # PNG bytes

@@ -1,4 +1,5 @@
-"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--timeout S] [--panel]``: run the cell on N ranks."""
+"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--timeout S] [--panel]`` (run the cell on N ranks) and
+``%%watch [--panel]`` (run the cell and show every compilation in it, per function and input signature)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,32 @@ class TpuLabMagics(Magics):
             raise UsageError(str(e)) from None
         self.shell.user_ns["_tp_result"] = result
         return result
+
+    @magic_arguments()
+    @argument("--panel", action="store_true", help="show a live WatchPanel while the cell runs")
+    @cell_magic
+    def watch(self, line: str, cell: str):
+        """Run this cell inside tl.watch(); the table of compiles shows under the cell (``_watch`` keeps it)."""
+        args = parse_argstring(self.watch, line)
+        assert self.shell is not None
+        from tpu_lab.compile.watch import Watch
+
+        if args.panel:
+            from tpu_lab.widgets import WatchPanel
+
+            panel = WatchPanel()
+            self.shell.user_ns["_watch"] = panel.watch
+            from IPython.display import display
+
+            display(panel)
+            with panel:
+                self.shell.run_cell(cell)
+            return None
+        w = Watch()
+        self.shell.user_ns["_watch"] = w
+        with w:
+            self.shell.run_cell(cell)
+        return w.table
 
 
 def load_ipython_extension(ipython) -> None:

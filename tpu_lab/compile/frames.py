@@ -66,44 +66,35 @@ class Capture(NamedTuple):
 Listener = Callable[[Capture], None]
 _lock = threading.Lock()
 _listeners: dict[int, list[Listener]] = {}  # thread id -> listeners, innermost last
-_installed = False
 _last_seen: dict[FunctionKey, tuple[tuple[str, str], ...]] = {}  # bounded: one entry per compiled function
 
 
 def add_listener(listener: Listener) -> None:
     """Hear about every compile that starts in this thread until ``remove_listener``."""
-    global _installed
+    from torch._dynamo.callback import callback_handler
+
     with _lock:
         _listeners.setdefault(threading.get_ident(), []).append(listener)
-        if not _installed:
-            from torch._dynamo.callback import callback_handler
-
+        # torch._dynamo.reset() clears every callback: install again whenever ours is gone, and forget
+        # inputs recorded before (compiles since went unseen)
+        if _on_compile_start not in getattr(callback_handler, "start_callbacks", ()):
+            _last_seen.clear()
             callback_handler.register_start_callback(_on_compile_start)
-            _installed = True
 
 
 def remove_listener(listener: Listener) -> None:
-    global _installed
+    # The callback itself stays installed: it keeps each function's last inputs current, so the next
+    # watch can say what changed since (a stack walk per compile, nothing per call).
     with _lock:
         mine = _listeners.get(threading.get_ident(), [])
         if listener in mine:
             mine.remove(listener)
         if not mine:
             _listeners.pop(threading.get_ident(), None)
-        if _installed and not _listeners:
-            from torch._dynamo.callback import callback_handler
-
-            callback_handler.remove_start_callback(_on_compile_start)
-            _installed = False
-
-
-_last_seen: dict[FunctionKey, tuple[tuple[str, str], ...]] = {}  # bounded: one entry per compiled function
 
 
 def _on_compile_start(args: Any) -> None:
     listeners = list(_listeners.get(threading.get_ident(), ()))
-    if not listeners:
-        return
     frame, reason = _compiling_frame()
     if frame is not None:
         code = frame.f_code
@@ -119,7 +110,8 @@ def _on_compile_start(args: Any) -> None:
         reason,
         time.perf_counter(),
         str(getattr(args, "callback_trigger", "")),
-        _last_seen.get(key),
+        # no reason means Dynamo holds no graph for this code (a first compile, or after a reset)
+        _last_seen.get(key) if reason else None,
     )
     if len(_last_seen) > 4096:
         _last_seen.clear()
@@ -131,7 +123,7 @@ def _on_compile_start(args: Any) -> None:
 def _compiling_frame() -> tuple[Any, str | None]:
     """(the user's frame Dynamo is compiling, Dynamo's recompile reason), read from the call stack."""
     frame, reason = None, None
-    f = sys._getframe(2)
+    f: Any = sys._getframe(2)
     while f is not None:
         if f.f_code.co_filename.endswith("convert_frame.py"):
             local = f.f_locals

@@ -9,5 +9,6 @@ from tpu_lab.widgets.generation_panel import GenerationPanel
 from tpu_lab.widgets.launch_panel import LaunchPanel
 from tpu_lab.widgets.model_loader import ModelLoader
 from tpu_lab.widgets.probe_panel import ProbePanel
+from tpu_lab.widgets.watch_panel import WatchPanel
 
-__all__ = ["GenerationPanel", "LaunchPanel", "ModelLoader", "ProbePanel"]
+__all__ = ["GenerationPanel", "LaunchPanel", "ModelLoader", "ProbePanel", "WatchPanel"]

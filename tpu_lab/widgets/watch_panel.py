@@ -1,0 +1,61 @@
+"""WatchPanel: the table of a tl.watch(), redrawn live while the code inside runs.
+
+A background thread polls the watch twice a second and redraws only when it changed, so the watched
+loop itself pays nothing; the chart is redrawn when the watch closes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ipywidgets as w
+
+from tpu_lab.compile.chart import png_bytes
+from tpu_lab.compile.watch import Watch
+
+REFRESH_SECONDS = 0.5
+
+
+class WatchPanel(w.VBox):
+    """``with tl.widgets.WatchPanel() as panel: loop()`` (display it first) or ``WatchPanel(watch)`` over
+    an existing watch. ``.watch`` is the Watch; the panel is also a context manager that opens it."""
+
+    def __init__(self, watch: Watch | None = None) -> None:
+        self.watch = watch or Watch()
+        self.status = w.HTML()
+        self.table = w.HTML()
+        self.chart = w.Image(format="png")
+        self._stop = threading.Event()
+        self._seen = -1
+        super().__init__([self.status, self.table, self.chart])
+        self.add_class("tpu-lab-watch-panel")
+        self.table.add_class("tpu-lab-watch-table")
+        self.redraw()
+
+    def __enter__(self) -> WatchPanel:
+        self.watch.__enter__()
+        self._stop.clear()
+        threading.Thread(target=self._follow, name="tpu_lab-watch-panel", daemon=True).start()
+        self.status.value = "watching..."
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self.watch.__exit__(*exc)
+        self.redraw(chart=True)
+        self.status.value = f"done: {self.watch.table.total_compiles} compile(s)"
+
+    def _follow(self) -> None:
+        while not self._stop.wait(REFRESH_SECONDS):
+            self.watch.poll()
+            if self.watch.version != self._seen:
+                self.redraw()
+
+    def redraw(self, *, chart: bool = False) -> None:
+        """Show the watch's table now (and its chart when ``chart``)."""
+        self._seen = self.watch.version
+        table = self.watch.table
+        self.table.value = table.to_html()
+        if chart and table.timeline:
+            self.chart.value = png_bytes(table.chart())
