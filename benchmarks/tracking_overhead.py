@@ -6,9 +6,9 @@ All sides run the same compiled forward (aot_eager, dynamic=False), the same pad
 generate arguments on a warm tiny Qwen3, in rounds of shuffled order, GC paused while timing (medians):
 - "untracked": what session.generate does minus tracking: build the padded input tensors, call
   model.generate with the compiled forward directly, decode the new tokens;
-- "tracked": session.generate, which adds per-forward shape signatures, compile snapshots and records;
+- "tracked": session.generate, which adds per-forward shape signatures, the watcher's per-call marker and records;
 - "bare generate": model.generate on prebuilt tensors, nothing decoded, for reference.
-Target: tracked <= 1.03x untracked.
+Target: tracked <= 1.01x untracked.
 """
 
 import argparse

@@ -242,3 +242,39 @@ def test_chart_has_one_line_per_function():
         f(torch.ones(2), 3)
     fig = w.table.chart()
     assert len(fig.axes[0].lines) == 1
+
+
+@pytest.mark.slow
+def test_generate_auto_compile_names_the_growing_static_cache():
+    from transformers import CompileConfig
+
+    model, tok = tl.load_model("tiny:qwen3")
+    config = CompileConfig(backend=BACKEND, dynamic=False, mode="default")
+    config._compile_all_devices = True  # generate auto-compiles only on accelerators otherwise (FACTS.md)
+    torch._dynamo.reset()
+    with tl.watch() as w:
+        for prompt in ("The French Bread Law states", "Hello world! How are you today? I am fine."):
+            ids = tok(prompt, return_tensors="pt")
+            model.generate(**ids, max_new_tokens=4, cache_implementation="static", compile_config=config)
+    rows = w.table.by_function("Qwen3ForCausalLM.forward")
+    assert [r.compiles for r in rows] == [1, 1] and "modeling_qwen3.py" in rows[0].function
+    assert rows[1].cause.startswith("static cache length changed") and "max_cache_len" in rows[1].cause
+
+
+def test_compiled_module_forward_and_lazy_backward_are_separate_rows():
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 2)
+    forward = torch.compile(model, backend="aot_eager", dynamic=False)
+    with tl.watch() as w:
+        for batch in (3, 5, 3):
+            forward(torch.ones(batch, 4)).sum().backward()
+    rows = w.table.by_function("Linear.forward")
+    assert [
+        (r.function.split(" (")[0] + (" (backward)" if "(backward)" in r.function else ""), r.compiles) for r in rows
+    ] == [
+        ("Linear.forward", 1),
+        ("Linear.forward (backward)", 1),
+        ("Linear.forward", 1),
+        ("Linear.forward (backward)", 1),
+    ]
+    assert "first backward pass" in rows[1].cause and rows[2].cause == "new shape: args[0] [3, 4] -> [5, 4]"

@@ -218,6 +218,18 @@ def test_launch_panel_shows_per_rank_logs(lab, browser):
         view = panel.locator(f".tpu-lab-rank[data-rank='{rank}']")
         view.get_by_text(f"rank {rank} step 2").wait_for(timeout=60_000)
         wait_until(lambda view=view: text_of(view.locator(".tpu-lab-rank-state")) == "ok", 30)
-    assert "2 finished" in text_of(panel)
+    assert "2 ok" in text_of(panel)
     shot(page, "04-launch-panel", panel)
+    page.close()
+
+
+def test_watch_panel_shows_the_training_loop_compiles(lab, browser):
+    page = open_and_run_all(browser, lab, "05_debug_recompiles.ipynb", 400)
+    panel = page.locator(".tpu-lab-watch-panel").first
+    panel.wait_for(timeout=30_000)
+    wait_until(lambda: text_of(panel).startswith("done:"), 60)
+    table = text_of(panel.locator(".tpu-lab-watch-table table").first)
+    assert "Sequential.forward" in table and "new shape: args[0]" in table and "backward" in table, table
+    assert panel.locator("img").first.evaluate("img => img.naturalWidth") > 100  # the chart rendered
+    shot(page, "05-watch-panel", panel)
     page.close()

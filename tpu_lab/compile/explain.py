@@ -97,6 +97,11 @@ def signature_changes(old: Sequence[tuple[str, str]], new: Sequence[tuple[str, s
             out.append(
                 f"a Python {a.split(' ')[0]} specialised per value: {name} {a.split(' ')[1]} -> {b.split(' ')[1]}"
             )
+        elif " len=" in a and " len=" in b:  # a transformers cache: its length is part of the graph
+            out.append(
+                f"static cache length changed {a.split('len=')[1]} -> {b.split('len=')[1]}: the cache is sized per "
+                "prompt and only grows; a fixed max_cache_len gives every call one size"
+            )
         elif a.endswith(("(train)", "(eval)")) and b.endswith(("(train)", "(eval)")):
             out.append(f"train/eval change: {name} {a.rsplit('(', 1)[1][:-1]} -> {b.rsplit('(', 1)[1][:-1]}")
         else:

@@ -13,6 +13,7 @@ still counted, with its inputs unknown.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -98,7 +99,7 @@ def _on_compile_start(args: Any) -> None:
     frame, reason = _compiling_frame()
     if frame is not None:
         code = frame.f_code
-        key = FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+        key = _function_key(code, frame.f_locals)
         signature = describe_inputs(code, frame.f_locals)
     else:  # e.g. a backward graph compiled lazily at the first backward call
         key = FunctionKey(f"<{str(getattr(args, 'callback_trigger', 'compile')).split('.')[-1].lower()}>", "", 0)
@@ -118,6 +119,23 @@ def _on_compile_start(args: Any) -> None:
     _last_seen[key] = signature
     for listener in listeners:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
+
+
+def _function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
+    """The compiled function; a model's forward reached through a generic wrapper (transformers'
+    decorators, torch.compile's own) is named after the model's class."""
+    import torch
+
+    if code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward"):
+        first = values.get("self", values.get("fn"))  # torch.compile(module) wraps it in inner(fn, ...)
+        args = values.get("args")
+        if first is None and isinstance(args, tuple) and args:
+            first = args[0]
+        if isinstance(first, torch.nn.Module):
+            fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
+            if fwd is not None:
+                return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
+    return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 
 def _compiling_frame() -> tuple[Any, str | None]:
@@ -152,9 +170,11 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         if name not in values:
             continue
         value = values[name]
+        if value is None or isinstance(value, bool):
+            continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
             out += [(f"{name}[{k!r}]", describe(v)) for k, v in value.items() if _interesting(v)]
-        elif isinstance(value, (list, tuple)) and value and any(isinstance(v, torch.Tensor) for v in value):
+        elif isinstance(value, (list, tuple)) and value and any(_interesting(v) for v in value):
             out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]
         else:
             out.append((name, describe(value)))
@@ -166,7 +186,9 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
 def _interesting(value: Any) -> bool:
     import torch
 
-    return isinstance(value, (torch.Tensor, bool, int, float, torch.nn.Module)) or hasattr(value, "layers")
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "layers")
 
 
 def describe(value: Any) -> str:

@@ -50,7 +50,11 @@ class NoRecompiles:
         if changes:
             changed = "; ".join(changes)
         else:
-            changed = explain(capture.reason) if capture.reason else "it was never compiled before (a new function)"
+            changed = (
+                explain(capture.reason)
+                if capture.reason
+                else "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
+            )
         inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature) or "unknown"
         self._refused = RecompileError(
             f"{capture.function} would compile inside no_recompiles(): {changed}. Inputs: {inputs}.",

@@ -46,6 +46,7 @@ class Watch:
         self._rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
         self._last_signature: dict[FunctionKey, tuple] = {}
         self._dynamic: dict[FunctionKey, str] = {}
+        self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()
         self.timeline: list[tuple[float, str, int]] = []
         """(seconds since the watch began, function, its calls so far) per compile, for the chart."""
@@ -136,11 +137,13 @@ class Watch:
             )
             if records:
                 self._last_record = records[-1]
-            by_id = {str(r.compile_id): r for r in records}
+            by_id: dict[str, list[Any]] = {}
+            for r in records:
+                by_id.setdefault(str(r.compile_id), []).append(r)
             events, waiting = [], []
             now = time.perf_counter()
             for cap in self._pending:
-                record = by_id.pop(cap.compile_id, None)
+                record = _take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
                 elif (
@@ -150,15 +153,19 @@ class Watch:
                 ):
                     events.append(self._fold(cap, record))
             self._pending = waiting
-            for record in by_id.values():
-                if "recompile limit" in (getattr(record, "fail_reason", None) or "").lower():
-                    events.append(self._fold_limit(record))
+            for left in by_id.values():
+                for record in left:
+                    if "recompile limit" in (getattr(record, "fail_reason", None) or "").lower():
+                        events.append(self._fold_limit(record))
             events += self._poll_tpu()
             if events:
                 self.version += 1
             return events
 
     def _fold(self, cap: Capture, record: Any) -> CompileEvent:
+        if "BACKWARD" in cap.trigger.upper():
+            return self._fold_backward(cap, record)
+        self._forward_of[cap.compile_id] = cap
         previous = cap.previous if cap.previous is not None else self._last_signature.get(cap.function)
         changes = signature_changes(previous, cap.signature) if previous is not None else []
         cause = "; ".join(changes) if changes else explain(cap.reason)
@@ -185,6 +192,30 @@ class Watch:
         self._last_signature[cap.function] = cap.signature
         self.timeline.append((cap.at - self._started, str(cap.function), self._calls[cap.function]))
         return CompileEvent("dynamo", cap.reason, seconds, cause=cause)
+
+    def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
+        # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
+        forward = self._forward_of.pop(cap.compile_id, None)
+        key = (
+            FunctionKey(f"{forward.function.name} (backward)", forward.function.filename, forward.function.line)
+            if forward
+            else cap.function
+        )
+        seconds = float(
+            getattr(record, "entire_frame_compile_time_s", None)
+            or getattr(record, "backward_cumulative_compile_time_us", 0)
+            or 0.0
+        )
+        if getattr(record, "backward_cumulative_compile_time_us", None) and not getattr(
+            record, "entire_frame_compile_time_s", None
+        ):
+            seconds = record.backward_cumulative_compile_time_us / 1e6
+        row = self._row(key, forward.signature if forward else ())
+        row.compiles += 1
+        row.compile_seconds += seconds
+        row.cause = "backward graph, compiled at the first backward pass through this forward graph"
+        self.timeline.append((cap.at - self._started, str(key), self._calls[key]))
+        return CompileEvent("dynamo", None, seconds, cause=row.cause)
 
     def _fold_limit(self, record: Any) -> CompileEvent:
         key = FunctionKey(str(record.co_name), str(record.co_filename or ""), int(record.co_firstlineno or 0))
@@ -245,6 +276,15 @@ class Watch:
 
     def __str__(self) -> str:
         return self.table.to_text()
+
+
+def _take_record(records: list[Any], *, backward: bool) -> Any:
+    """Dynamo's record for a compile: the frame's own, or (``backward``) the lazy backward's; same id."""
+    for r in records:
+        if (getattr(r, "is_forward", True) is False) == backward:
+            records.remove(r)
+            return r
+    return None
 
 
 def watch() -> Watch:
