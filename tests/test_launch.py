@@ -191,7 +191,7 @@ def test_tpu_host_rank_checks():
     from tpu_lab.tp.launch import check_tpu_ranks
 
     v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
-    with pytest.raises(InvalidArgument, match="nproc=8: 8 processes need 8 TPU chips .* but this host has 4") as e:
+    with pytest.raises(InvalidArgument, match=r"nproc=8: 8 processes need 8 TPU chips .* but this host has 4") as e:
         check_tpu_ranks(8, v6e, kernel_holds_tpu=False)
     assert e.value.fix == "Use a count in [1, 4], or a larger host / several hosts."
     with pytest.raises(InvalidArgument, match="No TPU topology found for count: 2"):

@@ -278,3 +278,30 @@ def test_compiled_module_forward_and_lazy_backward_are_separate_rows():
         ("Linear.forward (backward)", 1),
     ]
     assert "first backward pass" in rows[1].cause and rows[2].cause == "new shape: args[0] [3, 4] -> [5, 4]"
+
+
+CACHED_RUN = """
+import torch, tpu_lab as tl
+def f(x):
+    return torch.sin(x) * 2 + 1
+with tl.watch() as w:
+    torch.compile(f, backend="inductor")(torch.ones(8))
+row = w.table.rows[0]
+print(row.compiles, row.cached)
+"""
+
+
+@pytest.mark.slow
+def test_a_compile_served_from_the_on_disk_cache_says_so(tmp_path):
+    # Two fresh processes, as after a kernel restart: inductor's FX graph cache serves the second.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = [
+        subprocess.run([sys.executable, "-c", CACHED_RUN], env=env, capture_output=True, text=True, timeout=600)
+        for _ in range(2)
+    ]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
+    assert [r.stdout.split() for r in runs] == [["1", "0"], ["1", "1"]]
