@@ -10,7 +10,6 @@ Warm calls inside a watch run untouched: nothing is read until a compile happens
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 from tpu_lab.compile import frames
 from tpu_lab.compile.explain import TPU_DYNAMIC, explain, signature_changes
 from tpu_lab.compile.frames import Capture, FunctionKey
+from tpu_lab.compile.records import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
 from tpu_lab.compile.sources import CompileEvent, new_items
 from tpu_lab.compile.watch_table import WatchRow, WatchTable
 
@@ -143,7 +143,7 @@ class Watch:
             events, waiting = [], []
             now = time.perf_counter()
             for cap in self._pending:
-                record = _take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
+                record = take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
                 elif (
@@ -155,7 +155,7 @@ class Watch:
             self._pending = waiting
             for left in by_id.values():
                 for record in left:
-                    if "recompile limit" in (getattr(record, "fail_reason", None) or "").lower():
+                    if is_limit_refusal(record):
                         events.append(self._fold_limit(record))
             events += self._poll_tpu()
             if events:
@@ -171,19 +171,12 @@ class Watch:
         cause = "; ".join(changes) if changes else explain(cap.reason)
         if cause == "first compile" and previous is not None:
             cause = "compiled again for the same inputs (a guard on something else failed)"
-        dynamic = _dynamic_inputs(record, cap.signature)
+        dynamic = dynamic_inputs(record, cap.signature)
         if dynamic and dynamic != self._dynamic.get(cap.function):
             cause += f"; automatic dynamic shapes made {dynamic} dynamic ({TPU_DYNAMIC})"
             self._dynamic[cap.function] = dynamic
         seconds = float(getattr(record, "entire_frame_compile_time_s", None) or 0.0)
-        cached = sum(
-            int(getattr(record, f, 0) or 0)
-            for f in (
-                "inductor_fx_local_cache_hit_count",
-                "inductor_fx_remote_cache_hit_count",
-                "aotautograd_local_cache_hit_count",
-            )
-        )
+        cached = served_from_cache(record)
         row = self._row(cap.function, cap.signature)
         row.compiles += 1
         row.compile_seconds += seconds
@@ -278,42 +271,9 @@ class Watch:
         return self.table.to_text()
 
 
-def _take_record(records: list[Any], *, backward: bool) -> Any:
-    """Dynamo's record for a compile: the frame's own, or (``backward``) the lazy backward's; same id."""
-    for r in records:
-        if (getattr(r, "is_forward", True) is False) == backward:
-            records.remove(r)
-            return r
-    return None
-
-
 def watch() -> Watch:
     """Watch every compilation inside a block (``with tl.watch() as w:``) or a function (``@tl.watch()``)."""
     return Watch()
-
-
-def _dynamic_inputs(record: Any, signature: tuple) -> str:
-    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes."""
-    text = getattr(record, "graph_node_shapes", None)
-    if not text:
-        return ""
-    try:
-        shapes = ast.literal_eval(text) if isinstance(text, str) else dict(text)
-    except (ValueError, SyntaxError):
-        return ""
-    names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
-    out = []
-    for node, shape in shapes.items():
-        if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
-            continue
-        name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
-        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
-        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
-        if dims:
-            out.append(f"{name} dim {', '.join(dims)}")
-        elif scalar:
-            out.append(name)
-    return ", ".join(out)
 
 
 def _tpu_source() -> Any:
