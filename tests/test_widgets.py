@@ -161,6 +161,19 @@ def test_watch_panel_follows_a_loop_and_draws_the_chart():
     with panel:
         for batch in (1, 2, 2, 3):
             f(torch.ones(batch))
+        seen_live = wait_for(lambda: "lambda" in panel.table.value, 5)  # redrawn while the block still runs
+    assert seen_live
     assert "tpu-lab-table" in panel.table.value and "lambda" in panel.table.value
     assert panel.watch.table.total_compiles >= 2 and "compile(s)" in panel.status.value
     assert panel.chart.value  # PNG bytes
+
+
+def wait_for(condition, seconds):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
