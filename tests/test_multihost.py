@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from IPython.core.error import UsageError
 
 import tpu_lab as tl
 
@@ -199,3 +200,22 @@ def test_a_killed_kernel_leaves_no_process_on_any_host(sshd):
         if kernel.poll() is None:
             kernel.kill()
     no_process_left(sshd, within=15)
+
+
+def test_tp_run_and_the_launch_panel_across_hosts(sshd, capsys):
+    from IPython.testing.globalipapp import start_ipython
+
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "tpu_lab")
+    ip.user_ns["lab_remote"] = sshd.remote
+    code = "import os, socket, tpu_lab as tl\nprint('on', os.environ['RANK'])\ntl.report(int(os.environ['GROUP_RANK']))"
+    result = ip.run_cell_magic("tp_run", "-n 1 --hosts 127.0.0.2,127.0.0.3 --remote lab_remote --timeout 120", code)
+    assert result.values == [0, 1] and ip.user_ns["_tp_result"] is result  # node ranks as given
+    assert "[127.0.0.3 rank 1] on 1" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="no such variable"):
+        ip.run_cell_magic("tp_run", "-n 1 --hosts 127.0.0.2 --remote nope", code)
+    panel = tl.widgets.LaunchPanel(code, nproc=1, hosts=HOSTS, remote=sshd.remote)
+    assert len(panel.rank_views) == 2
+    assert panel.start().wait(120).ok and "2 ok" in panel.header.value
+    assert "rank 1 on 127.0.0.3" in panel.rank_views[1].value and "on 1" in panel.rank_views[1].value
+    no_process_left(sshd, within=5)

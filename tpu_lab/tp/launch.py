@@ -40,7 +40,7 @@ def start(
     """Check everything that can be checked, then start torchrun and return the running launch.
     With ``hosts``: one torchrun per host over ssh (``tp.multihost``), after every host passed its check."""
     if hosts is not None:
-        from tpu_lab.tp.multihost import start_hosts
+        from tpu_lab.tp.launch_hosts import start_hosts
 
         return start_hosts(code_or_path, nproc=nproc, hosts=hosts, remote=remote, env=env, args=args, environ=environ)
     if remote is not None:
@@ -91,7 +91,12 @@ def launch(
     rank's exit code and the failing traceback; on timeout or interrupt every process of the run is stopped.
     """
     timeout = positive_seconds(timeout)
-    return start(code_or_path, nproc=nproc, env=env, args=args, hosts=hosts, remote=remote).wait(timeout, on_output)
+    if hosts is not None:
+        from tpu_lab.tp.launch_hosts import launch_hosts
+
+        kw = {"nproc": nproc, "hosts": hosts, "remote": remote, "env": env, "args": args}
+        return launch_hosts(code_or_path, timeout=timeout, on_output=on_output, **kw)
+    return start(code_or_path, nproc=nproc, env=env, args=args).wait(timeout, on_output)
 
 
 def _worker_script(code_or_path: str | os.PathLike, run_dir: Path) -> Path:

@@ -1,7 +1,7 @@
 """A launch across hosts: one torchrun per host, each started over ssh through the host runner
 (``tp._remote``), with one labelled stream and one stop.
 
-``start_hosts()`` checks the arguments, starts one client per host (``tp.process.spawn_client``), sends
+``tp.launch_hosts.start_hosts()`` checks the arguments; ``HostLaunch`` starts one client per host (``tp.process.spawn_client``), sends
 each host its job and waits until every host has answered its check (reachable, the same Python with
 tpu_lab, chips against nproc; a host that fails is named and nothing starts anywhere). Then every host
 gets ``go`` with its torchrun argv (``tp.remote_command.node_argv``: static rendezvous on the first
@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import queue
-import tempfile
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,22 +25,18 @@ from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
-from tpu_lab._checks import positive_int
-from tpu_lab.errors import InvalidArgument
 from tpu_lab.tp import host_results, wire
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec
-from tpu_lab.tp.process import OutputCallback, end_clients, spawn_client
+from tpu_lab.tp.process import OutputCallback, end_clients, interrupts_held, spawn_client
 from tpu_lab.tp.remote_command import (
     CONNECT_TIMEOUT_S,
     Remote,
     address,
-    check_remote,
     client_argv,
     forwarded_env,
     go_message,
     host_python,
     remote_argv,
-    resolve_hosts,
 )
 from tpu_lab.tp.results import LaunchResult
 
@@ -72,7 +65,10 @@ class HostLaunch:
     """A launch on several hosts. ``check()`` then ``wait()`` (``start_hosts`` calls ``check``);
     ``stop()`` ends every process on every host (safe from any thread)."""
 
-    def __init__(self, names: Sequence[str], remote: Remote, job: dict[str, Any], environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, names: Sequence[str], remote: Remote, job: dict[str, Any], environ: Mapping[str, str], on_start: Any
+    ) -> None:
+        on_start(self)  # before any client starts: the caller can always stop this launch
         self.remote, self.job = remote, job
         self.nproc: int = job["nproc"]
         self.run_id: str = job["run_id"]
@@ -92,8 +88,9 @@ class HostLaunch:
             for node, name in enumerate(names):
                 python = host_python(remote, name)
                 command = remote_argv(python, forwarded, f"{RUN_ID_ENV}={self._marker(node)}")
-                host = _Host(name, node, spawn_client(client_argv(remote, name, node, command), env))
-                self.hosts.append(host)
+                with interrupts_held():  # started and known, or neither
+                    host = _Host(name, node, spawn_client(client_argv(remote, name, node, command), env))
+                    self.hosts.append(host)
                 threading.Thread(target=self._read, args=(host,), name=f"tpu_lab-host-{node}", daemon=True).start()
                 self._send(host, {**job, "kind": "job", "node": node})
         except BaseException:
@@ -264,45 +261,6 @@ class HostLaunch:
                 return "ok" if r["exit_code"] == 0 else f"failed (exit {r['exit_code']})"
         alive = self.finished is None and self.stop_reason is None and host.exit_code is None
         return "running" if alive else "stopped"
-
-
-def start_hosts(
-    code_or_path: str | os.PathLike,
-    *,
-    nproc: int,
-    hosts: Any,
-    remote: Remote | None = None,
-    env: Mapping[str, str] | None = None,
-    args: Sequence[str] = (),
-    environ: Mapping[str, str] | None = None,
-) -> HostLaunch:
-    """Check the arguments and every host, then start torchrun on every host; returns the running launch."""
-    from tpu_lab.tp.launch import _worker_script  # the same code checks as one host (syntax, paths)
-
-    positive_int(nproc, "nproc", example=4)
-    env = dict(env or {})
-    if any(not isinstance(k, str) or not isinstance(v, str) for k, v in env.items()):
-        raise InvalidArgument("env values must be strings.", fix="Convert them with str().")
-    environ = os.environ if environ is None else environ
-    names, checked = resolve_hosts(hosts, environ), check_remote(remote)
-    with tempfile.TemporaryDirectory(prefix="tpu_lab_code_") as scratch:
-        script = _worker_script(code_or_path, Path(scratch))
-        is_copy = script.parent == Path(scratch)
-        source = script.read_text()
-    job = {
-        "run_id": uuid.uuid4().hex,
-        "nproc": nproc,
-        "addresses": [address(n) for n in names],
-        "source": source,
-        "path": None if is_copy else str(script),
-        "cwd": os.getcwd(),
-        "rdzv_port": checked.rdzv_port,
-        "args": [str(a) for a in args],
-        "env": env,
-    }
-    run = HostLaunch(names, checked, job, environ)
-    run.check()
-    return run
 
 
 _LIVE: set[HostLaunch] = set()

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tpu_lab.host.processes import kill_all, pids_with_env
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec
@@ -187,6 +187,25 @@ def spawn_client(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
         errors="replace",
         bufsize=1,
     )
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold a cell interrupt (SIGINT, also ``_thread.interrupt_main``) until the block ends, then raise
+    it: a client is never started without the launch knowing it. Only the main thread gets SIGINT."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            raise KeyboardInterrupt
 
 
 def end_clients(procs: list[subprocess.Popen[str]], grace: float) -> None:
