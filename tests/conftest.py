@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
     """A real sshd on 127.0.0.1-3 (throwaway keys); skips with the reason where it cannot start."""
-    from _sshd import start_sshd
+    from tpu_lab.loopback import start_sshd
 
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     if isinstance(server, str):

@@ -96,7 +96,7 @@ def launch(
 
         kw = {"nproc": nproc, "hosts": hosts, "remote": remote, "env": env, "args": args}
         return launch_hosts(code_or_path, timeout=timeout, on_output=on_output, **kw)
-    return start(code_or_path, nproc=nproc, env=env, args=args).wait(timeout, on_output)
+    return start(code_or_path, nproc=nproc, env=env, args=args, remote=remote).wait(timeout, on_output)
 
 
 def _worker_script(code_or_path: str | os.PathLike, run_dir: Path) -> Path:

@@ -1,6 +1,8 @@
-"""A real OpenSSH server for the multi-host tests: Debian's sshd on loopback only (127.0.0.1-3, one
-non-default port), with throwaway host and user keys in a temporary folder, and the matching client
-options. ``start_sshd()`` returns None with the reason when sshd cannot start here."""
+"""A simulated multi-host slice on one machine, for tests, benchmarks and notebook 06: a real OpenSSH
+server (Debian's sshd) listening on loopback only (127.0.0.1, .2 and .3: all this machine, one
+non-default port), with throwaway host and user keys in a folder of yours, and the ``tl.Remote`` whose
+client options match (strict host key checking against its own known_hosts). ``start_sshd()`` returns
+the reason instead when sshd cannot start here. Nothing listens beyond loopback."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import tpu_lab as tl
+from tpu_lab.tp.remote_command import Remote
 
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 SSHD = "/usr/sbin/sshd"
@@ -21,10 +23,12 @@ SSHD = "/usr/sbin/sshd"
 
 @dataclass
 class Sshd:
+    """A running loopback sshd: ``remote`` reaches 127.0.0.1-3 through it; ``stop()`` ends it."""
+
     proc: subprocess.Popen
     port: int
     folder: Path
-    remote: tl.Remote
+    remote: Remote
 
     def children(self) -> list[int]:
         """Live session processes of this sshd (one per open connection)."""
@@ -39,6 +43,7 @@ class Sshd:
         return out
 
     def stop(self) -> None:
+        """Stop sshd (and any session still open)."""
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -113,4 +118,4 @@ def start_sshd(folder: Path) -> Sshd | str:
         "-o", "StrictHostKeyChecking=yes",
         "-o", "LogLevel=ERROR",
     )  # fmt: skip
-    return Sshd(proc, port, folder, tl.Remote(ssh_options=options))
+    return Sshd(proc, port, folder, Remote(ssh_options=options))
