@@ -17,3 +17,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tpu_package" in item.keywords and not HAS_TORCH_TPU:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.1-3 (throwaway keys); skips with the reason where it cannot start."""
+    from tpu_lab.loopback import start_sshd
+
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    if isinstance(server, str):
+        pytest.skip(server)
+    yield server
+    server.stop()

@@ -186,3 +186,23 @@ def test_verdicts_agree_with_real_sharding(scaled_checkpoints, tp):
         assert predicted == actual, f"{name} at tp={tp}: preflight says {predicted}, transformers: {outcomes[name]}"
         if not actual:
             assert "is invalid for input of size" in outcomes[name]
+
+
+def test_hosts_chips_per_host_times_hosts_and_tp_across_hosts():
+    # a v6e slice of 4 hosts x 4 chips (each host's chips: V6E_4)
+    assert codes(tl.tp_preflight("tiny:qwen3", 4, chips=V6E_4, hosts=4)) == []  # one rank per host: allowed
+    two_each = tl.tp_preflight(Qwen3Config(**QWEN3_8B), 8, chips=V6E_4, hosts=4)
+    assert codes(two_each) == ["rank-count-not-allowed", "tp-across-hosts"]  # v6e has no 2-chip topology
+    assert "2 ranks per host" in two_each.problems[0].message
+    report = tl.tp_preflight(Qwen3Config(**QWEN3_8B), 8, chips=V6E_4, hosts=["h0", "h1"])
+    assert codes(report) == ["tp-across-hosts"] and report.ok  # allowed, but slow: flagged
+    finding = report.problems[0]
+    assert "larger than one host's 4 chips" in finding.message and "tp_size <= 4" in finding.fix
+    too_many = tl.tp_preflight(Qwen3Config(**QWEN3_8B), 16, chips=V6E_4, hosts=2)
+    assert "more-ranks-than-chips" in codes(too_many) and "2 hosts x 4 chips have 8" in str(too_many)
+    assert codes(tl.tp_preflight("tiny:qwen3", 4, chips=V6E_4, hosts=3)) == ["ranks-not-split-evenly"]
+    assert codes(tl.tp_preflight("tiny:qwen3", 4, chips=V6E_4, hosts=1)) == []
+    cpu = TpuChips(0, None, None, (), ())
+    assert codes(tl.tp_preflight("tiny:qwen3", 4, chips=cpu, hosts=2)) == ["no-tpu-here"]
+    with pytest.raises(InvalidArgument, match="number of hosts or a list"):
+        tl.tp_preflight("tiny:qwen3", 4, chips=V6E_4, hosts="h0,h1")

@@ -32,6 +32,7 @@ _EXPORTS = {
     "tp_preflight": "tpu_lab.tp.preflight",
     "PreflightReport": "tpu_lab.tp.preflight",
     "launch": "tpu_lab.tp.launch",
+    "Remote": "tpu_lab.tp.remote_command",
     "LaunchResult": "tpu_lab.tp.results",
     "report": "tpu_lab.tp.results",
 }
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from tpu_lab.models.tiny import tiny_model
     from tpu_lab.tp.launch import launch
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
+    from tpu_lab.tp.remote_command import Remote
     from tpu_lab.tp.results import LaunchResult, report
 
 

@@ -1,4 +1,5 @@
-"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--timeout S] [--panel]`` (run the cell on N ranks) and
+"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--timeout S]
+[--panel]`` (run the cell on N ranks, on each host) and
 ``%%watch [--panel]`` (run the cell and show every compilation in it, per function and input signature)."""
 
 from __future__ import annotations
@@ -17,20 +18,28 @@ class TpuLabMagics(Magics):
     @argument("-n", "--nproc", type=int, required=True, help="ranks (one process per chip)")
     @argument("--timeout", type=float, default=None, help="stop every rank after this many seconds")
     @argument("--panel", action="store_true", help="show a LaunchPanel (live logs, Stop button) instead")
+    @argument("--hosts", default=None, help="comma-separated hosts (N ranks on each), or TPU_WORKER_HOSTNAMES")
+    @argument("--remote", default=None, help="name of a tl.Remote variable: how to reach the hosts")
     @cell_magic
     def tp_run(self, line: str, cell: str):
         """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
         The LaunchResult is returned and kept in ``_tp_result``; ``tl.report(value)`` hands values back."""
         args = parse_argstring(self.tp_run, line)
         assert self.shell is not None  # set by IPython when the magics are registered
+        hosts = args.hosts if args.hosts in (None, "TPU_WORKER_HOSTNAMES") else args.hosts.split(",")
+        if args.remote is not None and args.remote not in self.shell.user_ns:
+            raise UsageError(
+                f"--remote {args.remote}: no such variable. Define it first: {args.remote} = tl.Remote(...)"
+            )
+        remote = None if args.remote is None else self.shell.user_ns[args.remote]
         if args.panel:
             from tpu_lab.widgets import LaunchPanel
 
-            panel = LaunchPanel(cell, nproc=args.nproc, timeout=args.timeout)
+            panel = LaunchPanel(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote)
             panel.start()
             return panel
         try:
-            result = launch(cell, nproc=args.nproc, timeout=args.timeout)
+            result = launch(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote)
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result
             raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab

@@ -51,6 +51,8 @@ class LaunchSpec:
     tpu_env: Mapping[str, str] = field(default_factory=dict)
     """torch_tpu's launch environment (set_tpu_launch_env), computed fresh in a child process."""
     python: str = sys.executable
+    first_rank: int = 0
+    """Global rank of this host's first process (multi-host: node rank x nproc)."""
 
 
 def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

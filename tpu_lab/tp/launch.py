@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tpu_lab._checks import positive_int, positive_seconds
 from tpu_lab.errors import InvalidArgument, LaunchError
@@ -22,6 +23,9 @@ from tpu_lab.tp.command import LaunchSpec, build_command
 from tpu_lab.tp.process import OutputCallback, RunningLaunch
 from tpu_lab.tp.results import LaunchResult
 
+if TYPE_CHECKING:
+    from tpu_lab.tp.multihost import HostLaunch
+
 
 def start(
     code_or_path: str | os.PathLike,
@@ -30,8 +34,19 @@ def start(
     env: Mapping[str, str] | None = None,
     args: Sequence[str] = (),
     environ: Mapping[str, str] | None = None,
-) -> RunningLaunch:
-    """Check everything that can be checked, then start torchrun and return the running launch."""
+    hosts: Any = None,
+    remote: Any = None,
+) -> RunningLaunch | HostLaunch:
+    """Check everything that can be checked, then start torchrun and return the running launch.
+    With ``hosts``: one torchrun per host over ssh (``tp.multihost``), after every host passed its check."""
+    if hosts is not None:
+        from tpu_lab.tp.launch_hosts import start_hosts
+
+        return start_hosts(code_or_path, nproc=nproc, hosts=hosts, remote=remote, env=env, args=args, environ=environ)
+    if remote is not None:
+        raise InvalidArgument(
+            "remote= only applies to a launch with hosts=.", fix="Pass hosts=[...] too, or drop remote=."
+        )
     positive_int(nproc, "nproc", example=2)
     env = dict(env or {})
     bad = [k for k, v in env.items() if not isinstance(k, str) or not isinstance(v, str)]
@@ -63,15 +78,25 @@ def launch(
     env: Mapping[str, str] | None = None,
     args: Sequence[str] = (),
     on_output: OutputCallback | None = None,
+    hosts: Any = None,
+    remote: Any = None,
 ) -> LaunchResult:
     """Run ``code_or_path`` (Python source, or a .py file) on ``nproc`` ranks under torchrun.
+
+    ``hosts``: a list of hosts (or ``"TPU_WORKER_HOSTNAMES"``) runs ``nproc`` ranks on each, one torchrun
+    per host over ssh, the rendezvous on the first host; ``remote`` (a ``tl.Remote``) says how to reach them.
 
     Each rank's output is streamed live, labelled by rank (``on_output(rank, line)``; rank None is
     torchrun itself). Ranks hand values back with ``tl.report(value)``. Raises LaunchError naming each
     rank's exit code and the failing traceback; on timeout or interrupt every process of the run is stopped.
     """
     timeout = positive_seconds(timeout)
-    return start(code_or_path, nproc=nproc, env=env, args=args).wait(timeout, on_output)
+    if hosts is not None:
+        from tpu_lab.tp.launch_hosts import launch_hosts
+
+        kw = {"nproc": nproc, "hosts": hosts, "remote": remote, "env": env, "args": args}
+        return launch_hosts(code_or_path, timeout=timeout, on_output=on_output, **kw)
+    return start(code_or_path, nproc=nproc, env=env, args=args, remote=remote).wait(timeout, on_output)
 
 
 def _worker_script(code_or_path: str | os.PathLike, run_dir: Path) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -20,12 +21,14 @@ from tpu_lab._checks import positive_int
 from tpu_lab._report import Finding, Report, has_error, most_severe_first, report_html, report_text
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.chips import TpuChips, rank_count_problem, scan_tpu_chips
+from tpu_lab.tp.preflight_hosts import check_hosts
 
 REPLICATE = "replicated_with_grad_allreduce"
 # Styles that split a projection's output features (its heads) across ranks, and those that split input.
 SPLITS_OUTPUT = {"colwise", "colwise_gather_output", "colwise_rep", "packed_colwise"}
 SPLITS_INPUT = {"rowwise", "rowwise_split_input", "rowwise_rep", "packed_rowwise"}
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+_RANK_CODES = ("more-ranks-than-chips", "rank-count-not-allowed", "ranks-not-split-evenly")
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,19 @@ class PreflightReport(Report):
 
 
 def tp_preflight(
-    name_or_config: Any, tp_size: int, *, tp_plan: dict[str, str] | None = None, chips: TpuChips | None = None
+    name_or_config: Any,
+    tp_size: int,
+    *,
+    tp_plan: dict[str, str] | None = None,
+    chips: TpuChips | None = None,
+    hosts: int | Sequence[str] | None = None,
 ) -> PreflightReport:
     """Predict whether sharding ``name_or_config`` ``tp_size`` ways works, from its config alone.
 
     ``name_or_config``: a transformers config, a checkpoint folder, a hub id (only config.json is
     fetched) or ``tiny:<arch>[-kvN][-tied]``. ``tp_plan``: the override you would pass to
     ``DistributedConfig``. ``chips``: the TPU chips to check the rank count against (default: this host's).
+    ``hosts``: a count or list of hosts; ``tp_size`` ranks are then spread over them (``chips`` per host).
     """
     positive_int(tp_size, "tp_size", example=4)
     config = _load_config(name_or_config)
@@ -112,7 +121,8 @@ def tp_preflight(
         vocab=getattr(text, "vocab_size", None),
     )
     problems += _check_shards(plan, shape, tp_size)
-    problems += _check_ranks(tp_size, scan_tpu_chips() if chips is None else chips)
+    chips = scan_tpu_chips() if chips is None else chips
+    problems += _check_ranks(tp_size, chips) if hosts is None else check_hosts(tp_size, hosts, chips)
     tied = bool(getattr(text, "tie_word_embeddings", False))
     if tied and tp_size > 1:
         problems.append(
@@ -308,5 +318,5 @@ def _suggest(
             if key.rsplit(".", 1)[-1] in ATTENTION:
                 suggestion[key] = REPLICATE
     remaining = _check_shards({**default_plan, **suggestion}, shape, tp)
-    rank_errors = any(p.code in ("more-ranks-than-chips", "rank-count-not-allowed") for p in problems)
+    rank_errors = any(p.code in _RANK_CODES for p in problems)
     return suggestion, not remaining and not rank_errors

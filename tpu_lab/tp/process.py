@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tpu_lab.host.processes import kill_all, pids_with_env
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec
@@ -137,7 +137,7 @@ class RunningLaunch:
             int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", launcher)
         }
         ranks = []
-        for rank in range(self.spec.nproc):
+        for rank in range(self.spec.first_rank, self.spec.first_rank + self.spec.nproc):
             status = read_json(self.spec.run_dir / f"rank{rank}.status.json") or {}
             code = status.get("exit_code", torchrun_codes.get(rank))
             sig = None
@@ -169,6 +169,62 @@ def kill_run(run_id: str) -> int:
 def run_pids(run_id: str | None = None) -> list[int]:
     """Live processes started by tl.launch (of one run, or of any run), found by their environment marker."""
     return pids_with_env(f"{RUN_ID_ENV}={run_id}".encode() if run_id else f"{RUN_ID_ENV}=".encode())
+
+
+def spawn_client(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """A client that runs something on another host (ssh, or a tool like gcloud): its own session (a cell
+    interrupt reaches only the kernel), SIGTERM when this process dies, stdin and stdout piped (stderr
+    merged), never through a local shell."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_term_with_parent,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold a cell interrupt (SIGINT, also ``_thread.interrupt_main``) until the block ends, then raise
+    it: a client is never started without the launch knowing it. Only the main thread gets SIGINT."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            if callable(previous):
+                previous(signal.SIGINT, None)
+            raise KeyboardInterrupt
+
+
+def end_clients(procs: list[subprocess.Popen[str]], grace: float) -> None:
+    """Give the clients ``grace`` seconds in all to exit by themselves, then SIGKILL the session of each
+    one still running (a tool's own ssh child included), and reap them all."""
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def run_briefly(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a short-lived child to completion (output captured); it is killed at ``timeout``."""
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def _term_with_parent() -> None:

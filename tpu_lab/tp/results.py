@@ -72,6 +72,8 @@ class RankResult:
     """The tail of its output (stdout and stderr)."""
     error: str | None
     """Its traceback when it failed."""
+    host: str | None = None
+    """The host it ran on (multi-host launches; None on one host)."""
 
     @property
     def ok(self) -> bool:
@@ -87,6 +89,24 @@ class RankResult:
 
 
 @dataclass(frozen=True)
+class HostResult:
+    """How one host of a multi-host launch ended."""
+
+    host: str
+    node_rank: int
+    ranks: tuple[int, ...]
+    """The global ranks it ran (node_rank x nproc onwards)."""
+    state: str
+    """"ok", "failed", "stopped", "lost" (the connection ended without a result) or "not started"."""
+    argv: tuple[str, ...]
+    """Its torchrun command line (empty when it never started)."""
+    output: str
+    """torchrun's and the connection's own lines (not from a rank), the latest ones."""
+    error: str | None = None
+    """What went wrong there, in words."""
+
+
+@dataclass(frozen=True)
 class LaunchResult(Report):
     """A finished launch: each rank's exit code, value and output."""
 
@@ -98,6 +118,8 @@ class LaunchResult(Report):
     """torchrun's own lines (not from a rank)."""
     stop_reason: str | None = None
     """Why the launcher stopped the run ("interrupted", "timed out after 60 s", ...); None when it ended by itself."""
+    hosts: tuple[HostResult, ...] = ()
+    """Per host, in node order (multi-host launches; empty on one host)."""
 
     @property
     def ok(self) -> bool:
@@ -115,15 +137,23 @@ class LaunchResult(Report):
         return f"STOPPED ({self.stop_reason})" if self.stop_reason else "FAILED"
 
     def to_text(self) -> str:
-        lines = [f"tpu_lab launch: {len(self.ranks)} rank(s), {self.verdict}, {self.seconds:.1f} s"]
-        lines += [f"  rank {r.rank}: {r.state}, value={r.value!r}" for r in self.ranks]
+        on = f" on {len(self.hosts)} host(s)" if self.hosts else ""
+        lines = [f"tpu_lab launch: {len(self.ranks)} rank(s){on}, {self.verdict}, {self.seconds:.1f} s"]
+        lines += [f"  host {h.host} (node {h.node_rank}): {h.state}" for h in self.hosts]
+        at = {r.rank: f" on {r.host}" if r.host else "" for r in self.ranks}
+        lines += [f"  rank {r.rank}{at[r.rank]}: {r.state}, value={r.value!r}" for r in self.ranks]
         return "\n".join(lines)
 
     def to_html(self) -> str:
-        rows = [(r.rank, r.state, repr(r.value)) for r in self.ranks]
+        on = f" on {len(self.hosts)} host(s)" if self.hosts else ""
+        head = ["rank", "host", "state", "value"] if self.hosts else ["rank", "state", "value"]
+        cols: list[tuple[object, ...]] = [
+            (r.rank, r.host, r.state, repr(r.value)) if self.hosts else (r.rank, r.state, repr(r.value))
+            for r in self.ranks
+        ]
         return (
-            f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s), {escape(self.verdict)}, "
-            f"{self.seconds:.1f} s</b>{table(rows, ['rank', 'state', 'value'])}</div>"
+            f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s){on}, {escape(self.verdict)}, "
+            f"{self.seconds:.1f} s</b>{table(cols, head)}</div>"
         )
 
 

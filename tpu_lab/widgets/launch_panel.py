@@ -6,14 +6,18 @@ the panel only redraws them.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from html import escape
+from typing import Any
 
 import ipywidgets as w
 
 from tpu_lab.tp.launch import start
+from tpu_lab.tp.multihost import HostLaunch
 from tpu_lab.tp.process import RunningLaunch
+from tpu_lab.tp.remote_command import resolve_hosts
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.widgets._common import error_html
 
@@ -26,9 +30,11 @@ class LaunchPanel(w.VBox):
     """``LaunchPanel(code, nproc=2).start()`` runs ``code`` under torchrun in the background; ``wait()``
     blocks until it ends. ``.result`` is the LaunchResult, ``.error`` the LaunchError if it failed."""
 
-    def __init__(self, code: str, *, nproc: int, timeout: float | None = None) -> None:
-        self.code, self.nproc, self.timeout = code, nproc, timeout
-        self.run: RunningLaunch | None = None
+    def __init__(
+        self, code: str, *, nproc: int, timeout: float | None = None, hosts: Any = None, remote: Any = None
+    ) -> None:
+        self.code, self.nproc, self.timeout, self.hosts, self.remote = code, nproc, timeout, hosts, remote
+        self.run: RunningLaunch | HostLaunch | None = None
         self.result: LaunchResult | None = None
         self.error: Exception | None = None
         self._thread: threading.Thread | None = None
@@ -36,7 +42,8 @@ class LaunchPanel(w.VBox):
         self.stop_button = w.Button(description="Stop", icon="stop", button_style="danger", disabled=True)
         self.stop_button.on_click(lambda _: self.stop())
         self.header = w.HTML()
-        count = nproc if isinstance(nproc, int) and 0 < nproc <= 64 else 0
+        self.host_names = _host_names(hosts)
+        count = nproc * max(1, len(self.host_names)) if isinstance(nproc, int) and 0 < nproc <= 64 else 0
         self.rank_views = [w.HTML(layout=w.Layout(width=f"{max(24, 98 // min(count, 4))}%")) for _ in range(count)]
         self.message = w.HTML()
         rows = [w.HBox(self.rank_views[i : i + 4]) for i in range(0, count, 4)]
@@ -47,7 +54,7 @@ class LaunchPanel(w.VBox):
     def start(self) -> LaunchPanel:
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
-            self.run = start(self.code, nproc=self.nproc)
+            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote)
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e
             self.message.value = error_html(e)
@@ -101,7 +108,20 @@ class LaunchPanel(w.VBox):
             colour = STATE_COLOURS.get(state.split(" ")[0], "#c62828")
             lines = self.run.rank_lines(rank)[-LOG_LINES:] if self.run else []
             view.value = (
-                f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}</b> "
+                f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(state)}</span>"
                 f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
             )
+
+    def _on(self, rank: int) -> str:
+        return f" on {escape(self.host_names[rank // self.nproc])}" if self.host_names else ""
+
+
+def _host_names(hosts: Any) -> list[str]:
+    """The hosts, for labelling the rank views (a bad value shows its error when the run starts)."""
+    if hosts is None:
+        return []
+    try:
+        return list(resolve_hosts(hosts, os.environ))
+    except Exception:
+        return []

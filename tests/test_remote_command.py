@@ -1,0 +1,111 @@
+"""How a multi-host launch reaches its hosts, as pure functions: hosts, the ssh argv, the quoted remote
+command, each node's torchrun argv, and the check of a host's Python against the kernel's."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+import tpu_lab as tl
+from tpu_lab.errors import EnvironmentProblem, InvalidArgument
+from tpu_lab.tp import wire
+from tpu_lab.tp.command import LaunchSpec, build_command
+from tpu_lab.tp.remote_command import (
+    client_argv,
+    forwarded_env,
+    host_python,
+    node_argv,
+    remote_argv,
+    resolve_hosts,
+)
+
+
+def test_hosts_explicit_or_from_the_tpu_worker_list():
+    assert resolve_hosts(["10.0.0.2", "root@10.0.0.3", "t1v-n-0"], {}) == ("10.0.0.2", "root@10.0.0.3", "t1v-n-0")
+    env = {"TPU_WORKER_HOSTNAMES": "10.0.0.2, 10.0.0.3"}
+    assert resolve_hosts("TPU_WORKER_HOSTNAMES", env) == ("10.0.0.2", "10.0.0.3")
+    with pytest.raises(EnvironmentProblem, match="TPU_WORKER_HOSTNAMES is not set") as e:
+        resolve_hosts("TPU_WORKER_HOSTNAMES", {})
+    assert "hosts=[" in e.value.fix
+
+
+@pytest.mark.parametrize(
+    ("hosts", "match"),
+    [
+        ([], "non-empty list"),
+        ("10.0.0.2,10.0.0.3", "non-empty list"),
+        (["-oProxyCommand=touch /tmp/x"], "not a host name"),
+        (["a b"], "not a host name"),
+        (["h;rm -rf /"], "not a host name"),
+        ([3], "not a host name"),
+        (["10.0.0.2", "10.0.0.2"], "names a host twice"),
+    ],
+)
+def test_bad_hosts(hosts, match):
+    with pytest.raises(InvalidArgument, match=match) as e:
+        resolve_hosts(hosts, {})
+    assert e.value.fix
+
+
+def test_ssh_argv_is_batch_mode_and_quotes_the_remote_command():
+    remote = tl.Remote(ssh_options=("-p", "2222"))
+    command = remote_argv("/opt/my env/bin/python", {"PYTHONPATH": "/src/$HOME;x"}, "TPU_LAB_RUN_ID=r-node1-")
+    argv = client_argv(remote, "10.0.0.3", 1, command)
+    assert argv[:3] == ["ssh", "-o", "BatchMode=yes"] and "-T" in argv
+    assert argv[-4:-2] == ["-p", "2222"] and argv[-2] == "10.0.0.3"
+    # one argument, which a POSIX shell splits back into exactly the argv: nothing is expanded
+    assert shlex.split(argv[-1]) == command
+    assert command == [
+        "env",
+        "PYTHONPATH=/src/$HOME;x",
+        "TPU_LAB_RUN_ID=r-node1-",
+        "/opt/my env/bin/python",
+        "-m",
+        "tpu_lab.tp._remote",
+    ]
+
+
+def test_a_command_prefix_such_as_gcloud():
+    prefix = ("gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu", "--worker={worker}", "--command={command}")
+    argv = client_argv(tl.Remote(prefix=prefix), "10.0.0.3", 1, ["python", "-c", "print('a b')"])
+    assert argv == [*prefix[:6], "--worker=1", "--command=python -c 'print('\"'\"'a b'\"'\"')'"]
+    wrapped = client_argv(tl.Remote(prefix=("my-ssh", "--via", "bastion")), "h1", 0, ["true"])
+    assert wrapped == ["my-ssh", "--via", "bastion", "h1", "true"]  # no ssh options forced on another tool
+
+
+def test_remote_checks_and_per_host_python():
+    with pytest.raises(InvalidArgument, match="tuple of strings"):
+        tl.launch("print(1)", nproc=1, hosts=["h"], remote=tl.Remote(ssh_options="-p 22"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match=r"not a tl\.Remote"):
+        tl.launch("print(1)", nproc=1, hosts=["h"], remote={"port": 22})
+    with pytest.raises(InvalidArgument, match="only applies to a launch with hosts"):
+        tl.launch("print(1)", nproc=1, remote=tl.Remote())
+    remote = tl.Remote(python={"h2": "/usr/bin/python3"})
+    assert host_python(remote, "h2") == "/usr/bin/python3" and host_python(remote, "h1", "/k/python") == "/k/python"
+    assert forwarded_env({"PYTHONPATH": "/a", "HOME": "/root", "HF_HOME": ""}) == {"PYTHONPATH": "/a"}
+
+
+def test_node_argv_puts_the_rendezvous_on_the_first_host():
+    spec = LaunchSpec(script=Path("/r/w.py"), nproc=2, run_dir=Path("/r"), run_id="x-node1-", port=1, args=("a",))
+    single, _ = build_command(spec, {})
+    argv = node_argv(single, nnodes=2, node_rank=1, master="10.0.0.2", port=29511, rdzv_id="x")
+    assert "--nnodes=2" in argv and "--node-rank=1" in argv and "--rdzv-backend=static" in argv
+    assert "--rdzv-endpoint=10.0.0.2:29511" in argv and "--rdzv-id=x" in argv
+    assert not any(a.startswith(("--rdzv-endpoint=127.0.0.1", "--nnodes=1", "--rdzv-backend=c10d")) for a in argv)
+    assert "--log-line-prefix-template=[default${rank}]:" in argv  # lines carry the global rank
+    assert argv[-4:] == ["-m", "tpu_lab.tp._worker", "/r/w.py", "a"]
+
+
+def test_wire_framing():
+    assert wire.parse(wire.control("hello", port=5)) == ("control", {"kind": "hello", "port": 5})
+    assert wire.parse(wire.output_line(3, "a\tb")) == ("line", (3, "a\tb"))
+    assert wire.parse(wire.output_line(None, "torchrun")) == ("line", (None, "torchrun"))
+    assert wire.parse("ssh: connect to host x port 22: Connection refused")[0] == "raw"
+
+
+def test_a_host_with_another_python_is_named():
+    ours = {"python": "3.11.7", "tpu_lab": "0.1.0", "torch": "2.14.1", "transformers": "5.24.0"}
+    assert wire.facts_problem("h", "/p", dict(ours, python="3.11.2"), ours) is None
+    problem = wire.facts_problem("h2", "/p", dict(ours, python="3.10.1", torch="2.12.0"), ours)
+    assert "Host h2" in problem and "Python 3.10.1 (here 3.11.7)" in problem and "torch 2.12.0 (here 2.14.1)" in problem
+    assert "has no torch" in wire.facts_problem("h3", "/p", dict(ours, torch=None), ours)

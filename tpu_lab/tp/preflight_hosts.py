@@ -1,0 +1,78 @@
+"""The preflight across hosts: ``tp_size`` ranks spread over several hosts of a slice, against the chips
+each host has (every host of a slice has the same chips: this host's, or the ``chips`` given). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tpu_lab._report import Finding
+from tpu_lab.errors import InvalidArgument
+from tpu_lab.host.chips import TpuChips, rank_count_problem
+
+
+def host_count(hosts: int | Sequence[str]) -> int:
+    """How many hosts ``hosts`` names (a count, or the list you would give tl.launch)."""
+    if isinstance(hosts, bool) or not isinstance(hosts, (int, list, tuple)) or (isinstance(hosts, int) and hosts < 1):
+        raise InvalidArgument(
+            f"hosts={hosts!r} must be a number of hosts or a list of them.",
+            fix="Use e.g. hosts=2 or hosts=['h0', 'h1'].",
+        )
+    count = hosts if isinstance(hosts, int) else len(hosts)
+    if count < 1:
+        raise InvalidArgument("hosts=[] names no host.", fix="Use e.g. hosts=2 or hosts=['h0', 'h1'].")
+    return count
+
+
+def check_hosts(tp: int, hosts: int | Sequence[str], chips: TpuChips) -> list[Finding]:
+    """``tp`` ranks on ``hosts`` hosts of ``chips`` each: an even split, chips per host x hosts against
+    the ranks, the generation's rank counts per host, and tensor parallelism that crosses hosts."""
+    n = host_count(hosts)
+    if tp % n:
+        return [
+            Finding(
+                "ranks-not-split-evenly",
+                "error",
+                f"tp_size={tp} ranks cannot be split evenly over {n} hosts (torchrun runs the same number on each).",
+                f"Use a multiple of {n}, e.g. tp_size={n * max(1, tp // n)}.",
+            )
+        ]
+    per_host = tp // n
+    if not chips.count:
+        return [
+            Finding(
+                "no-tpu-here",
+                "info",
+                f"No TPU on this host to count chips from: {n} hosts would run {per_host} process(es) each "
+                "(on CPU with gloo).",
+                "On a TPU VM of the slice the chips per host are checked too.",
+            )
+        ]
+    out = []
+    if tp > chips.count * n:
+        out.append(
+            Finding(
+                "more-ranks-than-chips",
+                "error",
+                f"tp_size={tp} needs {tp} chips but {n} hosts x {chips.count} chips have {chips.count * n}.",
+                f"Use tp_size <= {chips.count * n}, or more hosts.",
+            )
+        )
+    else:
+        problem = rank_count_problem(per_host, chips)
+        if problem is not None:
+            out.append(
+                Finding(problem.code, problem.severity, f"{per_host} ranks per host: {problem.message}", problem.fix)
+            )
+    if tp > chips.count and n > 1:
+        out.append(
+            Finding(
+                "tp-across-hosts",
+                "warning",
+                f"tp_size={tp} is larger than one host's {chips.count} chips, so tensor parallelism crosses hosts: "
+                "every layer's all-reduce then travels over the network between hosts (the data-centre network), "
+                "much slower than the links between the chips of one host.",
+                f"Keep tensor parallel within a host (tp_size <= {chips.count}) and use the other hosts for data "
+                "parallel replicas (or pipeline stages).",
+            )
+        )
+    return out
