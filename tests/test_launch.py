@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from _processes import leftovers
 
 import tpu_lab as tl
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec, build_command
-from tpu_lab.tp.process import run_pids
 
 
 def spec(**kw):
@@ -21,8 +21,9 @@ def spec(**kw):
 
 def test_build_command_argv():
     argv, _ = build_command(spec(args=("--x", "1")), {})
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[:3] == [sys.executable, "-m", "tpu_lab.tp._torchrun"]  # torchrun's main, loopback rendezvous
     assert "--nproc-per-node=2" in argv and "--rdzv-endpoint=127.0.0.1:29555" in argv
+    assert "--rdzv-backend=tpu_lab-loopback" in argv and "--shutdown-timeout=2" in argv
     assert "--rdzv-id=abc" in argv and "--max-restarts=0" in argv and "--tee=3" in argv
     assert argv[-5:] == ["-m", "tpu_lab.tp._worker", "/r/worker.py", "--x", "1"]
 
@@ -43,6 +44,7 @@ def test_build_command_env_drops_stale_and_marks_the_run():
     assert env["TORCH_TPU_TOPOLOGY"] == "1,1,1"  # fresh from the child, never the stale one
     assert env["HOME"] == "/root" and env["FOO"] == "bar"
     assert env[RUN_ID_ENV] == "abc" and env["TPU_LAB_RESULT_DIR"] == "/r" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["GLOO_SOCKET_IFNAME"] == "lo"  # the ranks' own gloo sockets stay on loopback too
 
 
 @pytest.mark.parametrize(
@@ -54,14 +56,14 @@ def test_build_command_env_drops_stale_and_marks_the_run():
         ({"code_or_path": "", "nproc": 2}, "code is empty"),
         ({"code_or_path": "missing_worker.py", "nproc": 2}, "No worker script"),
         ({"code_or_path": "print(1)", "nproc": 2, "timeout": -1}, "timeout=-1"),
-        ({"code_or_path": "print(1)", "nproc": 2, "env": {"A": 1}}, "env values must be strings"),
+        ({"code_or_path": "print(1)", "nproc": 2, "env": {"A": 1}}, r"env\['A'\] must be a string"),
     ],
 )
 def test_bad_inputs_start_nothing(kwargs, match):
     with pytest.raises(InvalidArgument, match=match) as e:
         tl.launch(**kwargs)
     assert e.value.fix
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 GENERATE = """
@@ -92,7 +94,7 @@ def test_tensor_parallel_tokens_equal_one_process(arch, nproc, capsys):
     assert len(single.values[0]) == 5 + 8
     out = capsys.readouterr().out
     assert "[rank 0] " in out and f"[rank {nproc - 1}] " in out  # streamed, labelled by rank
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -118,10 +120,10 @@ def test_crashing_rank_stops_the_others_fast():
         tl.launch(code, nproc=2)
     assert time.monotonic() - start < 10
     message = str(e.value)
-    assert "argv: " in message and "torch.distributed.run" in message
+    assert "argv: " in message and "tpu_lab.tp._torchrun" in message
     assert "rank 1: failed (exit 1)" in message and "rank 0: stopped" in message
     assert "ValueError: boom on rank 1" in message and "worker.py" in message
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -131,7 +133,7 @@ def test_hanging_rank_is_killed_at_the_timeout():
         tl.launch(code, nproc=2, timeout=4)
     assert e.value.result.ranks[1].exit_code == 0
     assert e.value.result.ranks[0].state.startswith("stopped")
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -146,7 +148,7 @@ def test_twenty_interrupts_leave_no_process():
                 tl.launch(code, nproc=2)
         finally:
             timer.cancel()
-        assert run_pids() == [], f"processes left after interrupt {i}"
+        assert leftovers() == [], f"processes left after interrupt {i}"
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from html import escape
 
 import ipywidgets as w
 
+from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
 from tpu_lab.tp.process import RunningLaunch
 from tpu_lab.tp.results import LaunchResult
@@ -47,6 +48,7 @@ class LaunchPanel(w.VBox):
     def start(self) -> LaunchPanel:
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
+            positive_seconds(self.timeout)  # NaN or infinity would never fire
             self.run = start(self.code, nproc=self.nproc)
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e
