@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from _processes import leftovers
@@ -233,3 +234,69 @@ def test_unresponsive_proxy_is_a_clear_hub_unreachable_within_15s(silent_proxy, 
     assert took < 15, f"{entry} took {took:.1f} s"
     assert accepted, "the check never reached the proxy"
     assert "proxy" in str(e.value) and e.value.fix
+
+
+# ---- the tiny-model cache ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One real tiny model (kv 4) and another (kv 2), built in their own cache."""
+    cache = tmp_path_factory.mktemp("cache")
+    env = {"TPU_LAB_CACHE": str(cache)}
+    return tl.tiny_model(environ=env), tl.tiny_model(kv_heads=2, environ=env)
+
+
+def forge(source: Path, folder: Path, claimed: Path) -> None:
+    """A copy of ``source`` whose marker claims to be ``claimed``'s build, with digests that match its files."""
+    import json
+
+    from tpu_lab.models.tiny import MARKER, _digests
+
+    shutil.copytree(source, folder)
+    marker = json.loads((claimed / MARKER).read_text())
+    marker["files"] = _digests(folder)
+    (folder / MARKER).write_text(json.dumps(marker))
+
+
+def test_a_symlinked_cache_entry_with_a_forged_marker_is_refused(built, tmp_path):
+    kv4, kv2 = built
+    elsewhere = tmp_path / "elsewhere"
+    forge(kv2, elsewhere, claimed=kv4)  # other weights, a perfect marker
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / kv4.name).symlink_to(elsewhere)
+    with pytest.raises(tl.errors.EnvironmentProblem, match="points outside the cache") as e:
+        tl.tiny_model(environ={"TPU_LAB_CACHE": str(cache)})
+    assert "Delete" in e.value.fix
+
+
+def test_a_cache_entry_whose_files_changed_is_refused(built, tmp_path):
+    kv4, kv2 = built
+    entry = tmp_path / "cache" / "models" / kv4.name
+    shutil.copytree(kv4, entry)
+    assert tl.tiny_model(environ={"TPU_LAB_CACHE": str(tmp_path / "cache")}) == entry  # an honest copy is fine
+    shutil.copy(kv2 / "model.safetensors", entry / "model.safetensors")  # same marker, other weights
+    with pytest.raises(tl.errors.EnvironmentProblem, match="do not match what was recorded"):
+        tl.tiny_model(environ={"TPU_LAB_CACHE": str(tmp_path / "cache")})
+
+
+def test_stale_staging_folders_are_removed_and_live_ones_kept(built, tmp_path):
+    import fcntl
+
+    kv4, _ = built
+    models = tmp_path / "cache" / "models"
+    shutil.copytree(kv4, models / kv4.name)
+    stale, live, young = (models / f".{kv4.name}.{s}" for s in ("killed", "building", "new"))
+    for folder in (stale, live, young):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"partial")
+    for folder in (stale, live):
+        os.utime(folder, (time.time() - 3600, time.time() - 3600))
+    holder = os.open(live, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a build in progress in another process holds its folder's lock
+    try:
+        tl.tiny_model(kv_heads=1, environ={"TPU_LAB_CACHE": str(tmp_path / "cache")})
+    finally:
+        os.close(holder)
+    assert not stale.exists() and live.exists() and young.exists()
