@@ -185,3 +185,14 @@ def test_tpu_host_rank_checks():
         check_tpu_ranks(4, v6e, kernel_holds_tpu=True)
     assert "restart the kernel" in e.value.fix
     check_tpu_ranks(4, v6e, kernel_holds_tpu=False)  # allowed
+
+
+@pytest.mark.slow
+def test_one_line_code_ending_in_py_is_code_and_legacy_encodings_run(tmp_path):
+    # Not a file name (it has spaces and "="): run as code, which fails in the rank, not "No worker script".
+    with pytest.raises(tl.LaunchError, match="NameError"):
+        tl.launch("x = worker.py", nproc=1, on_output=lambda rank, line: None)
+    script = tmp_path / "latin.py"  # Python runs a file in the encoding its coding declaration names
+    script.write_bytes("# -*- coding: latin-1 -*-\nimport tpu_lab as tl\ntl.report('café')\n".encode("latin-1"))
+    assert tl.launch(script, nproc=1, on_output=lambda rank, line: None).values == ["café"]
+    assert leftovers() == []

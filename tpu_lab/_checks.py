@@ -117,3 +117,14 @@ def optional_callable(value: Any, name: str) -> Any:
 def _short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def name_or_path(value: Any, name: str = "name_or_path") -> str:
+    """A non-empty model name or path (str or os.PathLike) as a str."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text.strip() or "\0" in text:
+        raise InvalidArgument(
+            f"{name}={_short(value)} is not a model name or folder.",
+            fix="Pass a checkpoint folder, a hub id like 'Qwen/Qwen3-0.6B', or 'tiny:qwen3'.",
+        )
+    return text

@@ -104,7 +104,10 @@ def tp_preflight(
     positive_int(tp_size, "tp_size", example=4)
     boolean(trust_remote_code, "trust_remote_code")
     if chips is not None and not isinstance(chips, TpuChips):
-        raise InvalidArgument(f"chips must be a TpuChips (or None for this host's), got {type(chips).__name__}.")
+        raise InvalidArgument(
+            f"chips must be a TpuChips (or None for this host's), got {type(chips).__name__}.",
+            fix="Leave chips=None, or pass tpu_lab.host.chips.scan_tpu_chips(sysfs_root=...) for another host.",
+        )
     config = load_config(name_or_config, trust_remote_code)
     skeleton = meta_model(config, trust_remote_code)
     if not getattr(skeleton, "tp_plan", None):
@@ -183,7 +186,10 @@ def _check_user_plan(
     """Keys that match nothing (with the corrected key) and unknown styles; returns the usable plan,
     with keys corrected where the correction is unambiguous."""
     if not isinstance(tp_plan, dict):
-        raise InvalidArgument(f"tp_plan must be a dict of module pattern -> style, got {type(tp_plan).__name__}.")
+        raise InvalidArgument(
+            f"tp_plan must be a dict of module pattern -> style, got {type(tp_plan).__name__}.",
+            fix='Use e.g. tp_plan={"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}.',
+        )
     styles = _styles()
     usable: dict[str, str] = {}
     for key, style in tp_plan.items():

@@ -8,6 +8,7 @@ import copy
 import os
 from typing import Any
 
+from tpu_lab._checks import name_or_path
 from tpu_lab.errors import InvalidArgument
 
 
@@ -16,15 +17,15 @@ def load_config(name_or_config: Any, trust_remote_code: bool) -> Any:
 
     if isinstance(name_or_config, PretrainedConfig):
         return name_or_config
-    if not isinstance(name_or_config, (str, os.PathLike)) or not os.fspath(name_or_config):
+    if not isinstance(name_or_config, (str, os.PathLike)):
         raise InvalidArgument(
-            f"Cannot read a model config from {type(name_or_config).__name__} {name_or_config!r:.60}.",
+            f"Cannot read a model config from {type(name_or_config).__name__}.",
             fix="Pass a transformers config, a checkpoint folder, a hub id or 'tiny:qwen3'.",
         )
     from tpu_lab.models.checkpoint import resolve_source
     from tpu_lab.models.loading import explain_load_failure
 
-    name = os.fspath(name_or_config)
+    name = name_or_path(name_or_config, "name_or_config")
     path, _, local_only = resolve_source(name, trust_remote_code=trust_remote_code, config_only=True)
     try:
         return AutoConfig.from_pretrained(path, local_files_only=local_only, trust_remote_code=trust_remote_code)
