@@ -1,9 +1,12 @@
 import importlib.util
 import os
+import uuid
 
 import pytest
 
 HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
+# Marks every process this session starts, so tests count only their own leftovers (tests/_processes.py).
+os.environ.setdefault("TPU_LAB_TEST_SESSION", uuid.uuid4().hex)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,17 +1,15 @@
 """The torchrun launcher: argv/env as a pure function, and real torchrun processes on CPU (gloo)."""
 
-import _thread
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from _processes import leftovers
 
 import tpu_lab as tl
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec, build_command
-from tpu_lab.tp.process import run_pids
 
 
 def spec(**kw):
@@ -21,8 +19,9 @@ def spec(**kw):
 
 def test_build_command_argv():
     argv, _ = build_command(spec(args=("--x", "1")), {})
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[:3] == [sys.executable, "-m", "tpu_lab.tp._torchrun"]  # torchrun's main, loopback rendezvous
     assert "--nproc-per-node=2" in argv and "--rdzv-endpoint=127.0.0.1:29555" in argv
+    assert "--rdzv-backend=tpu_lab-loopback" in argv and "--shutdown-timeout=2" in argv
     assert "--rdzv-id=abc" in argv and "--max-restarts=0" in argv and "--tee=3" in argv
     assert argv[-5:] == ["-m", "tpu_lab.tp._worker", "/r/worker.py", "--x", "1"]
 
@@ -43,6 +42,7 @@ def test_build_command_env_drops_stale_and_marks_the_run():
     assert env["TORCH_TPU_TOPOLOGY"] == "1,1,1"  # fresh from the child, never the stale one
     assert env["HOME"] == "/root" and env["FOO"] == "bar"
     assert env[RUN_ID_ENV] == "abc" and env["TPU_LAB_RESULT_DIR"] == "/r" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["GLOO_SOCKET_IFNAME"] == "lo"  # the ranks' own gloo sockets stay on loopback too
 
 
 @pytest.mark.parametrize(
@@ -54,14 +54,14 @@ def test_build_command_env_drops_stale_and_marks_the_run():
         ({"code_or_path": "", "nproc": 2}, "code is empty"),
         ({"code_or_path": "missing_worker.py", "nproc": 2}, "No worker script"),
         ({"code_or_path": "print(1)", "nproc": 2, "timeout": -1}, "timeout=-1"),
-        ({"code_or_path": "print(1)", "nproc": 2, "env": {"A": 1}}, "env values must be strings"),
+        ({"code_or_path": "print(1)", "nproc": 2, "env": {"A": 1}}, r"env\['A'\] must be a string"),
     ],
 )
 def test_bad_inputs_start_nothing(kwargs, match):
     with pytest.raises(InvalidArgument, match=match) as e:
         tl.launch(**kwargs)
     assert e.value.fix
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 GENERATE = """
@@ -92,7 +92,7 @@ def test_tensor_parallel_tokens_equal_one_process(arch, nproc, capsys):
     assert len(single.values[0]) == 5 + 8
     out = capsys.readouterr().out
     assert "[rank 0] " in out and f"[rank {nproc - 1}] " in out  # streamed, labelled by rank
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -118,10 +118,10 @@ def test_crashing_rank_stops_the_others_fast():
         tl.launch(code, nproc=2)
     assert time.monotonic() - start < 10
     message = str(e.value)
-    assert "argv: " in message and "torch.distributed.run" in message
+    assert "argv: " in message and "tpu_lab.tp._torchrun" in message
     assert "rank 1: failed (exit 1)" in message and "rank 0: stopped" in message
     assert "ValueError: boom on rank 1" in message and "worker.py" in message
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -131,22 +131,7 @@ def test_hanging_rank_is_killed_at_the_timeout():
         tl.launch(code, nproc=2, timeout=4)
     assert e.value.result.ranks[1].exit_code == 0
     assert e.value.result.ranks[0].state.startswith("stopped")
-    assert run_pids() == []
-
-
-@pytest.mark.slow
-def test_twenty_interrupts_leave_no_process():
-    # A cell interrupt is a KeyboardInterrupt in the kernel's main thread, at any moment of the launch.
-    code = "import time\nprint('started', flush=True)\ntime.sleep(120)"
-    for i in range(20):
-        timer = threading.Timer(0.1 + (i % 5) * 0.45, _thread.interrupt_main)
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                tl.launch(code, nproc=2)
-        finally:
-            timer.cancel()
-        assert run_pids() == [], f"processes left after interrupt {i}"
+    assert leftovers() == []
 
 
 @pytest.mark.slow
@@ -200,3 +185,14 @@ def test_tpu_host_rank_checks():
         check_tpu_ranks(4, v6e, kernel_holds_tpu=True)
     assert "restart the kernel" in e.value.fix
     check_tpu_ranks(4, v6e, kernel_holds_tpu=False)  # allowed
+
+
+@pytest.mark.slow
+def test_one_line_code_ending_in_py_is_code_and_legacy_encodings_run(tmp_path):
+    # Not a file name (it has spaces and "="): run as code, which fails in the rank, not "No worker script".
+    with pytest.raises(tl.LaunchError, match="NameError"):
+        tl.launch("x = worker.py", nproc=1, on_output=lambda rank, line: None)
+    script = tmp_path / "latin.py"  # Python runs a file in the encoding its coding declaration names
+    script.write_bytes("# -*- coding: latin-1 -*-\nimport tpu_lab as tl\ntl.report('café')\n".encode("latin-1"))
+    assert tl.launch(script, nproc=1, on_output=lambda rank, line: None).values == ["café"]
+    assert leftovers() == []

@@ -250,7 +250,7 @@ def test_hub_reachability_check_uses_hf_endpoint(monkeypatch):
 
     from tpu_lab.models.checkpoint import hub_reachable
 
-    for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+    for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(k, raising=False)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))

@@ -1,10 +1,9 @@
 """%%tp_run through IPython's own shell, with real torchrun processes."""
 
 import pytest
+from _processes import leftovers
 from IPython.core.error import UsageError
 from IPython.testing.globalipapp import start_ipython
-
-from tpu_lab.tp.process import run_pids
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +32,7 @@ def test_tp_run_failure_is_a_clean_usage_error(ip):
         ip.run_cell_magic("tp_run", "-n 2 --timeout 60", "import os\nif os.environ['RANK'] == '0':\n    1 / 0")
     assert "ZeroDivisionError" in str(e.value)
     assert ip.user_ns["_tp_result"].ranks[0].exit_code == 1
-    assert run_pids() == []
+    assert leftovers() == []
 
 
 def test_tp_run_bad_input(ip):

@@ -8,6 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from tpu_lab._checks import positive_int, positive_seconds
 from tpu_lab.errors import LaunchError, TpuLabError
 from tpu_lab.tp.launch import launch
 
@@ -24,8 +25,17 @@ class TpuLabMagics(Magics):
     def tp_run(self, line: str, cell: str):
         """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
         The LaunchResult is returned and kept in ``_tp_result``; ``tl.report(value)`` hands values back."""
-        args = parse_argstring(self.tp_run, line)
+        args = parse_argstring(self.tp_run, line)  # a malformed line raises UsageError itself
         assert self.shell is not None  # set by IPython when the magics are registered
+        try:  # checked here too, so the panel refuses them before starting anything
+            positive_int(args.nproc, "-n/--nproc", example=2)
+            positive_seconds(args.timeout, "--timeout", example=300)
+        except TpuLabError as e:
+            raise UsageError(str(e)) from None
+        if not cell.strip():
+            raise UsageError(
+                "%%tp_run has nothing to run: the cell is empty.\nFix: put the code for every rank in the cell."
+            )
         hosts = args.hosts if args.hosts in (None, "TPU_WORKER_HOSTNAMES") else args.hosts.split(",")
         if args.remote is not None and args.remote not in self.shell.user_ns:
             raise UsageError(

@@ -21,6 +21,7 @@ from tpu_lab.compile.buckets import bucket_for, validate_buckets
 from tpu_lab.compile.guard import NoRecompiles
 from tpu_lab.compile.hooks import keep_attention_masks, private_copy, signature_of
 from tpu_lab.compile.record import GenerationRecord
+from tpu_lab.compile.session_checks import COMPILE_PHASES, check_fits, check_session_args, token_ids
 from tpu_lab.compile.signature import ShapeSignature
 from tpu_lab.compile.table import CompileTable
 from tpu_lab.compile.tally import ForwardCall, ShapeTally
@@ -28,7 +29,6 @@ from tpu_lab.compile.watch import Watch
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 DEFAULT_BACKEND = {"cpu": "aot_eager", "cuda": "inductor", "tpu": "tpu"}
-COMPILE_PHASES = {"all": ("prefill", "decode"), "decode": ("decode",), "none": ()}
 # Room for new tokens above the largest bucket when max_cache_len is not given.
 NEW_TOKEN_ROOM = 64
 
@@ -58,25 +58,17 @@ class GenerationSession(Report):
     ) -> None:
         import torch
 
-        if getattr(tokenizer, "pad_token_id", None) is None:
-            raise InvalidArgument(
-                "The tokenizer has no pad token, so prompts cannot be padded to a bucket.",
-                fix="Set one before creating the session: tokenizer.pad_token = tokenizer.eos_token.",
-            )
-        if compile not in COMPILE_PHASES:
-            raise InvalidArgument(
-                f"compile={compile!r} is not a mode.", fix=f"Use one of: {', '.join(COMPILE_PHASES)}."
-            )
+        check_session_args(model, tokenizer, compile, backend, recompile_limit)
+        self.model, self.tokenizer = model, tokenizer
+        self.device = next(model.parameters()).device.type
         self.buckets: tuple[int, ...] | None = None
         self.max_cache_len: int | None = None
         self.set_buckets(buckets, max_cache_len=max_cache_len)
-        self.model, self.tokenizer = model, tokenizer
         if self.max_cache_len is not None:
             # transformers sizes later static caches to the largest it has seen on this model; forget it so
             # the fixed length really is the one used.
             vars(model).pop("_previous_max_cache_length", None)
         self.max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
-        self.device = next(model.parameters()).device.type
         self.backend = backend or DEFAULT_BACKEND.get(self.device, "aot_eager")
         self.compile_phases = COMPILE_PHASES[compile]
         self.recompile_limit = recompile_limit
@@ -155,6 +147,8 @@ class GenerationSession(Report):
                 f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({new[-1]}).",
                 fix=f"Use max_cache_len >= {new[-1]} + max_new_tokens.",
             )
+        if max_cache_len is not None:  # the cache holds the largest bucket, so this covers the buckets too
+            check_fits(self.model, max_cache_len, f"max_cache_len={max_cache_len}", self.device)
         self.buckets, self.max_cache_len = new, max_cache_len
 
     @property
@@ -171,11 +165,7 @@ class GenerationSession(Report):
             ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
             text = prompt
         else:
-            ids = list(prompt)
-            if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-                raise InvalidArgument(
-                    "A prompt must be text or a list of token ids.", fix="Pass a str or a list of ints."
-                )
+            ids = token_ids(prompt, getattr(self.model.config, "vocab_size", None))
             text = f"<{len(ids)} token ids>"  # not decoded: callers with ids have the text
         if not ids:
             raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
@@ -261,6 +251,9 @@ class GenerationSession(Report):
                 f"max_cache_len={self.max_cache_len}.",
                 fix=f"Shorten the prompt or max_new_tokens, or create the session with max_cache_len >= {padded + max_new}.",
             )
+        check_fits(
+            self.model, padded + max_new, f"The prompt ({padded} tokens) + max_new_tokens={max_new}", self.device
+        )
         pad = padded - n
         # Inputs stay on CPU: generate moves only what forward consumes (the seed's advice).
         input_ids = torch.tensor([[self.tokenizer.pad_token_id] * pad + ids])

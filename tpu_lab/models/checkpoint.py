@@ -5,13 +5,15 @@ untruncated safetensors, remote code trusted).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import socket
 import threading
+import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from tpu_lab.errors import HubUnreachable, InvalidArgument, ModelLoadError
 
@@ -29,9 +31,9 @@ def resolve_source(
         return str(tiny_preset(name)), "tiny", True
     path = Path(name).expanduser()
     if path.exists():
-        if config_only and not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} has no config.json.", fix="Pass the folder written by save_pretrained.")
-        if not config_only:
+        if config_only:
+            check_config(path, trust_remote_code=trust_remote_code)
+        else:
             check_checkpoint(path, trust_remote_code=trust_remote_code)
         return str(path), "local", True
     if not HUB_ID.match(name) or name.startswith((".", "~")):
@@ -40,13 +42,16 @@ def resolve_source(
             cause="a typo in the path, or the folder was never written",
             fix="Check the path, or build an offline model with tl.tiny_model() (or pass 'tiny:qwen3').",
         )
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "") or not hub_reachable():
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "")
+    problem = "HF_HUB_OFFLINE is set" if offline else hub_problem()
+    if problem:
         if _in_hub_cache(name, revision):
             return name, "hub cache", True
         raise HubUnreachable(
-            f"Cannot download {name!r}: the Hugging Face Hub is not reachable from here and the model is "
-            "not in the local hub cache.",
-            cause="no network (an offline machine, a firewall, a workshop without internet) or HF_HUB_OFFLINE=1",
+            f"Cannot download {name!r}: the Hugging Face Hub is not reachable from here ({problem}) and the "
+            "model is not in the local hub cache.",
+            cause="no network (an offline machine, a firewall, a workshop without internet), a proxy that does "
+            "not answer, or HF_HUB_OFFLINE=1",
             fix="Use a local checkpoint folder, or tl.tiny_model() / 'tiny:qwen3' for an offline model; or "
             "download it where there is a network (hf download NAME) and copy the cache here.",
         )
@@ -54,25 +59,72 @@ def resolve_source(
 
 
 def hub_reachable(timeout: float = HUB_CHECK_SECONDS) -> bool:
-    """Can a TCP connection to the hub be opened within ``timeout`` seconds? (True behind a proxy.)"""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # the proxy decides; let huggingface_hub try
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or 443
-    result: list[bool] = []
+    """Can the hub be reached within ``timeout`` seconds (through the proxy, when one is set)?"""
+    return hub_problem(timeout) is None
 
-    def connect() -> None:
+
+def hub_problem(timeout: float = HUB_CHECK_SECONDS) -> str | None:
+    """None when a connection to the hub opens within ``timeout`` seconds, else what went wrong. With a
+    proxy in the environment the proxy must answer too (an HTTP CONNECT, or a SOCKS5 greeting): a proxy
+    that accepts and never answers would otherwise hang every download for many minutes."""
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    proxies = urllib.request.getproxies_environment()
+    bypass = urllib.request.proxy_bypass_environment(host)  # type: ignore[attr-defined]  # NO_PROXY
+    proxy = None if bypass else proxies.get(endpoint.scheme or "https") or proxies.get("all")
+    result: list[str | None] = []
+
+    def check() -> None:
         try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(True)
-        except OSError:
-            result.append(False)
+            if proxy:
+                result.append(_proxy_problem(proxy, host, port, timeout))
+            else:
+                socket.create_connection((host, port), timeout=timeout).close()
+                result.append(None)
+        except OSError as e:
+            where = f"the proxy {proxy}" if proxy else f"{host}:{port}"
+            result.append(f"no connection to {where}: {e.strerror or e}")
 
     # DNS look-ups ignore socket timeouts; a daemon thread bounds the whole check.
-    worker = threading.Thread(target=connect, daemon=True)
+    worker = threading.Thread(target=check, daemon=True)
     worker.start()
     worker.join(timeout)
-    return bool(result and result[0])
+    if not result:
+        return (
+            f"the proxy {proxy} did not answer within {timeout:g} s"
+            if proxy
+            else f"no answer from {host}:{port} within {timeout:g} s"
+        )
+    return result[0]
+
+
+def _proxy_problem(proxy: str, host: str, port: int, timeout: float) -> str | None:
+    url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+    default = {"https": 443, "socks5": 1080, "socks5h": 1080}.get(url.scheme, 8080)
+    with socket.create_connection((url.hostname or "", url.port or default), timeout=timeout) as conn:
+        conn.settimeout(timeout)
+        if url.scheme.startswith("socks"):
+            conn.sendall(b"\x05\x01\x00")  # SOCKS5: one method, no authentication
+            answer = conn.recv(2)
+            return None if answer[:1] == b"\x05" else f"the proxy {proxy} did not answer as a SOCKS5 proxy"
+        if url.scheme == "https":
+            import ssl
+
+            conn = ssl.create_default_context().wrap_socket(conn, server_hostname=url.hostname)
+        auth = ""
+        if url.username:
+            token = base64.b64encode(f"{unquote(url.username)}:{unquote(url.password or '')}".encode()).decode()
+            auth = f"Proxy-Authorization: Basic {token}\r\n"
+        conn.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}\r\n".encode())
+        status = conn.recv(256).split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status.split()
+    if len(parts) >= 2 and parts[1] == "200":
+        return None
+    return (
+        f"the proxy {proxy} answered {status!r} to a CONNECT to {host}:{port}"
+        if status
+        else f"the proxy {proxy} closed the connection"
+    )
 
 
 def _in_hub_cache(repo_id: str, revision: str | None) -> bool:
@@ -94,30 +146,40 @@ def tiny_preset(name: str) -> Path:
     return tiny_model(arch=arch, kv_heads=int(kv) if kv else None, tie_embeddings=bool(tied))
 
 
-def check_checkpoint(path: Path, *, trust_remote_code: bool = False) -> None:
-    """Catch what would fail after loading started: no config, no tokenizer, remote code, truncated weights."""
-    if not path.is_dir():
-        raise ModelLoadError(
-            f"{path} is a file, not a checkpoint folder.", fix="Pass the folder that holds config.json."
-        )
+def check_config(path: Path, *, trust_remote_code: bool = False) -> dict:
+    """config.json exists, is a JSON object, and defines no model code unless it is trusted."""
     config_file = path / "config.json"
-    if not config_file.exists():
+    if not path.is_dir() or not config_file.is_file():
+        where = "is a file, not a checkpoint folder" if not path.is_dir() else "has no config.json"
         raise ModelLoadError(
-            f"{path} is not a checkpoint: it has no config.json.",
+            f"{path} {where}.",
             fix="Pass the folder written by save_pretrained (it holds config.json and the weights).",
         )
     try:
-        config = json.loads(config_file.read_text())
-    except ValueError as e:
+        config = json.loads(config_file.read_bytes())
+    except (ValueError, OSError) as e:
         raise ModelLoadError(
-            f"{config_file} is not valid JSON: {e}.", fix="Re-save or re-download the checkpoint."
+            f"{config_file} is not valid JSON: {e}.",
+            cause="an interrupted download or copy, or a file edited by hand",
+            fix="Re-save or re-download the checkpoint.",
         ) from e
+    if not isinstance(config, dict):
+        raise ModelLoadError(
+            f"{config_file} holds a JSON {type(config).__name__}, not the object a config is.",
+            fix="Re-save the checkpoint with model.save_pretrained() or config.save_pretrained().",
+        )
     if "auto_map" in config and not trust_remote_code:
         raise ModelLoadError(
             f"{path} defines its own model code (auto_map in config.json), which transformers only runs "
-            "with trust_remote_code=True.",
+            "with trust_remote_code=True (and would otherwise ask on stdin, which a notebook kernel lacks).",
             fix="Read the model's Python files, then pass trust_remote_code=True if you trust them.",
         )
+    return config
+
+
+def check_checkpoint(path: Path, *, trust_remote_code: bool = False) -> None:
+    """Catch what would fail after loading started: no config, no tokenizer, remote code, truncated weights."""
+    check_config(path, trust_remote_code=trust_remote_code)
     if not any((path / f).exists() for f in TOKENIZER_FILES):
         raise ModelLoadError(
             f"{path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}).",
@@ -135,7 +197,7 @@ def check_checkpoint(path: Path, *, trust_remote_code: bool = False) -> None:
 
 
 def check_safetensors(file: Path) -> None:
-    """Raise ModelLoadError when a safetensors file is shorter than its own header says."""
+    """Raise ModelLoadError when a safetensors file's header is malformed or the file is shorter than it says."""
     size = file.stat().st_size
     with open(file, "rb") as fh:
         head = fh.read(8)
@@ -144,14 +206,46 @@ def check_safetensors(file: Path) -> None:
             header = json.loads(fh.read(header_len)) if 0 <= header_len <= size - 8 else None
         except ValueError:
             header = None
-    expected = None
-    if header is not None:
-        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
-        expected = 8 + header_len + max(ends, default=0)
-    if header is None or expected is None or size < expected:
+    ends = _tensor_ends(header)
+    expected = None if ends is None else 8 + header_len + max(ends, default=0)
+    if header is not None and ends is None:
+        raise ModelLoadError(
+            f"{file} has a malformed header: it is JSON, but not a map of tensor name -> dtype, shape and "
+            "data_offsets.",
+            cause="a file that is not a safetensors checkpoint, or one written by a broken tool",
+            fix="Delete the file and download or save the checkpoint again.",
+        )
+    if expected is None or size < expected:
         have = f"{size:,} bytes" + (f" of the {expected:,} its header promises" if expected else "")
         raise ModelLoadError(
             f"{file} is truncated or corrupt: {have}.",
             cause="an interrupted download or copy, or a full disk while saving",
             fix="Delete the file and download or save the checkpoint again.",
         )
+
+
+def _tensor_ends(header: object) -> list[int] | None:
+    """Where each tensor's data ends, or None when the header does not have safetensors' shape."""
+    if not isinstance(header, dict):
+        return None
+    ends = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            if not isinstance(entry, dict):
+                return None
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("dtype"), str)
+            and isinstance(shape, list)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+            and isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in offsets)
+            and 0 <= offsets[0] <= offsets[1]
+        ):
+            return None
+        ends.append(offsets[1])
+    return ends

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_lab._checks import name_or_path as check_name
 from tpu_lab._report import Finding, Report
 from tpu_lab.errors import (
     DeviceUnavailable,
@@ -96,7 +97,7 @@ def load_model(
     for an offline tiny model. ``progress(desc, n, total)`` is called as weights load (a tqdm bar is
     shown when it is None).
     """
-    name = os.fspath(name_or_path)
+    name = check_name(name_or_path)
     findings: list[Finding] = []
     device, device_map = resolve_device(device, findings)
     dtype_name = resolve_dtype(dtype, device)

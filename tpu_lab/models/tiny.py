@@ -73,9 +73,20 @@ def tiny_model(
     Without ``path`` the checkpoint is cached under ``$TPU_LAB_CACHE`` (or the user cache dir).
     """
     spec = _validate(arch, kv_heads, tie_embeddings)
-    target = Path(path) if path is not None else cache_dir(environ) / "models" / _cache_key(spec)
-    if _matches(target, spec):
+    root: Path | None = None
+    if path is None:
+        root = cache_dir(environ) / "models"
+        target = root / _cache_key(spec)
+    elif isinstance(path, (str, os.PathLike)) and os.fspath(path):
+        target = Path(path)
+    else:
+        raise InvalidArgument(
+            f"path={path!r} is not a folder path.", fix="Pass a str or pathlib.Path, or None for the cache."
+        )
+    if _matches(target, spec, root):
         return target
+    if root is not None and _is_legacy(target, spec):
+        shutil.rmtree(target)  # built before the marker recorded file digests: rebuild rather than trust it
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise InvalidArgument(
             f"{target} already exists and is not a tiny model built with {spec}.",
@@ -83,7 +94,9 @@ def tiny_model(
         )
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(target.parent, "." if root is not None else f".{target.name}.")
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        building = _lock(staging)  # held until the build ends: a live build's folder is never "stale"
     except OSError as e:
         raise ModelBuildError(
             f"Cannot write a tiny model to {target}: {e.strerror or e}.",
@@ -92,12 +105,12 @@ def tiny_model(
         ) from e
     try:
         _build(staging, spec)
-        (staging / MARKER).write_text(json.dumps(spec, sort_keys=True))
+        (staging / MARKER).write_text(json.dumps({**spec, "files": _digests(staging)}, sort_keys=True))
         if target.exists():
             target.rmdir()  # empty (checked above); os.replace cannot replace a directory
         os.replace(staging, target)
     except OSError as e:
-        if not _matches(target, spec):  # else another process finished the same build first
+        if not _matches(target, spec, root):  # else another process finished the same build first
             raise ModelBuildError(
                 f"Writing the tiny model to {target} failed: {e}.",
                 cause="the disk is full or the folder is not writable",
@@ -105,6 +118,7 @@ def tiny_model(
             ) from e
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        os.close(building)
     return target
 
 
@@ -128,11 +142,84 @@ def _cache_key(spec: dict) -> str:
     return f"{spec['arch']}-kv{spec['kv_heads']}-{tied}-r{spec['recipe']}"
 
 
-def _matches(target: Path, spec: dict) -> bool:
+def _recorded(target: Path) -> dict | None:
     try:
-        return json.loads((target / MARKER).read_text()) == spec
+        marker = json.loads((target / MARKER).read_text())
     except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def _matches(target: Path, spec: dict, root: Path | None = None) -> bool:
+    """Whether ``target`` is a complete build of ``spec``. A marker alone is not trusted: an entry of the
+    cache (``root``) must lie inside it, and every file must have the digest recorded at build time."""
+    recorded = _recorded(target)
+    if recorded is None or {k: v for k, v in recorded.items() if k != "files"} != spec:
         return False
+    if root is not None and (target.is_symlink() or not target.resolve().is_relative_to(root.resolve())):
+        raise EnvironmentProblem(
+            f"The tiny-model cache entry {target} points outside the cache, to {target.resolve()}.",
+            cause="a symlink put into the cache (by another user or a script); its weights are not the ones built here",
+            fix=f"Delete {target} (it is rebuilt on the next call), and check who can write to {root}.",
+        )
+    if isinstance(recorded.get("files"), dict) and _digests(target) != recorded["files"]:
+        raise EnvironmentProblem(
+            f"The files of the tiny model at {target} do not match what was recorded when it was built.",
+            cause="the folder was modified or replaced after the build (edited, partly copied, or tampered with)",
+            fix=f"Delete {target}; it is rebuilt on the next call.",
+        )
+    return "files" in recorded
+
+
+def _is_legacy(target: Path, spec: dict) -> bool:
+    recorded = _recorded(target)
+    return recorded == spec and target.is_dir() and not target.is_symlink()
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file below ``folder`` (the marker excepted); a symlink is recorded as one."""
+    import hashlib
+
+    out = {}
+    for file in sorted(folder.rglob("*")):
+        name = file.relative_to(folder).as_posix()
+        if file.is_symlink():
+            out[name] = "symlink:" + os.readlink(file)
+        elif file.is_file() and name != MARKER:
+            out[name] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return out
+
+
+def _lock(folder: Path) -> int:
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _remove_stale_staging(parent: Path, prefix: str, min_age: float = 60.0) -> None:
+    """Remove staging folders of killed builds: older than ``min_age`` s (a folder is locked right after it
+    is made) and not locked by a live builder."""
+    import fcntl
+    import time
+
+    for folder in parent.glob(f"{prefix}*"):
+        try:
+            if not folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
+                continue
+            if time.time() - folder.stat().st_mtime < min_age:
+                continue
+            fd = os.open(folder, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            pass  # a live build holds it
+        finally:
+            os.close(fd)
 
 
 def _build(folder: Path, spec: dict) -> None:

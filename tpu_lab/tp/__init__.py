@@ -1,7 +1,9 @@
 """tp: tensor parallel from a notebook. ``preflight`` predicts sharding failures from the config;
 ``command`` builds torchrun's argv and environment (pure); ``process`` is the one module that spawns,
-signals and reaps processes; ``launch`` is the API that checks, then starts; ``results`` holds what comes
-back (values, statuses, RankResult, LaunchResult); ``_worker`` is what each rank runs.
+signals and reaps processes; ``launch`` is the API that checks, then starts; ``rundirs`` keeps the last
+run folders; ``results`` holds what comes back (values, statuses, RankResult, LaunchResult); ``_torchrun``
+runs torchrun's main with a loopback-only rendezvous; ``_worker`` is what each rank runs; ``skeleton``
+gives the preflight a config and a meta-device model.
 
 Across hosts: ``remote_command`` builds the ssh argv, the quoted remote command and each node's
 torchrun argv (pure); ``wire`` is what the kernel and a host runner say to each other; ``launch_hosts``

@@ -70,10 +70,10 @@ def _script(job: dict[str, Any], run_dir: Path) -> Path:
     """The worker script here: the kernel's file at the same path when it is the same file, else a copy."""
     source: str = job["source"]
     path = job.get("path")
-    if path and Path(path).is_file() and Path(path).read_bytes() == source.encode():
+    if path and Path(path).is_file() and Path(path).read_bytes() == source.encode("utf-8", "surrogateescape"):
         return Path(path)
     target = run_dir / (Path(path).name if path else "worker.py")
-    target.write_text(source)
+    target.write_bytes(source.encode("utf-8", "surrogateescape"))
     return target
 
 
@@ -145,6 +145,11 @@ def _run(go: dict[str, Any], hello: dict[str, Any], out: _Out) -> LaunchResult:
     paths = {"script": Path(fields["script"]), "run_dir": Path(fields["run_dir"]), "args": tuple(fields["args"])}
     spec = LaunchSpec(**{**fields, **paths, "tpu_env": hello["tpu_env"]})  # computed on this host
     _, env = build_command(spec, os.environ)
+    if "GLOO_SOCKET_IFNAME" not in spec.env:
+        # One host keeps gloo on loopback; across hosts it must listen where the other hosts reach it.
+        env.pop("GLOO_SOCKET_IFNAME", None)
+        if "GLOO_SOCKET_IFNAME" in os.environ:
+            env["GLOO_SOCKET_IFNAME"] = os.environ["GLOO_SOCKET_IFNAME"]
     run = RunningLaunch(spec, list(go["argv"]), env)
     threading.Thread(target=_watch_stdin, args=(run,), name="tpu_lab-remote-stdin", daemon=True).start()
     try:

@@ -28,8 +28,9 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
     except OSError:
         return
-    if os.getppid() == 1:  # torchrun died before the line above: nothing to wait for
-        os._exit(1)
+    launcher = os.environ.get("TPU_LAB_LAUNCHER_PID")  # tp.command.LAUNCHER_PID_ENV; this module stays light
+    if os.getppid() == 1 or (launcher and os.getppid() != int(launcher)):
+        os._exit(1)  # torchrun died before the line above (re-parented to init or a subreaper): nothing to wait for
 
 
 def _status(code: int, error: str | None = None) -> None:

@@ -12,6 +12,11 @@ from tpu_lab.host.findings import LAUNCH_ENV
 
 RUN_ID_ENV = "TPU_LAB_RUN_ID"
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
+LAUNCHER_PID_ENV = "TPU_LAB_LAUNCHER_PID"
+# tp._torchrun registers it: one store, listening on 127.0.0.1 only (torchrun's c10d listens on every interface).
+LOOPBACK_BACKEND = "tpu_lab-loopback"
+# How long torchrun lets ranks end after SIGTERM before SIGKILL (its own default is 30 s).
+SHUTDOWN_SECONDS = 2
 # Left in a kernel's environment by an earlier torchrun or a worker: they would confuse this run's ranks.
 STALE_ENV = (
     "RANK",
@@ -27,6 +32,7 @@ STALE_ENV = (
     "MASTER_PORT",
     RUN_ID_ENV,
     RESULT_DIR_ENV,
+    LAUNCHER_PID_ENV,
 )
 
 
@@ -42,8 +48,8 @@ class LaunchSpec:
     """Where results, statuses and per-rank logs go."""
     run_id: str
     """Marks every process of the run (in its environment) so all of them can be found and stopped."""
-    port: int
-    """Rendezvous port on 127.0.0.1."""
+    port: int = 0
+    """Rendezvous port on 127.0.0.1; 0 lets the rendezvous handler take a free one itself (no race)."""
     args: tuple[str, ...] = ()
     """Arguments for the worker script."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -56,18 +62,22 @@ class LaunchSpec:
 
 
 def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The torchrun argv and the ranks' environment for ``spec``. Pure."""
+    """The torchrun argv and the ranks' environment for ``spec``. Pure.
+
+    torchrun runs through ``tp._torchrun`` (its own main, with a loopback-only rendezvous), so the
+    arguments after the module name are torchrun's own."""
     argv = [
         spec.python,
         "-m",
-        "torch.distributed.run",
+        "tpu_lab.tp._torchrun",
         f"--nproc-per-node={spec.nproc}",
         "--nnodes=1",
-        "--rdzv-backend=c10d",
+        f"--rdzv-backend={LOOPBACK_BACKEND}",
         f"--rdzv-endpoint=127.0.0.1:{spec.port}",
         f"--rdzv-id={spec.run_id}",
         "--max-restarts=0",
         "--monitor-interval=0.2",  # notice a dead rank fast, stop the others
+        f"--shutdown-timeout={SHUTDOWN_SECONDS}",  # ranks that ignore SIGTERM are killed 2 s later, not 30
         "--tee=3",
         f"--log-dir={spec.run_dir / 'logs'}",  # labelled live output, and a file per rank
         "-m",
@@ -81,6 +91,7 @@ def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[s
         if k not in STALE_ENV and k not in LAUNCH_ENV and not k.startswith("TORCHELASTIC_")
     }
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its warning
+    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's pair sockets listen on loopback too (one host)
     env.update(spec.tpu_env)
     env.update(spec.env)
     env.update({RUN_ID_ENV: spec.run_id, RESULT_DIR_ENV: str(spec.run_dir), "PYTHONUNBUFFERED": "1"})

@@ -5,14 +5,11 @@ checks as one host), write the job every host gets, and hand over to ``tp.multih
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from tpu_lab._checks import positive_int
-from tpu_lab.errors import InvalidArgument
+from tpu_lab._checks import environment, positive_int, string_args
 from tpu_lab.tp.multihost import HostLaunch
 from tpu_lab.tp.remote_command import Remote, address, check_remote, resolve_hosts
 from tpu_lab.tp.results import LaunchResult
@@ -30,24 +27,23 @@ def start_hosts(
     on_start: Any = None,
 ) -> HostLaunch:
     """Check the arguments and every host, then start torchrun on every host; returns the running launch."""
-    from tpu_lab.tp.launch import _worker_script  # the same code checks as one host (syntax, paths)
+    from tpu_lab.tp.launch import _worker_source  # the same code checks as one host (syntax, paths)
 
     positive_int(nproc, "nproc", example=4)
-    env = dict(env or {})
-    if any(not isinstance(k, str) or not isinstance(v, str) for k, v in env.items()):
-        raise InvalidArgument("env values must be strings.", fix="Convert them with str().")
+    env = environment(env)
+    args = string_args(args)
     environ = os.environ if environ is None else environ
     names, checked = resolve_hosts(hosts, environ), check_remote(remote)
-    with tempfile.TemporaryDirectory(prefix="tpu_lab_code_") as scratch:
-        script = _worker_script(code_or_path, Path(scratch))
-        is_copy = script.parent == Path(scratch)
-        source = script.read_text()
+    raw, path = _worker_source(code_or_path)
+    # JSON carries text: undecodable bytes (a file in a legacy encoding) travel as surrogates and are
+    # written back byte for byte on each host.
+    source = raw.decode("utf-8", "surrogateescape")
     job = {
         "run_id": uuid.uuid4().hex,
         "nproc": nproc,
         "addresses": [address(n) for n in names],
         "source": source,
-        "path": None if is_copy else str(script),
+        "path": None if path is None else str(path),
         "cwd": os.getcwd(),
         "rdzv_port": checked.rdzv_port,
         "args": [str(a) for a in args],

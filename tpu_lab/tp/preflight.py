@@ -9,19 +9,18 @@ and a model skeleton built on the meta device (no weights, no memory).
 
 from __future__ import annotations
 
-import copy
 import fnmatch
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from tpu_lab._checks import positive_int
+from tpu_lab._checks import boolean, positive_int
 from tpu_lab._report import Finding, Report, has_error, most_severe_first, report_html, report_text
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.chips import TpuChips, rank_count_problem, scan_tpu_chips
 from tpu_lab.tp.preflight_hosts import check_hosts
+from tpu_lab.tp.skeleton import load_config, meta_model
 
 REPLICATE = "replicated_with_grad_allreduce"
 # Styles that split a projection's output features (its heads) across ranks, and those that split input.
@@ -97,6 +96,7 @@ def tp_preflight(
     tp_plan: dict[str, str] | None = None,
     chips: TpuChips | None = None,
     hosts: int | Sequence[str] | None = None,
+    trust_remote_code: bool = False,
 ) -> PreflightReport:
     """Predict whether sharding ``name_or_config`` ``tp_size`` ways works, from its config alone.
 
@@ -104,16 +104,30 @@ def tp_preflight(
     fetched) or ``tiny:<arch>[-kvN][-tied]``. ``tp_plan``: the override you would pass to
     ``DistributedConfig``. ``chips``: the TPU chips to check the rank count against (default: this host's).
     ``hosts``: a count or list of hosts; ``tp_size`` ranks are then spread over them (``chips`` per host).
+    ``trust_remote_code``: run a checkpoint's own model code (refused up front otherwise, as in load_model).
     """
     positive_int(tp_size, "tp_size", example=4)
-    config = _load_config(name_or_config)
-    skeleton = _meta_model(config)
+    boolean(trust_remote_code, "trust_remote_code")
+    if chips is not None and not isinstance(chips, TpuChips):
+        raise InvalidArgument(
+            f"chips must be a TpuChips (or None for this host's), got {type(chips).__name__}.",
+            fix="Leave chips=None, or pass tpu_lab.host.chips.scan_tpu_chips(sysfs_root=...) for another host.",
+        )
+    config = load_config(name_or_config, trust_remote_code)
+    skeleton = meta_model(config, trust_remote_code)
+    if not getattr(skeleton, "tp_plan", None):
+        raise InvalidArgument(
+            f"{type(skeleton).__name__} has no tensor-parallel plan in this transformers release.",
+            fix="Pass a full tp_plan to DistributedConfig yourself, or pick a model transformers can shard.",
+        )
     default_plan = dict(skeleton.tp_plan)
     names = _module_names(skeleton)
     problems: list[Finding] = []
     user_plan = _check_user_plan(tp_plan or {}, names, default_plan, problems)
     plan = {**default_plan, **user_plan}
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if not isinstance(getattr(text, "num_attention_heads", None), int):
+        raise InvalidArgument(f"{type(config).__name__} has no num_attention_heads: not a transformer LM config.")
     shape = _Shape(
         heads=text.num_attention_heads,
         kv_heads=getattr(text, "num_key_value_heads", None) or text.num_attention_heads,
@@ -159,36 +173,6 @@ class _Shape:
     vocab: int | None
 
 
-def _load_config(name_or_config: Any) -> Any:
-    from transformers import AutoConfig, PretrainedConfig
-
-    if isinstance(name_or_config, PretrainedConfig):
-        return name_or_config
-    if not isinstance(name_or_config, (str, os.PathLike)):
-        raise InvalidArgument(
-            f"Cannot read a model config from {type(name_or_config).__name__}.",
-            fix="Pass a transformers config, a checkpoint folder, a hub id or 'tiny:qwen3'.",
-        )
-    from tpu_lab.models.checkpoint import resolve_source
-
-    path, _, local_only = resolve_source(os.fspath(name_or_config), config_only=True)
-    return AutoConfig.from_pretrained(path, local_files_only=local_only)
-
-
-def _meta_model(config: Any) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    small = copy.deepcopy(config)  # one layer is enough: plan keys use * for the layer number
-    text = small.get_text_config() if hasattr(small, "get_text_config") else small
-    if getattr(text, "num_hidden_layers", 1) > 1:
-        text.num_hidden_layers = 1
-        if isinstance(getattr(text, "layer_types", None), list):
-            text.layer_types = text.layer_types[:1]
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(small)
-
-
 def _module_names(model: Any) -> set[str]:
     from transformers.distributed.parallel_utils import replace_layer_number_by_wildcard
 
@@ -208,10 +192,18 @@ def _check_user_plan(
     """Keys that match nothing (with the corrected key) and unknown styles; returns the usable plan,
     with keys corrected where the correction is unambiguous."""
     if not isinstance(tp_plan, dict):
-        raise InvalidArgument(f"tp_plan must be a dict of module pattern -> style, got {type(tp_plan).__name__}.")
+        raise InvalidArgument(
+            f"tp_plan must be a dict of module pattern -> style, got {type(tp_plan).__name__}.",
+            fix='Use e.g. tp_plan={"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}.',
+        )
     styles = _styles()
     usable: dict[str, str] = {}
     for key, style in tp_plan.items():
+        if not isinstance(key, str) or not isinstance(style, str):
+            raise InvalidArgument(
+                f"tp_plan entry {key!r}: {style!r} is not a module pattern (str) -> style (str).",
+                fix='Use e.g. {"model.layers.*.self_attn.q_proj": "colwise"}.',
+            )
         if style not in styles:
             close = [s for s in sorted(styles) if s.startswith(str(style)[:4])]
             raise InvalidArgument(

@@ -1,9 +1,12 @@
 """The one module that spawns, signals and reaps processes: a torchrun run in progress.
 
 torchrun runs in its own session, never through a shell, its output drained by a thread. torchrun starts
-each rank in a session of its own, so stopping a run means: SIGTERM to torchrun (it stops its ranks),
-then SIGKILL to every process that still carries this run's id in its environment. Ranks also die with
-torchrun (PR_SET_PDEATHSIG in the worker runner), and torchrun with this process.
+each rank in a session of its own, so stopping a run means: SIGTERM to torchrun (it stops its ranks within
+its 2 s shutdown timeout), then the rest is frozen and killed: every process below torchrun in the process
+tree (torchrun is a child subreaper, so a rank's detached child stays in its tree) and every process that
+carries this run's id in its environment. Ranks die with torchrun (PR_SET_PDEATHSIG in the worker
+runner), and torchrun with this process. Starting torchrun holds back a cell interrupt until the run is
+tracked, so no interrupt can land between the start and the wait.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
-from tpu_lab.host.processes import kill_all, pids_with_env
+from tpu_lab.host.processes import descendants, pids_with_env
 from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec
 from tpu_lab.tp.results import LaunchResult, RankResult, raise_for_failure, read_json
 
@@ -35,7 +39,11 @@ class RunningLaunch:
     """A torchrun run in progress. ``wait()`` streams output and returns the LaunchResult; ``stop()``
     ends every process of the run (safe from any thread)."""
 
-    def __init__(self, spec: LaunchSpec, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, spec: LaunchSpec, argv: list[str], env: dict[str, str], track: list[RunningLaunch] | None = None
+    ) -> None:
+        """Start torchrun. ``track`` gets this run appended as soon as torchrun exists, so a caller can stop
+        it even when an interrupt arrives before this constructor returns."""
         self.spec, self.argv = spec, argv
         self.started = time.monotonic()
         self.finished: float | None = None
@@ -43,21 +51,24 @@ class RunningLaunch:
         self.stop_reason: str | None = None
         self._lines: queue.Queue[tuple[int | None, str] | None] = queue.Queue()
         self._lock = threading.Lock()
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_term_with_parent,
-            text=True,
-            errors="replace",
-            bufsize=1,
-        )
-        _LIVE.add(self)
         self._reader = threading.Thread(target=self._read, name=f"tpu_lab-launch-{spec.run_id[:8]}", daemon=True)
-        self._reader.start()
+        with interrupts_held():
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_term_with_parent,
+                text=True,
+                errors="replace",
+                bufsize=1,
+            )
+            _LIVE.add(self)
+            if track is not None:
+                track.append(self)
+            self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -77,7 +88,7 @@ class RunningLaunch:
         return self.proc.poll() is None
 
     def stop(self, reason: str = "stopped") -> None:
-        """SIGTERM torchrun (it stops its ranks), then SIGKILL whatever of the run is left."""
+        """SIGTERM torchrun (it stops its ranks), then freeze and SIGKILL whatever of the run is left."""
         with self._lock:
             self.stop_reason = self.stop_reason or reason
             if self.proc.poll() is None:
@@ -85,7 +96,7 @@ class RunningLaunch:
                     os.killpg(self.proc.pid, signal.SIGTERM)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(STOP_GRACE_SECONDS)
-            kill_run(self.spec.run_id)
+            kill_run(self.spec.run_id, root=self.proc.pid if self.proc.poll() is None else None)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(STOP_GRACE_SECONDS)
 
@@ -161,9 +172,32 @@ class RunningLaunch:
         return LaunchResult(tuple(self.argv), self.spec.run_dir, self.elapsed, tuple(ranks), launcher, self.stop_reason)
 
 
-def kill_run(run_id: str) -> int:
-    """SIGKILL every process whose environment carries this run's id (Linux /proc); returns how many."""
-    return kill_all(run_pids(run_id))
+def kill_run(run_id: str, root: int | None = None) -> int:
+    """End every process of a run: those whose environment carries its id and, with ``root``, every
+    descendant of ``root``. Each is frozen (SIGSTOP) until no new one appears, so none can fork or be
+    re-parented away between the look-up and the kill; then all get SIGKILL. Returns how many."""
+    return _freeze_and_kill(lambda: run_pids(run_id) + (descendants(root) if root else []) + ([root] if root else []))
+
+
+def end_descendants() -> int:
+    """End every descendant of this process (torchrun's runner calls it as it exits)."""
+    return _freeze_and_kill(lambda: descendants(os.getpid()))
+
+
+def _freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> int:
+    frozen: set[int] = set()
+    for _ in range(rounds):
+        new = [pid for pid in find() if pid not in frozen and pid != os.getpid()]
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        frozen.update(new)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return len(frozen)
 
 
 def run_pids(run_id: str | None = None) -> list[int]:
@@ -191,21 +225,22 @@ def spawn_client(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold a cell interrupt (SIGINT, also ``_thread.interrupt_main``) until the block ends, then raise
-    it: a client is never started without the launch knowing it. Only the main thread gets SIGINT."""
+    """Hold back a SIGINT (a cell interrupt) inside the block and raise it at the end, so a process is
+    never left started but untracked. Only the main thread receives SIGINT; elsewhere this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    held: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
         if held:
             if callable(previous):
-                previous(signal.SIGINT, None)
-            raise KeyboardInterrupt
+                previous(*held[0])
+            else:
+                raise KeyboardInterrupt
 
 
 def end_clients(procs: list[subprocess.Popen[str]], grace: float) -> None:

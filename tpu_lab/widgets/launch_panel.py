@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
 from tpu_lab.tp.multihost import HostLaunch
 from tpu_lab.tp.process import RunningLaunch
@@ -54,6 +55,7 @@ class LaunchPanel(w.VBox):
     def start(self) -> LaunchPanel:
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
+            positive_seconds(self.timeout)  # NaN or infinity would never fire
             self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote)
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e

@@ -1,0 +1,60 @@
+"""Run directories: one per launch under the temp directory (the worker script, each rank's value, status
+and log), the last ``KEEP_RUNS`` kept for debugging and older ones removed when a new run starts.
+
+A directory whose run still has a live process (another kernel's launch) is never removed, nor one owned
+by another user.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tpu_lab.host.processes import env_values
+from tpu_lab.tp.command import RUN_ID_ENV
+
+PREFIX = "tpu_lab_run_"
+KEEP_RUNS = 5
+"""How many finished run directories are kept (newest first); README documents it."""
+
+
+def new_run_dir(run_id: str, root: str | os.PathLike | None = None) -> Path:
+    """A fresh, private (0700) directory for run ``run_id``; older runs beyond KEEP_RUNS are removed first."""
+    root = Path(root or tempfile.gettempdir())
+    prune_run_dirs(root, keep=KEEP_RUNS - 1)
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
+
+
+def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS) -> list[Path]:
+    """Remove all but the ``keep`` newest run directories of this user under ``root``; returns the removed."""
+    mine = []
+    for path in Path(root).glob(f"{PREFIX}*"):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if path.is_dir() and not path.is_symlink() and st.st_uid == os.getuid():
+            mine.append((st.st_mtime, path))
+    mine.sort(reverse=True)
+    old = [path for _, path in mine[keep:]]
+    if not old:
+        return []
+    live = env_values(RUN_ID_ENV)  # runs in progress, from any kernel
+    removed = []
+    for path in old:
+        if run_id_of(path) in live:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def remove_run_dir(path: Path) -> None:
+    """A start that failed leaves nothing behind."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_id_of(path: Path) -> str:
+    return path.name[len(PREFIX) :].partition(".")[0]
