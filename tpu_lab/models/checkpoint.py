@@ -53,6 +53,15 @@ def resolve_source(
     return name, "hub", False
 
 
+def needs_network(name: str) -> bool:
+    """Would loading ``name`` download from the hub? True for a hub id that is neither a local folder nor
+    in the local hub cache (no network call: a local look-up only)."""
+    name = name.strip()
+    if not name or name.startswith("tiny:") or Path(name).expanduser().exists() or not HUB_ID.match(name):
+        return False
+    return not _in_hub_cache(name, None)
+
+
 def hub_reachable(timeout: float = HUB_CHECK_SECONDS) -> bool:
     """Can a TCP connection to the hub be opened within ``timeout`` seconds? (True behind a proxy.)"""
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
