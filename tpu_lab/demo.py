@@ -157,21 +157,22 @@ def run_demo(
             {"buckets": buckets, "max_cache_len": buckets[-1] + max_new_tokens},
         ),
     )
+    from tpu_lab.compile.session import DEFAULT_BACKEND
+
+    say(
+        f"workload: {prompts} prompts, {len(set(lengths))} distinct lengths ({min(lengths)}-{max(lengths)} tokens), "
+        f"{max_new_tokens} new tokens each, run {PASSES} times (pass 1, then the same prompts again); "
+        f"{backend or DEFAULT_BACKEND.get(report.device, 'aot_eager')} backend, every forward compiled with "
+        "dynamic=False, as on a TPU."
+    )
+    say(
+        "compiles below = graphs torch.compile built, one per new input shape, counted by Dynamo; "
+        "the same count in every table."
+    )
     runs: list[PolicyRun] = []
     for name, title, options in plans:
-        run = _run_policy(name, title, model, lengths, options, backend=backend, max_new_tokens=max_new_tokens)
-        if not runs:
-            say(
-                f"workload: {prompts} prompts, {len(set(lengths))} distinct lengths ({min(lengths)}-{max(lengths)} "
-                f"tokens), {max_new_tokens} new tokens each, run {PASSES} times (pass 1, then the same prompts "
-                f"again); {run.backend} backend, every forward compiled with dynamic=False, as on a TPU."
-            )
-            say(
-                "compiles below = graphs torch.compile built, one per new input shape, counted by Dynamo; "
-                "the same count in every table."
-            )
-        runs.append(run)
-        say(run_text(run))
+        runs.append(_run_policy(name, title, model, lengths, options, backend=backend, max_new_tokens=max_new_tokens))
+        say(run_text(runs[-1]))
     result = DemoResult(tuple(runs), tuple(buckets), chart_path)
     say(summary_text(result))
     if chart_path is not None:

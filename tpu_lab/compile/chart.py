@@ -29,7 +29,9 @@ def compile_chart(tables: Mapping[str, Sequence[ShapeRow]]) -> Any:
         ax_time.scatter(xs, [r.last_call_seconds * 1000 for r in picked], marker="x", label=f"{name}: latest call")
     for ax in (ax_compiles, ax_time):
         ax.set_xticks(range(len(labels)), labels, rotation=60, ha="right", fontsize=7)
-        ax.legend(fontsize=7)
+    # One legend above both plots, outside them: legends inside covered points (issue 13).
+    handles = [h for ax in (ax_compiles, ax_time) for h in ax.get_legend_handles_labels()[0]]
+    fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 6), fontsize=8, frameon=False)
     ax_compiles.set_title("compiles per input shape")
     ax_compiles.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax_time.set_title("first (compiling) vs latest call, ms")
