@@ -1,6 +1,10 @@
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tpu_lab.cli import main
 
@@ -59,30 +63,117 @@ def test_console_script_is_installed():
     assert proc.returncode == 0 and "probe" in proc.stdout
 
 
+def test_bare_command_prints_help():
+    proc = run_cli()
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert "usage: tpu-lab" in proc.stdout and all(c in proc.stdout for c in ("probe", "demo", "preflight"))
+
+
 def test_unknown_command_exits_2():
     proc = run_cli("frobnicate")
-    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+    assert proc.returncode == 2 and "invalid choice: 'frobnicate'" in proc.stderr
 
 
-def test_demo_runs_headless_and_saves_a_chart(tmp_path):
-    chart = tmp_path / "demo.png"
-    proc = run_cli(
-        "demo",
-        "--prompts",
-        "5",
-        "--distinct",
-        "4",
-        "--max-new-tokens",
-        "3",
-        "--max-buckets",
-        "2",
-        "--chart",
-        str(chart),
-    )
+# Every wrong input: (argv, what the message must say). Each names the flag and what is allowed.
+WRONG = [
+    (["--bogus"], "unknown option(s): --bogus"),
+    (["demo", "--bogus"], "unknown option(s): --bogus"),
+    (["demo", "--distinct", "0"], "argument --distinct: '0' is not allowed; use a whole number from 1 to 93"),
+    (["demo", "--prompts", "0"], "argument --prompts: '0' is not allowed; use a whole number from 1 to 200"),
+    (["demo", "--prompts", "many"], "argument --prompts: 'many' is not allowed; use a whole number from 1 to 200"),
+    (["demo", "--max-new-tokens", "0"], "argument --max-new-tokens: '0' is not allowed; use a whole number from 1"),
+    (["demo", "--max-buckets", "-1"], "argument --max-buckets: '-1' is not allowed; use a whole number from 1 to 16"),
+    (
+        ["demo", "--prompts", "3", "--distinct", "5"],
+        "--distinct 5 asks for more distinct lengths than there are prompts",
+    ),
+    (["demo", "--backend", "nosuch"], "--backend 'nosuch' is not a torch.compile backend here. Allowed: aot_eager"),
+    (["demo", "--chart", "/missing/dir/x.png"], "--chart: the folder /missing/dir does not exist"),
+    (["demo", "--chart", "chart.jpg"], "--chart 'chart.jpg' is not a .png file name"),
+    (["demo", "--model", "/no/such/model"], "--model '/no/such/model': No checkpoint folder"),
+    (["demo", "--model", "tiny:gpt9"], "--model 'tiny:gpt9': Unknown arch 'gpt9'"),
+    (["preflight", "tiny:qwen3"], "the following arguments are required: --tp"),
+    (["preflight", "tiny:qwen3", "--tp", "0"], "argument --tp: '0' is not allowed; use a whole number from 1"),
+    (["preflight", "tiny:qwen3", "--tp", "2", "--plan", "{"], "argument --plan: not valid JSON"),
+    (["preflight", "tiny:qwen3", "--tp", "2", "--plan", "[1]"], "argument --plan: must be a JSON object"),
+    (["preflight", "pyproject.toml", "--tp", "2"], "argument MODEL: pyproject.toml is a file"),
+]
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any weight loading or generation fails the test: wrong input must be refused before."""
+    import tpu_lab.compile.session as session
+    import tpu_lab.models.loading as loading
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a model was loaded before the wrong input was refused")
+
+    monkeypatch.setattr(loading, "load_model", forbidden)
+    monkeypatch.setattr(session, "GenerationSession", forbidden)
+
+
+@pytest.mark.parametrize(("argv", "says"), WRONG, ids=[" ".join(a) for a, _ in WRONG])
+def test_every_wrong_input_exits_2_in_the_clis_words(argv, says, capsys, no_model_loads, tmp_path, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # pyproject.toml: a file that is not a config
+    with pytest.raises(SystemExit) as exit_:
+        raise SystemExit(main(argv))
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2, (out, err)
+    assert says in err, err
+    assert err.startswith(("usage: tpu-lab", "tpu-lab")) and "Traceback" not in err
+    assert out == ""  # refused before the demo printed anything (and before any chart was written)
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_wrong_input_in_a_real_process_has_no_traceback():
+    for args, says in [
+        (("demo", "--backend", "nosuch"), "--backend 'nosuch'"),
+        (("demo", "--distinct", "0"), "--distinct"),
+    ]:
+        proc = run_cli(*args)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stdout == ""
+
+
+def test_preflight_accepts_a_config_json_file():
+    import tpu_lab as tl
+
+    config = tl.tiny_model(kv_heads=2) / "config.json"
+    assert main(["preflight", str(config), "--tp", "2"]) == 0
+
+
+def _numbers(text, name):
+    """From a demo output: the per-pass compiles in a policy's own table line and in the summary."""
+    table = re.search(rf"^{name}: (\d+) \+ (\d+) = (\d+) compiles", text, re.M)
+    summary = re.search(rf"^{name} +(\d+) \+ (\d+) = (\d+) ", text.split("== summary")[1], re.M)
+    assert table and summary, text
+    return tuple(map(int, table.groups())), tuple(map(int, summary.groups()))
+
+
+@pytest.mark.slow
+def test_demo_tells_one_story_and_saves_the_chart_where_asked(tmp_path):
+    chart = tmp_path / "charts" / "demo.png"
+    chart.parent.mkdir()
+    args = ["--prompts", "5", "--distinct", "4", "--max-new-tokens", "3", "--max-buckets", "2"]
+    proc = run_cli("demo", *args, "--chart", str(chart))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "== naive" in out and "== bucketed" in out and "naive / bucketed wall time" in out
-    bucketed = out.split("== bucketed")[1]
-    assert "total: 3 compiles" in bucketed  # two buckets + one decode graph
-    assert "bucketed:   3 compiles" in out and "(second pass: 0 compiles)" in out
+    assert out.startswith("What this shows:\n  - A compile:") and "Buckets pad" in out
+    assert "Loading weights" not in out + proc.stderr and "it/s" not in out + proc.stderr  # no progress bar
+    for name in ("naive", "bucketed"):
+        section = out.split(f"== {name}:")[1].split("\n== ")[0]
+        rows = [line.split() for line in section.splitlines() if line.startswith(("prefill ", "decode "))]
+        per_shape = sum(int(r[4]) for r in rows)  # shape is three words: phase, batch x length, cache=N
+        own, summary = _numbers(out, name)
+        assert own == summary and own[0] + own[1] == own[2] == per_shape, (name, own, summary, per_shape)
+        assert "first call ms" in section and "cached call ms" in section
+    (_, _, bucketed), _ = _numbers(out, "bucketed")
+    assert bucketed == 3  # two buckets + one decode graph, all in pass 1
+    assert _numbers(out, "bucketed")[0][1] == 0  # the second pass compiles nothing
+    saved = re.search(r"Buckets saved (\d+) of (\d+) compiles", out)
+    assert saved and int(saved[2]) - int(saved[1]) == bucketed
+    assert "padding tokens per pass" in out and "Next: try" in out
+    assert f"chart saved to {chart}" in out
     assert chart.read_bytes().startswith(b"\x89PNG")
+    assert not Path("tpu_lab_demo.png").exists() or Path("tpu_lab_demo.png").stat().st_mtime < chart.stat().st_mtime

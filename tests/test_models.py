@@ -30,6 +30,45 @@ def test_round_trip_and_greedy_generate(arch):
     assert out.tolist() == again.tolist()
 
 
+def test_trained_model_continues_in_english():
+    # Issue 13: random weights wrote byte soup ("Ev\ufffdnew 64T attention"). Trained briefly on the corpus,
+    # a lesson prompt continues with words from it, and no generated text can hold half a character.
+    from tpu_lab.models.corpus import sentences
+
+    model, tok = _load(tl.tiny_model())
+    words = {w.strip(".!?,") for s in sentences() for w in s.split()}
+    for prompt in ["The French Bread Law states", "The compiler", "A shape bucket"]:
+        inputs = tok(prompt, return_tensors="pt")
+        out = model.generate(**inputs, max_new_tokens=10, do_sample=False)
+        text = tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        assert "\ufffd" not in text
+        said = [w.strip(".!?,") for w in text.split()]
+        assert len(said) >= 5 and all(w in words for w in said), (prompt, text)
+    assert tok.decode(tok("The French Bread Law states")["input_ids"]) == "The French Bread Law states"
+
+
+def test_random_weights_stay_available():
+    import torch
+
+    trained, _ = _load(tl.tiny_model())
+    path = tl.tiny_model(trained=False)
+    assert path.name.endswith(f"-random-r{models.RECIPE_VERSION}") and path != tl.tiny_model()
+    random, tok = _load(path)
+    assert random.config.to_dict()["hidden_size"] == trained.config.hidden_size
+    assert not torch.equal(random.lm_head.weight, trained.lm_head.weight)
+    # Even random weights never emit a lone byte >= 0x80 (U+FFFD when decoded): those ids are suppressed.
+    suppressed = set(random.generation_config.suppress_tokens)
+    assert len(suppressed) >= 128 and all("\ufffd" in tok.decode([i]) for i in suppressed if i < len(tok))
+    inputs = tok("Ev", return_tensors="pt")
+    out = random.generate(**inputs, max_new_tokens=30, do_sample=False)
+    assert "\ufffd" not in tok.decode(out[0], skip_special_tokens=True)
+
+
+def test_bad_trained_flag():
+    with pytest.raises(InvalidArgument, match="trained must be True or False"):
+        tl.tiny_model(trained="yes")
+
+
 def test_weights_are_deterministic(tmp_path):
     import torch
 

@@ -42,6 +42,7 @@ def test_simulated_v6e_host_recommends_tpu(v6e_host):
     # The "auto" trap applies on a TPU host too, with the TPU wording.
     auto = next(f for f in report.findings if f.code == "auto-device-map-cpu")
     assert "no TPU branch" in auto.message and 'device_map="tpu"' in auto.fix
+    assert "here" not in auto.fix and "on a TPU VM" not in auto.fix  # it is one: no "tpu here, tpu there"
     assert "torch-tpu-without-chip" not in codes(report)
 
 

@@ -6,7 +6,9 @@ import argparse
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
 
 from tpu_lab.errors import TpuLabError
 
@@ -26,6 +28,12 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _flag(name: str, value: object = None) -> str:
+    """How the CLI spells an option in its messages: ``--max-new-tokens`` / ``--max-new-tokens 8``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if value is None else f"{flag} {value}"
+
+
 def _demo(args: argparse.Namespace) -> int:
     from tpu_lab.demo import run_demo
 
@@ -35,8 +43,9 @@ def _demo(args: argparse.Namespace) -> int:
         distinct=args.distinct,
         max_new_tokens=args.max_new_tokens,
         max_buckets=args.max_buckets,
-        chart=args.chart,
+        chart=None if args.no_chart else args.chart,
         backend=args.backend,
+        spell=_flag,
     )
     return 0
 
@@ -44,17 +53,23 @@ def _demo(args: argparse.Namespace) -> int:
 def _preflight(args: argparse.Namespace) -> int:
     import json
 
-    from tpu_lab.errors import InvalidArgument
     from tpu_lab.tp.preflight import tp_preflight
 
     try:
         plan = json.loads(args.plan) if args.plan else None
     except ValueError as e:
-        raise InvalidArgument(
-            f"--plan is not valid JSON: {e}.",
-            fix='Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'',
+        raise UsageError(
+            f"argument --plan: not valid JSON ({e}).",
+            'Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'',
         ) from e
-    report = tp_preflight(args.model, args.tp, tp_plan=plan)
+    if plan is not None and (
+        not isinstance(plan, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in plan.items())
+    ):
+        raise UsageError(
+            "argument --plan: must be a JSON object of module path -> style.",
+            'Pass e.g. --plan \'{"model.layers.*.self_attn.q_proj": "replicated_with_grad_allreduce"}\'',
+        )
+    report = tp_preflight(_preflight_model(args.model), args.tp, tp_plan=plan)
     if args.json:
         out = {
             "ok": report.ok,
@@ -69,40 +84,112 @@ def _preflight(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _preflight_model(name: str) -> str:
+    """A config.json file stands for its folder; any other file is refused in the CLI's words."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        if path.name == "config.json":
+            return str(path.parent)
+        raise UsageError(
+            f"argument MODEL: {name} is a file; MODEL is a checkpoint folder (the one holding config.json), "
+            "a config.json file, a hub id or tiny:<arch>[-kvN][-tied].",
+            f"Pass {path.parent} if its config.json is there, or e.g. tiny:qwen3.",
+        )
+    return name
+
+
+class UsageError(Exception):
+    """A wrong command line: printed as ``tpu-lab CMD: error: ...`` with its fix, exit code 2."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]; argparse names the flag in its error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed; use a whole number from {low} to {high}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse's "the following arguments are required: COMMAND" for `tpu-lab --bogus` hides the
+        # real problem: say which option is unknown and what the commands are.
+        if "unrecognized arguments" in message:
+            message = message.replace("unrecognized arguments", "unknown option(s)")
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\nRun '{self.prog} --help' for the options.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tpu-lab", description="Run Hugging Face transformers on Google TPUs, and learn it on CPU."
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from tpu_lab.demo import DEFAULT_CHART, DEFAULTS, LIMITS
+
+    parser = _Parser(prog="tpu-lab", description="Run Hugging Face transformers on Google TPUs, and learn it on CPU.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     p = sub.add_parser("probe", help="what this machine sees, and which TPU traps apply here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_probe)
     d = sub.add_parser("demo", help="mixed-length prompts without and with buckets: compiles per shape, and why")
     d.add_argument("--model", default="tiny:qwen3", help="folder, hub id or tiny:<arch> (default: tiny:qwen3, offline)")
-    d.add_argument("--prompts", type=int, default=12, help="prompts in the workload (default 12)")
-    d.add_argument("--distinct", type=int, default=8, help="distinct prompt lengths (default 8)")
-    d.add_argument("--max-new-tokens", type=int, default=8)
-    d.add_argument("--max-buckets", type=int, default=3)
-    d.add_argument("--backend", default=None, help="torch.compile backend (default: per device)")
-    d.add_argument("--chart", default="tpu_lab_demo.png", help="where to save the chart (PNG)")
+    for name, help_text in (
+        ("prompts", "prompts in the workload"),
+        ("distinct", "distinct prompt lengths (at most --prompts)"),
+        ("max_new_tokens", "tokens to generate per prompt"),
+        ("max_buckets", "at most this many buckets"),
+    ):
+        low, high = LIMITS[name]
+        d.add_argument(
+            _flag(name),
+            type=_count(low, high),
+            default=DEFAULTS[name],
+            metavar="N",
+            help=f"{help_text}, {low}-{high} (default {DEFAULTS[name]})",
+        )
+    d.add_argument("--backend", default=None, help="torch.compile backend (default: per device, aot_eager on CPU)")
+    d.add_argument("--chart", default=DEFAULT_CHART, help=f"where to save the chart, a .png (default {DEFAULT_CHART})")
+    d.add_argument("--no-chart", action="store_true", help="save no chart")
     d.set_defaults(run=_demo)
     f = sub.add_parser("preflight", help="predict tensor-parallel sharding failures from the config, and the fix")
-    f.add_argument("model", help="checkpoint folder, hub id (config only) or tiny:<arch>[-kvN][-tied]")
-    f.add_argument("--tp", type=int, required=True, help="tp_size (ranks, one per chip)")
-    f.add_argument("--plan", help="tp_plan override as JSON")
+    f.add_argument(
+        "model",
+        metavar="MODEL",
+        help="checkpoint folder or its config.json, hub id (config only) or tiny:<arch>[-kvN][-tied]",
+    )
+    f.add_argument("--tp", type=_count(1, 4096), required=True, metavar="N", help="tp_size (ranks, one per chip)")
+    f.add_argument("--plan", help="tp_plan override as a JSON object")
     f.add_argument("--json", action="store_true")
     f.set_defaults(run=_preflight)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `tpu-lab`: show what it can do
+        parser.print_help()
+        return 0
     _quiet_torch_tpu()
+    prog = f"tpu-lab {args.command}"
     try:
         return args.run(args)
+    except UsageError as e:
+        print(f"{prog}: error: {e}" + (f"\nFix: {e.fix}" if e.fix else ""), file=sys.stderr)
     except TpuLabError as e:
-        print(f"tpu-lab: error: {e}", file=sys.stderr)
-        return 2
+        print(f"{prog}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"{prog}: stopped by you (Ctrl-C).", file=sys.stderr)
+        return 130
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,84 +1,219 @@
-"""``tpu-lab demo``: the main job, headless. Probe, load a model (offline tiny by default), run a
-mixed-length workload without and with buckets, print the per-shape tables and totals, save a chart."""
+"""``tpu-lab demo``: the main job, headless. Every option is checked first (nothing runs on a bad one);
+then probe, run one mixed-length workload twice without buckets and twice with them, print what
+compiled, why and what buckets saved, and save a chart where the user asked."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.compile.buckets import compare_policies, recommend_buckets
-from tpu_lab.compile.chart import compile_chart
-from tpu_lab.compile.session import GenerationSession
-from tpu_lab.host.probe import probe
-from tpu_lab.models.loading import load_model
-from tpu_lab.models.workload import mixed_lengths, mixed_workload
+from tpu_lab.demo_report import INTRO, DemoResult, PassTotals, PolicyRun, run_text, summary_text
+from tpu_lab.errors import InvalidArgument, TpuLabError
+
+LOW, HIGH = 4, 96
+"""Prompt lengths of the workload, in tokens."""
+DEFAULTS = {"prompts": 12, "distinct": 8, "max_new_tokens": 8, "max_buckets": 3}
+LIMITS = {"prompts": (1, 200), "distinct": (1, HIGH - LOW + 1), "max_new_tokens": (1, 256), "max_buckets": (1, 16)}
+DEFAULT_CHART = "tpu_lab_demo.png"
+PASSES = 2
+
+Spell = Callable[..., str]
+
+
+def kwarg(name: str, value: Any = None) -> str:
+    """How the Python API spells an option (``prompts`` / ``prompts=12``); the CLI passes its own."""
+    return name if value is None else f"{name}={value!r}"
+
+
+def check_options(
+    *,
+    model: str,
+    prompts: int,
+    distinct: int,
+    max_new_tokens: int,
+    max_buckets: int,
+    chart: str | os.PathLike | None,
+    backend: str | None,
+    spell: Spell = kwarg,
+) -> Path | None:
+    """Check every option before anything runs (cheapest first); return the chart's absolute path.
+    Errors name the option as ``spell`` writes it and the values allowed."""
+    numbers = {"prompts": prompts, "distinct": distinct, "max_new_tokens": max_new_tokens, "max_buckets": max_buckets}
+    for name, value in numbers.items():
+        lo, hi = LIMITS[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise InvalidArgument(
+                f"{spell(name)} got {value!r}; it must be a whole number from {lo} to {hi}.",
+                fix=f"Use e.g. {spell(name, DEFAULTS[name])} (the default).",
+            )
+    if distinct > prompts:
+        raise InvalidArgument(
+            f"{spell('distinct')} {distinct} asks for more distinct lengths than there are prompts ({prompts}).",
+            fix=f"Use {spell('distinct', prompts)} or fewer, or more prompts: {spell('prompts', distinct)}.",
+        )
+    path = check_chart(chart, spell)
+    check_backend(backend, spell)
+    check_model(model, spell)
+    return path
+
+
+def check_chart(chart: str | os.PathLike | None, spell: Spell = kwarg) -> Path | None:
+    """The chart's absolute path, once it is sure it can be written (so a bad one fails before the run)."""
+    if chart is None:
+        return None
+    path = Path(chart).expanduser().absolute()
+    if path.suffix.lower() != ".png":
+        raise InvalidArgument(
+            f"{spell('chart')} {str(chart)!r} is not a .png file name.",
+            fix=f"Use e.g. {spell('chart', DEFAULT_CHART)}.",
+        )
+    if path.is_dir():
+        raise InvalidArgument(
+            f"{spell('chart')} {str(chart)!r} is a folder.", fix=f"Name a file: {path / DEFAULT_CHART}."
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise InvalidArgument(
+            f"{spell('chart')}: the folder {folder} does not exist, so the chart could not be saved there.",
+            fix=f"Create it first (mkdir -p {folder}) or pick an existing folder.",
+        )
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InvalidArgument(
+            f"{spell('chart')}: {path} is not writable.", fix="Pick a folder you can write to, e.g. your home folder."
+        )
+    return path
+
+
+def check_backend(backend: str | None, spell: Spell = kwarg) -> None:
+    """None (the device's default) or a torch.compile backend registered here."""
+    if backend is None:
+        return
+    from torch._dynamo import list_backends
+
+    if backend not in list_backends(exclude_tags=()):
+        # Name the useful ones; Dynamo's debug and test-only backends are accepted but not advertised.
+        useful = sorted({"eager", "aot_eager", *list_backends()})
+        raise InvalidArgument(
+            f"{spell('backend')} {backend!r} is not a torch.compile backend here. Allowed: {', '.join(useful)}.",
+            fix="Leave it out for the device's default (aot_eager on CPU: quick to compile, the same counts).",
+        )
+
+
+def check_model(model: str, spell: Spell = kwarg) -> None:
+    """The model resolves to a checkpoint (a tiny one is built here, offline) before any weights load."""
+    from tpu_lab.models.checkpoint import resolve_source
+
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidArgument(f"{spell('model')} got {model!r}.", fix=f"Use e.g. {spell('model', 'tiny:qwen3')}.")
+    try:
+        resolve_source(model)
+    except TpuLabError as e:
+        raise InvalidArgument(f"{spell('model')} {model!r}: {e.what}", cause=e.cause, fix=e.fix) from e
 
 
 def run_demo(
     *,
     model: str = "tiny:qwen3",
-    prompts: int = 12,
-    distinct: int = 8,
-    max_new_tokens: int = 8,
-    max_buckets: int = 3,
-    chart: str | None = "tpu_lab_demo.png",
+    prompts: int = DEFAULTS["prompts"],
+    distinct: int = DEFAULTS["distinct"],
+    max_new_tokens: int = DEFAULTS["max_new_tokens"],
+    max_buckets: int = DEFAULTS["max_buckets"],
+    chart: str | os.PathLike | None = DEFAULT_CHART,
     backend: str | None = None,
-    say=print,
-) -> dict:
-    """Run the demo and return its totals (``{"naive": {...}, "bucketed": {...}, "buckets": [...]}``)."""
-    report = probe()
-    say(
-        f"device: {report.device} (device_map={report.device_map!r}); "
-        f"{len(report.findings)} finding(s): {', '.join(f.code for f in report.findings) or 'none'}"
+    say: Callable[[str], Any] = print,
+    spell: Spell = kwarg,
+) -> DemoResult:
+    """Run the demo, printing through ``say``; return its ``DemoResult``. ``chart=None``: no chart."""
+    from tpu_lab.compile.buckets import recommend_buckets
+    from tpu_lab.host.probe import probe
+    from tpu_lab.models.workload import mixed_lengths
+
+    chart_path = check_options(
+        model=model,
+        prompts=prompts,
+        distinct=distinct,
+        max_new_tokens=max_new_tokens,
+        max_buckets=max_buckets,
+        chart=chart,
+        backend=backend,
+        spell=spell,
     )
-    lengths = mixed_lengths(prompts=prompts, distinct=distinct, low=4, high=96)
+    say("\n".join(INTRO))
+    report = probe()
+    codes = ", ".join(f.code for f in report.findings) or "none"
+    say(f"\ndevice: {report.device} (device_map={report.device_map!r}); probe findings: {codes}")
+    lengths = mixed_lengths(prompts=prompts, distinct=distinct, low=LOW, high=HIGH)
     buckets = recommend_buckets(lengths, max_buckets=max_buckets)
+    plans: tuple[tuple[str, str, dict[str, Any]], ...] = (
+        ("naive", "no buckets, static cache sized per prompt (transformers' default)", {}),
+        (
+            "bucketed",
+            f"buckets {', '.join(map(str, buckets))} (fitted to these prompts), cache fixed at "
+            f"{buckets[-1] + max_new_tokens}",
+            {"buckets": buckets, "max_cache_len": buckets[-1] + max_new_tokens},
+        ),
+    )
+    from tpu_lab.compile.session import DEFAULT_BACKEND
+
     say(
         f"workload: {prompts} prompts, {len(set(lengths))} distinct lengths ({min(lengths)}-{max(lengths)} tokens), "
-        f"{max_new_tokens} new tokens each"
+        f"{max_new_tokens} new tokens each, run {PASSES} times (pass 1, then the same prompts again); "
+        f"{backend or DEFAULT_BACKEND.get(report.device, 'aot_eager')} backend, every forward compiled with "
+        "dynamic=False, as on a TPU."
     )
-    say(str(compare_policies(lengths, max_buckets=max_buckets)))
-    totals: dict[str, dict[str, Any]] = {}
-    tables = {}
-    plans: tuple[tuple[str, dict[str, Any]], ...] = (
-        ("naive", {}),
-        ("bucketed", {"buckets": buckets, "max_cache_len": buckets[-1] + max_new_tokens}),
+    say(
+        "compiles below = graphs torch.compile built, one per new input shape, counted by Dynamo; "
+        "the same count in every table."
     )
-    for name, options in plans:
-        loaded = load_model(model)  # a fresh model each: transformers remembers cache sizes per model
-        workload = mixed_workload(loaded.tokenizer, lengths)
-        with GenerationSession(
-            loaded.model,
-            loaded.tokenizer,
-            backend=backend,
-            max_new_tokens=max_new_tokens,
-            recompile_limit=64,
-            **options,
-        ) as session:
+    runs: list[PolicyRun] = []
+    for name, title, options in plans:
+        runs.append(_run_policy(name, title, model, lengths, options, backend=backend, max_new_tokens=max_new_tokens))
+        say(run_text(runs[-1]))
+    result = DemoResult(tuple(runs), tuple(buckets), chart_path)
+    say(summary_text(result))
+    if chart_path is not None:
+        from tpu_lab.compile.chart import demo_chart
+
+        demo_chart(
+            {r.name: r.cumulative for r in runs},
+            {r.name: (r.real_tokens, r.padded_tokens) for r in runs},
+            pass_length=prompts,
+        ).savefig(chart_path, dpi=100)
+        say(f"chart saved to {chart_path} (compiles over requests, and padding, per policy)")
+    return result
+
+
+def _run_policy(
+    name: str, title: str, model: str, lengths: list[int], options: dict, *, backend: str | None, max_new_tokens: int
+) -> PolicyRun:
+    from tpu_lab.compile.session import GenerationSession
+    from tpu_lab.models.loading import load_model
+    from tpu_lab.models.workload import mixed_workload
+
+    # A fresh model per policy (transformers remembers cache sizes per model); no progress bar: it would
+    # print between the tables.
+    loaded = load_model(model, progress=lambda *_: None)
+    workload = mixed_workload(loaded.tokenizer, lengths)
+    passes = []
+    with GenerationSession(
+        loaded.model, loaded.tokenizer, backend=backend, max_new_tokens=max_new_tokens, recompile_limit=512, **options
+    ) as session:
+        for _ in range(PASSES):
             start = time.perf_counter()
-            for ids in workload:
-                session.generate(ids)
-            seconds = time.perf_counter() - start
-            second_pass = sum(session.generate(ids).compiles for ids in workload)
-            tables[name] = session.compile_table
-            totals[name] = {
-                "compiles": session.total_compiles - second_pass,
-                "seconds": seconds,
-                "second_pass_compiles": second_pass,
-            }
-        title = name if name == "naive" else f"bucketed ({', '.join(map(str, buckets))}), fixed cache"
-        say(f"\n== {title}: {session.backend} backend, every forward compiled with dynamic=False")
-        say(tables[name].to_text())
-    n, b = totals["naive"], totals["bucketed"]
-    say(
-        f"\nnaive:    {n['compiles']:3d} compiles, {n['seconds']:6.1f} s   (second pass: {n['second_pass_compiles']} compiles)"
-    )
-    say(
-        f"bucketed: {b['compiles']:3d} compiles, {b['seconds']:6.1f} s   (second pass: {b['second_pass_compiles']} compiles)"
-    )
-    say(f"naive / bucketed wall time: {n['seconds'] / b['seconds']:.1f}x")
-    if chart:
-        compile_chart({k: t.rows for k, t in tables.items()}).savefig(chart, dpi=90)
-        say(f"chart saved to {Path(chart).resolve()}")
-    return {**totals, "buckets": buckets}
+            records = [session.generate(ids) for ids in workload]
+            wall = time.perf_counter() - start
+            passes.append(PassTotals(sum(r.compiles for r in records), sum(r.compile_seconds for r in records), wall))
+        return PolicyRun(
+            name=name,
+            title=title,
+            backend=session.backend,
+            table=session.compile_table,
+            passes=tuple(passes),
+            cumulative=tuple(accumulate(r.compiles for r in session.records)),
+            real_tokens=sum(lengths),
+            padded_tokens=sum(r.padded_length for r in session.records[: len(workload)]),
+        )

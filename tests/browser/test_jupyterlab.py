@@ -41,6 +41,10 @@ def _free_port() -> int:
 def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 with a token and a temporary root holding copies of the notebooks."""
     root = tmp_path_factory.mktemp("lab")
+    # Every cell in the page (no windowing), so a test can read the outputs of cells out of view too.
+    settings = root / ".settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
     port = _free_port()
@@ -160,12 +164,53 @@ def shot(page, name: str, locator=None) -> Path:
     return path
 
 
+# Every widget label and every dropdown option whose text does not fit its box (ipywidgets cuts it with
+# "..."): what a user cannot read.
+CLIPPED_JS = """root => {
+  const out = [];
+  for (const e of root.querySelectorAll('.widget-label')) {
+    if (e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1) out.push(e.textContent);
+  }
+  const ctx = document.createElement('canvas').getContext('2d');
+  for (const sel of root.querySelectorAll('.widget-dropdown select')) {
+    const s = getComputedStyle(sel);
+    ctx.font = s.font;
+    const room = sel.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+    for (const o of sel.options) if (ctx.measureText(o.text).width > room) out.push(o.text);
+  }
+  return out;
+}"""
+
+
+def clipped(locator) -> list[str]:
+    return locator.evaluate(CLIPPED_JS)
+
+
+def outputs_text(page) -> str:
+    """The text of every cell output in the notebook (in view or not), whitespace made plain."""
+    texts = page.locator(".jp-NotebookPanel .jp-OutputArea-output").all_text_contents()
+    return re.sub(r"\s+", " ", " ".join(texts).replace("\xa0", " "))
+
+
+def assert_no_raw_markup_or_mojibake(page) -> None:
+    """No output shows HTML as text, a Python tuple of reasons, or a replacement character."""
+    outputs = outputs_text(page)
+    for bad in ("<b>", "&middot;", "&lt;", "('", "\ufffd"):
+        assert bad not in outputs, (bad, outputs[outputs.find(bad) - 200 : outputs.find(bad) + 200])
+
+
 def test_probe_panel_shows_findings(lab, browser):
     page = open_and_run_all(browser, lab, "01_device_probe.ipynb", 180)
     panel = page.locator(".tpu-lab-probe-panel").first
     panel.wait_for(timeout=30_000)
     panel.locator("[data-code='auto-device-map-cpu']").first.wait_for()
     assert "device cpu" in text_of(panel) and "auto-device-map-cpu" in text_of(panel)
+    assert clipped(panel) == []
+    outputs = outputs_text(page)
+    # The simulated TPU VM: the rank counts the text promises, and one device_map in its fix.
+    assert "8 x TPU v6e" in outputs and "ranks per host: 1, 4, 8" in outputs
+    assert 'device_map="tpu" (tpu_lab.load_model' in outputs and '"tpu" here, "tpu" on a TPU VM' not in outputs
+    assert_no_raw_markup_or_mojibake(page)
     shot(page, "01-probe-panel", panel)
     page.close()
 
@@ -180,6 +225,14 @@ def test_model_loader_reports_after_load(lab, browser):
     wait_until(lambda: text_of(status).startswith("ok:"), 60)
     text = text_of(loader)
     assert "placement" in text and "cpu: 27" in text and "ok: tiny:qwen3 on cpu" in text, text
+    assert clipped(loader) == []  # "Loading weights", "device", "tpu (unavailable)" all whole
+    # The tiny model writes words, and the seed's sentence continues in English.
+    assert "The French Bread Law states that" in outputs_text(page)
+    assert_no_raw_markup_or_mojibake(page)
+    box = loader.locator("input").first
+    box.fill("Qwen/Qwen3-8B")
+    hint = loader.locator(".tpu-lab-model-hint")
+    wait_until(lambda: "needs a network" in text_of(hint), 30)
     shot(page, "02-model-loader", loader)
     page.close()
 
@@ -203,6 +256,11 @@ def test_generation_panel_table_and_chart_after_two_prompts(lab, browser):
     chart = panel.locator(".tpu-lab-chart").first
     chart.wait_for(timeout=30_000)
     assert chart.evaluate("img => img.naturalWidth") > 100  # the chart really rendered
+    assert clipped(panel) == []  # the bucket policies and "new tokens" read whole
+    outputs = outputs_text(page)
+    assert "why: first prefill compile" in outputs and "ran UNCOMPILED (limit reached)" in outputs
+    assert "limit hit: False" not in outputs and "hit config.recompile_limit" not in outputs
+    assert_no_raw_markup_or_mojibake(page)
     path = shot(page, "03-generation-panel", panel)
     if os.environ.get("TPU_LAB_UPDATE_SCREENSHOTS") == "1":
         (ROOT / "docs").mkdir(exist_ok=True)
@@ -218,7 +276,11 @@ def test_launch_panel_shows_per_rank_logs(lab, browser):
         view = panel.locator(f".tpu-lab-rank[data-rank='{rank}']")
         view.get_by_text(f"rank {rank} step 2").wait_for(timeout=60_000)
         wait_until(lambda view=view: text_of(view.locator(".tpu-lab-rank-state")) == "ok", 30)
-    assert "2 ok" in text_of(panel)
+    assert "2 ok" in text_of(panel) and "finished" not in text_of(panel)
+    outputs = outputs_text(page)
+    assert "processes of this run still alive: 0" in outputs
+    assert "2 rank(s), ok" in outputs  # the panel's result, rendered, not its header's HTML source
+    assert_no_raw_markup_or_mojibake(page)
     shot(page, "04-launch-panel", panel)
     page.close()
 

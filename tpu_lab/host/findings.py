@@ -43,8 +43,12 @@ def diagnose(
                 "auto-device-map-cpu",
                 "warning",
                 f'device_map="auto" would load the model on CPU here: {why}.',
-                f'Pass an explicit device: device_map="{device}" here, "tpu" on a TPU VM '
-                "(tpu_lab.load_model does this for you).",
+                (
+                    'Pass an explicit device: device_map="tpu" (tpu_lab.load_model does this for you).'
+                    if device == "tpu"
+                    else f'Pass an explicit device: device_map="{device}" here, "tpu" on a TPU VM '
+                    "(tpu_lab.load_model does this for you)."
+                ),
             )
         )
     if chips.count and not tpu_v:

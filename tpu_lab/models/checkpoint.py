@@ -58,6 +58,15 @@ def resolve_source(
     return name, "hub", False
 
 
+def needs_network(name: str) -> bool:
+    """Would loading ``name`` download from the hub? True for a hub id that is neither a local folder nor
+    in the local hub cache (no network call: a local look-up only)."""
+    name = name.strip()
+    if not name or name.startswith("tiny:") or Path(name).expanduser().exists() or not HUB_ID.match(name):
+        return False
+    return not _in_hub_cache(name, None)
+
+
 def hub_reachable(timeout: float = HUB_CHECK_SECONDS) -> bool:
     """Can the hub be reached within ``timeout`` seconds (through the proxy, when one is set)?"""
     return hub_problem(timeout) is None

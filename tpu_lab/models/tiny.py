@@ -1,4 +1,6 @@
-"""Tiny, real checkpoints built offline: config + deterministic random weights + a locally trained tokenizer.
+"""Tiny, real checkpoints built offline: config + a locally trained tokenizer + weights trained for a few
+seconds on the built-in corpus (``tiny_train``), so prompts continue in English; ``trained=False`` keeps
+the deterministic random weights, for lessons that need shapes only.
 
 CI, Binder and workshops without internet load them through the same ``from_pretrained`` code a hub
 model goes through. Builds are cached by their arguments and written atomically: a checkpoint is built
@@ -20,7 +22,7 @@ from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
 CACHE_ENV = "TPU_LAB_CACHE"
 MARKER = "tpu_lab_tiny.json"
 # Bump when the recipe changes so old cached checkpoints are not reused.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: weights trained briefly on the corpus; unprintable tokens suppressed
 ARCHS = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
 SHAPE = {
     "hidden_size": 64,
@@ -63,16 +65,19 @@ def tiny_model(
     arch: str = "qwen3",
     kv_heads: int | None = None,
     tie_embeddings: bool = False,
+    trained: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> Path:
     """Build (or reuse) a tiny causal LM checkpoint and return its folder.
 
     ``arch``: "qwen3" or "llama". 64 hidden, 2 layers, 4 attention heads of 16; ``kv_heads`` (1, 2 or 4,
     default 4) sets the key/value heads, e.g. 2 to reproduce the KV-head sharding failure at tp_size=4.
-    ``tie_embeddings`` ties the LM head to the input embeddings, like Qwen3-0.6B.
+    ``tie_embeddings`` ties the LM head to the input embeddings, like Qwen3-0.6B. ``trained`` (default)
+    trains the weights for a few seconds on the built-in corpus so generated text is English; False keeps
+    random weights (byte soup as text, same shapes and compile behaviour).
     Without ``path`` the checkpoint is cached under ``$TPU_LAB_CACHE`` (or the user cache dir).
     """
-    spec = _validate(arch, kv_heads, tie_embeddings)
+    spec = _validate(arch, kv_heads, tie_embeddings, trained)
     root: Path | None = None
     if path is None:
         root = cache_dir(environ) / "models"
@@ -122,7 +127,7 @@ def tiny_model(
     return target
 
 
-def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool) -> dict:
+def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool, trained: bool = True) -> dict:
     if arch not in ARCHS:
         raise InvalidArgument(f"Unknown arch {arch!r}.", fix=f"Use one of: {', '.join(sorted(ARCHS))}.")
     heads = SHAPE["num_attention_heads"]
@@ -134,12 +139,20 @@ def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool) -> dict:
             fix=f"Use one of: {', '.join(str(d) for d in range(1, heads + 1) if heads % d == 0)}.",
         )
     boolean(tie_embeddings, "tie_embeddings")
-    return {"arch": arch, "kv_heads": kv, "tie_embeddings": tie_embeddings, "recipe": RECIPE_VERSION}
+    boolean(trained, "trained")
+    return {
+        "arch": arch,
+        "kv_heads": kv,
+        "tie_embeddings": tie_embeddings,
+        "trained": trained,
+        "recipe": RECIPE_VERSION,
+    }
 
 
 def _cache_key(spec: dict) -> str:
     tied = "tied" if spec["tie_embeddings"] else "untied"
-    return f"{spec['arch']}-kv{spec['kv_heads']}-{tied}-r{spec['recipe']}"
+    random = "" if spec["trained"] else "-random"
+    return f"{spec['arch']}-kv{spec['kv_heads']}-{tied}{random}-r{spec['recipe']}"
 
 
 def _recorded(target: Path) -> dict | None:
@@ -226,6 +239,8 @@ def _build(folder: Path, spec: dict) -> None:
     import torch
     import transformers
 
+    from tpu_lab.models.tiny_train import train_briefly, unprintable_token_ids
+
     tokenizer = _train_tokenizer()
     config_cls, _ = ARCHS[spec["arch"]]
     vocab = -(-len(tokenizer) // 64) * 64  # a multiple of 64 shards evenly at any tp_size up to 64
@@ -240,7 +255,11 @@ def _build(folder: Path, spec: dict) -> None:
     )
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
+    if spec["trained"]:
+        train_briefly(model, tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    # Half a UTF-8 character decodes to U+FFFD, which reads like an encoding bug: never generate one.
+    model.generation_config.suppress_tokens = unprintable_token_ids(tokenizer, vocab)
     bars = transformers.utils.logging
     was_enabled = bars.is_progress_bar_enabled()
     bars.disable_progress_bar()  # a "Writing model shards" bar for a 200 KB file is noise

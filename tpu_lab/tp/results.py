@@ -126,6 +126,12 @@ class LaunchResult(Report):
         return all(r.ok for r in self.ranks)
 
     @property
+    def run_id(self) -> str | None:
+        """The run's id, from torchrun's ``--rdzv-id``: its processes carry it, so
+        ``tl.tp.process.run_pids(result.run_id)`` counts this run's processes only."""
+        return next((a.partition("=")[2] for a in self.argv if a.startswith("--rdzv-id=")), None)
+
+    @property
     def values(self) -> list[Any]:
         """Each rank's reported value, by rank."""
         return [r.value for r in self.ranks]

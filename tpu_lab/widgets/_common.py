@@ -10,7 +10,11 @@ from tpu_lab.errors import TpuLabError
 def error_html(exc: BaseException) -> str:
     """An exception as a red box: what happened, the likely cause and the fix when tpu_lab knows them."""
     if isinstance(exc, TpuLabError):
-        parts = [f"<b>{escape(exc.what)}</b>"]
+        # The first line says what happened; the rest (argv, rank states, a traceback tail) keeps its lines.
+        first, _, rest = exc.what.partition("\n")
+        parts = [f"<b>{escape(first)}</b>"]
+        if rest:
+            parts.append(f"<pre style='white-space:pre-wrap;font-size:11px;margin:2px 0'>{escape(rest)}</pre>")
         if exc.cause:
             parts.append(f"<i>Likely cause:</i> {escape(exc.cause)}")
         if exc.fix:

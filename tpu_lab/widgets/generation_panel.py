@@ -24,13 +24,17 @@ class GenerationPanel(w.VBox):
         self.prompt = w.Textarea(
             value="The French Bread Law states", description="prompt", layout=w.Layout(width="560px", height="60px")
         )
-        self.max_new_tokens = w.BoundedIntText(value=session.max_new_tokens, min=1, max=4096, description="new tokens")
+        label = {"description_width": "initial"}  # sized to the text, never clipped
+        self.max_new_tokens = w.BoundedIntText(
+            value=session.max_new_tokens, min=1, max=4096, description="new tokens", style=label
+        )
         self.do_sample = w.Checkbox(value=False, description="do_sample")
         self.policy = w.Dropdown(
             options=[(label, key) for key, label in POLICIES.items()],
             value="session",
             description="buckets",
-            layout=w.Layout(width="320px"),
+            layout=w.Layout(width="340px"),
+            style=label,
         )
         self.run_button = w.Button(description="Run", button_style="primary", icon="play")
         self.warmup_button = w.Button(description="Warm up", icon="fire", tooltip="compile every bucket now")

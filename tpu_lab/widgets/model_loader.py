@@ -7,9 +7,12 @@ from html import escape
 import ipywidgets as w
 
 from tpu_lab.host.probe import DeviceReport, device_choices, probe
+from tpu_lab.models.checkpoint import needs_network
 from tpu_lab.models.loading import MODEL_PRESETS, LoadedModel, load_model
 from tpu_lab.widgets._common import error_html
 
+# Labels sized to their text: ipywidgets' fixed 80 px label cut "Loading weights" to "Loading w...".
+LABEL = {"description_width": "initial"}
 DTYPE_OPTIONS = [("device default", "auto"), ("bfloat16", "bfloat16"), ("float16", "float16"), ("float32", "float32")]
 
 
@@ -31,27 +34,33 @@ class ModelLoader(w.VBox):
             description="model",
             placeholder="folder, hub id or tiny:<arch>",
             layout=w.Layout(width="420px"),
+            style=LABEL,
         )
         self.device = w.Dropdown(
-            options=[
-                (c.name if c.available else f"{c.name} (unavailable: {c.reason})", c.name)
-                for c in self.choices.values()
-            ],
+            # The reason is long: it goes in the status line when picked, not into a clipped option.
+            options=[(c.name if c.available else f"{c.name} (unavailable)", c.name) for c in self.choices.values()],
             value=report.device,
             description="device",
+            style=LABEL,
+            layout=w.Layout(width="200px"),
         )
-        self.dtype = w.Dropdown(options=DTYPE_OPTIONS, value="auto", description="dtype")
+        self.dtype = w.Dropdown(
+            options=DTYPE_OPTIONS, value="auto", description="dtype", style=LABEL, layout=w.Layout(width="220px")
+        )
         self.load_button = w.Button(description="Load", button_style="primary", icon="download")
         self.progress = w.IntProgress(
-            value=0, min=0, max=1, description="weights", layout=w.Layout(visibility="hidden")
+            value=0, min=0, max=1, description="weights", layout=w.Layout(visibility="hidden"), style=LABEL
         )
+        self.hint = w.HTML()
         self.status = w.HTML()
         self.report_view = w.HTML()
         self.load_button.on_click(lambda _: self.load())
         self.device.observe(lambda _: self._check_device(), names="value")
+        self.model_name.observe(lambda _: self._check_model(), names="value")
         super().__init__(
             [
                 w.HBox([self.model_name, self.device, self.dtype]),
+                self.hint,
                 w.HBox([self.load_button, self.progress, self.status]),
                 self.report_view,
             ]
@@ -59,7 +68,9 @@ class ModelLoader(w.VBox):
         self.add_class("tpu-lab-model-loader")
         self.status.add_class("tpu-lab-status")
         self.report_view.add_class("tpu-lab-report-view")
+        self.hint.add_class("tpu-lab-model-hint")
         self._check_device()
+        self._check_model()
 
     @property
     def model(self):
@@ -76,9 +87,18 @@ class ModelLoader(w.VBox):
             "" if choice.available else f"<b>{choice.name}</b> is unavailable here: {escape(choice.reason)}"
         )
 
+    def _check_model(self) -> None:
+        name = self.model_name.value.strip()
+        self.hint.value = (
+            f"<i>{escape(name)} downloads from the Hugging Face Hub: it needs a network (it is not in this "
+            "machine's hub cache). Offline, pick a <code>tiny:</code> preset.</i>"
+            if needs_network(name)
+            else ""
+        )
+
     def _on_progress(self, desc: str, n: int, total: int | None) -> None:
         self.progress.layout.visibility = "visible"
-        self.progress.description = desc[:12] or "loading"
+        self.progress.description = desc or "loading"
         self.progress.max = max(total or 1, 1)
         self.progress.value = min(n, self.progress.max)
 

@@ -1,0 +1,171 @@
+"""What the demo measured and how it reads: per policy, the per-shape table and the totals of each pass;
+then one summary table and the sentence saying what buckets saved. Pure: no torch, no clock."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tpu_lab._report import Report, table
+from tpu_lab.compile.table import CompileTable
+
+INTRO = (
+    "What this shows:",
+    "  - A compile: torch.compile turns the model's forward into a graph for one exact input shape (prompt "
+    "length, cache size); a new shape means a new compile.",
+    "  - A TPU pays that for every new shape before it can run it: seconds to minutes per compile, while the "
+    "request waits.",
+    "  - Buckets pad each prompt up to one of a few fixed lengths (with one fixed cache size), so a few graphs "
+    "compile once and then serve every prompt.",
+)
+NEXT = (
+    "Next: try --max-buckets 2 (fewer compiles, more padding) or --distinct 12 (more lengths: naive climbs, "
+    "bucketed does not), or open notebooks/03_recompiles.ipynb to warm the buckets up and then assert that "
+    "nothing recompiles."
+)
+
+SUMMARY_HEAD = ("policy", "compiles (pass 1 + 2)", "compile s (pass 1 + 2)", "wall s (pass 1 / 2)", "padding")
+
+
+@dataclass(frozen=True)
+class PassTotals:
+    """One pass over the workload."""
+
+    compiles: int
+    compile_seconds: float
+    wall_seconds: float
+    """Wall time of the whole pass, compiles included."""
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One policy (naive or bucketed) run over the workload, pass after pass."""
+
+    name: str
+    title: str
+    backend: str
+    table: CompileTable
+    """Per shape, over every pass: its compiles add up to the passes' compiles."""
+    passes: tuple[PassTotals, ...]
+    cumulative: tuple[int, ...]
+    """Compiles so far after each request, over every pass."""
+    real_tokens: int
+    """Prompt tokens of one pass."""
+    padded_tokens: int
+    """Tokens prefilled in one pass (prompt + padding)."""
+
+    @property
+    def compiles(self) -> int:
+        return sum(p.compiles for p in self.passes)
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(p.compile_seconds for p in self.passes)
+
+    @property
+    def padding(self) -> int:
+        return self.padded_tokens - self.real_tokens
+
+
+@dataclass(frozen=True)
+class DemoResult(Report):
+    """Both policies, the buckets used and where the chart went (None: no chart)."""
+
+    runs: tuple[PolicyRun, ...]
+    buckets: tuple[int, ...]
+    chart: Path | None
+
+    def __getitem__(self, name: str) -> PolicyRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def to_text(self) -> str:
+        return summary_text(self)
+
+    def to_html(self) -> str:
+        rows = [(r.name, _compiles(r), _compile_seconds(r), _walls(r), _padding(r)) for r in self.runs]
+        return f"{table(rows, SUMMARY_HEAD)}<p>{saved_sentence(self)}</p>"
+
+
+def short_reason(reason: str) -> str:
+    """The reason's first clause ("new prompt length 4 (compiled so far: 17)"); the advice after it is
+    printed once below the table."""
+    return re.split(r"(?<!so far): |; ", reason, maxsplit=1)[0]
+
+
+def run_text(run: PolicyRun) -> str:
+    cells = [
+        (
+            str(r.signature),
+            str(r.calls),
+            str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
+            f"{r.compile_seconds:.2f}",
+            f"{r.first_call_seconds * 1000:.0f}",
+            f"{r.last_call_seconds * 1000:.0f}" if r.calls > r.compiles else "-",
+            short_reason(r.reason),
+        )
+        for r in run.table
+    ]
+    head = ("shape", "calls", "compiles", "compile s", "first call ms", "cached call ms", "why it compiled")
+    widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(6)]
+    lines = [f"\n== {run.name}: {run.title}"]
+    for row in [head, *cells]:
+        left = f"{row[0]:<{widths[0]}}"
+        lines.append("  ".join([left, *(f"{row[i]:>{widths[i]}}" for i in range(1, 6)), row[6]]).rstrip())
+    lines.append(
+        f"{run.name}: {_compiles(run)} compiles, {_compile_seconds(run)} s compiling; "
+        f"pass 1 took {run.passes[0].wall_seconds:.1f} s, pass 2 {run.passes[-1].wall_seconds:.1f} s"
+    )
+    advice = {
+        short_reason(r.reason): r.reason[len(short_reason(r.reason)) :].lstrip(":; ")
+        for r in run.table
+        if r.reason != short_reason(r.reason)
+    }
+    notes = {re.sub(r"( to)? \d+.*", "", k): v for k, v in advice.items()}  # one note per kind of reason
+    lines += [f"  why, in full: {kind}: {text}" for kind, text in notes.items()]
+    if run.table.limit_hit:
+        lines.append("WARNING: Dynamo's recompile limit was hit: some calls ran uncompiled.")
+    return "\n".join(lines)
+
+
+def summary_text(result: DemoResult) -> str:
+    rows = [(r.name, _compiles(r), _compile_seconds(r), _walls(r), _padding(r)) for r in result.runs]
+    widths = [max(len(SUMMARY_HEAD[i]), *(len(row[i]) for row in rows)) for i in range(5)]
+    lines = ["\n== summary"]
+    lines += ["  ".join(f"{c:<{widths[i]}}" for i, c in enumerate(row)).rstrip() for row in [SUMMARY_HEAD, *rows]]
+    return "\n".join([*lines, "", saved_sentence(result), NEXT])
+
+
+def saved_sentence(result: DemoResult) -> str:
+    naive, bucketed = result["naive"], result["bucketed"]
+    saved = naive.compiles - bucketed.compiles
+    if saved <= 0:
+        return (
+            f"Buckets saved no compiles here ({naive.compiles} naive, {bucketed.compiles} bucketed): with so few "
+            "distinct lengths there is little to bound."
+        )
+    share = bucketed.padding / bucketed.padded_tokens if bucketed.padded_tokens else 0.0
+    return (
+        f"Buckets saved {saved} of {naive.compiles} compiles and "
+        f"{naive.compile_seconds - bucketed.compile_seconds:.1f} s of compiling (pass 1: "
+        f"{naive.passes[0].wall_seconds:.1f} s -> {bucketed.passes[0].wall_seconds:.1f} s; pass 2 compiled "
+        f"{bucketed.passes[-1].compiles} times instead of {naive.passes[-1].compiles}), for "
+        f"{bucketed.padding} padding tokens per pass ({share:.0%} of the tokens prefilled)."
+    )
+
+
+def _compiles(run: PolicyRun) -> str:
+    return " + ".join(str(p.compiles) for p in run.passes) + f" = {run.compiles}"
+
+
+def _compile_seconds(run: PolicyRun) -> str:
+    return " + ".join(f"{p.compile_seconds:.1f}" for p in run.passes) + f" = {run.compile_seconds:.1f}"
+
+
+def _walls(run: PolicyRun) -> str:
+    return " / ".join(f"{p.wall_seconds:.1f}" for p in run.passes)
+
+
+def _padding(run: PolicyRun) -> str:
+    share = run.padding / run.padded_tokens if run.padded_tokens else 0.0
+    return f"{run.padding} tokens ({share:.0%})"
