@@ -13,7 +13,15 @@ LIMIT_BANNER = (
     "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
     "Bound the shapes with buckets and a fixed max_cache_len."
 )
-HEADER = ("shape (batch x length)", "calls", "compiles", "compile s", "first call ms", "last call ms", "why it compiled")
+HEADER = (
+    "shape (batch x length)",
+    "calls",
+    "compiles",
+    "compile s",
+    "first call ms",
+    "last call ms",
+    "why it compiled",
+)
 
 
 @dataclass(frozen=True)
