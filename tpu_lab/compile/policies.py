@@ -10,7 +10,7 @@ from tpu_lab.errors import InvalidArgument
 # The bucket policies a user can pick (e.g. in the GenerationPanel), with what each means.
 POLICIES = {
     "session": "as the session was created",
-    "none": "none (every shape compiles)",
+    "none": "none (every length compiles)",
     "recommended": "fitted to the prompts seen",
     "power-of-two": "powers of two",
     "fixed": "fixed lists",
