@@ -34,8 +34,9 @@ from tpu_lab._checks import positive_int, token_counts
 from tpu_lab._report import Report, table
 from tpu_lab.errors import InvalidArgument
 
-# Trying every bucket set of one axis costs (sets x 1-D work on the other axis); above this, alternate.
-EXACT_WORK = 3_000_000
+# Trying every bucket set of one axis costs sets x (1-D work on the other axis + pairs), about a
+# microsecond a unit; above this (~1 s), alternate instead.
+EXACT_WORK = 1_000_000
 
 
 def partition(values: Sequence[int], weights: Sequence[int], k: int) -> tuple[int, list[int]]:
@@ -164,8 +165,9 @@ def advise(batches: Sequence[tuple[int, int]], *, max_length_buckets: int, max_b
     kb, kl = min(max_batch_buckets, len(sizes)), min(max_length_buckets, len(lengths))
     # Try every set on the axis with fewer sets; the largest value is always a bucket.
     sets_b, sets_l = math.comb(len(sizes) - 1, kb - 1), math.comb(len(lengths) - 1, kl - 1)
-    enum_batch = sets_b * kl * len(lengths) <= sets_l * kb * len(sizes)
-    work = sets_b * kl * len(lengths) if enum_batch else sets_l * kb * len(sizes)
+    work_b, work_l = sets_b * (kl * len(lengths) + len(pairs)), sets_l * (kb * len(sizes) + len(pairs))
+    enum_batch = work_b <= work_l
+    work = min(work_b, work_l)
     if work <= EXACT_WORK:
         outer, outer_k, solve = (sizes, kb, _lengths_for) if enum_batch else (lengths, kl, _sizes_for)
         best: tuple[int, list[int], list[int]] | None = None
