@@ -147,3 +147,23 @@ def test_explain_fallbacks():
     assert explain("0/3: ___check_obj_id(L['self'])").startswith("a different object (module instance")
     # text no rule knows is shown verbatim (first line, without Dynamo's source comment)
     assert explain("0/4: ___some_new_guard(L['x'])   # x = f(y)  # file.py:3 in g") == "0/4: ___some_new_guard(L['x'])"
+
+
+def test_explain_new_batch_sizes_and_pairs():
+    from tpu_lab.compile.explain import explain_new_shape
+
+    def s(phase, batch, length, cache=96):
+        return ShapeSignature(phase, batch, length if phase == "prefill" else 1, cache, True)
+
+    compiled = [s("prefill", 1, 16), s("decode", 1, 1), s("prefill", 4, 32), s("decode", 4, 1)]
+    assert explain_new_shape(s("prefill", 2, 16), compiled) == (
+        "new batch size 2 (compiled so far: 1, 4); batch buckets bound these"
+    )
+    assert explain_new_shape(s("decode", 2, 1), compiled).startswith("new batch size 2 (compiled so far: 1, 4)")
+    both = explain_new_shape(s("prefill", 8, 64), compiled)
+    assert both.startswith("new prompt length 64 (compiled so far: 16, 32); buckets bound these; new batch size 8")
+    assert explain_new_shape(s("prefill", 4, 16), compiled) == (
+        "new (batch, length) pair 4x16: each pair is its own graph (compiled so far: 1x16, 4x32)"
+    )
+    assert explain_new_shape(s("prefill", 4, 32), compiled) is None  # compiled before: Dynamo's text explains
+    assert str(s("prefill", 4, 32)) == "prefill 4x32 cache=96"

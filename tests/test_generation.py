@@ -138,6 +138,22 @@ def test_record_fields_and_close(fresh):
         ({}, lambda s: s.generate("hi", max_new_tokens=0), "max_new_tokens=0 must be a positive integer"),
         ({}, lambda s: s.generate("hi", max_new_tokens=-3), "max_new_tokens=-3"),
         ({}, lambda s: s.warmup([]), "non-empty list"),
+        ({}, lambda s: s.generate([]), "The list of prompts is empty"),
+        ({}, lambda s: s.generate(["Hello", " "]), r"The prompt is empty \(prompt 1 of the list\)"),
+        ({}, lambda s: s.generate([ids(4), []]), r"has no tokens \(prompt 1 of the list\)"),
+        ({}, lambda s: s.generate(["Hello", ids(4)]), "mixes text prompts and token-id prompts"),
+        ({}, lambda s: s.generate([ids(3), [1, "x"]]), r"list of token ids \(prompt 1 of the list\)"),
+        (
+            {"batch_buckets": (1, 2)},
+            lambda s: s.generate([ids(3)] * 3),
+            r"3 prompts in one call, more than the largest batch bucket \(2\)",
+        ),
+        ({"batch_buckets": (1, 2)}, lambda s: s.warmup([4], batches=[4]), "more than the largest batch bucket"),
+        (
+            {"buckets": (8, 16), "max_cache_len": 20},
+            lambda s: s.generate([ids(3), ids(12)], max_new_tokens=5),
+            r"The longest of these 2 prompts \(12 tokens, padded to 16\) plus max_new_tokens=5 does not fit",
+        ),
     ],
 )
 def test_bad_calls(fresh, kwargs, call, match):
@@ -158,6 +174,8 @@ def test_bad_calls(fresh, kwargs, call, match):
         ({"max_cache_len": 0}, "max_cache_len=0"),
         ({"compile": "sometimes"}, "compile='sometimes'"),
         ({"max_new_tokens": 0}, "max_new_tokens=0"),
+        ({"batch_buckets": (4, 2)}, "batch_buckets=\\(4, 2\\) are not strictly increasing"),
+        ({"batch_buckets": (0, 2)}, "batch_buckets=\\(0, 2\\) must be positive"),
     ],
 )
 def test_bad_sessions(fresh, kwargs, match):
@@ -173,3 +191,98 @@ def test_tokenizer_without_pad_token(fresh):
     with pytest.raises(InvalidArgument, match="no pad token") as e:
         tl.GenerationSession(model, tok)
     assert "tokenizer.pad_token = tokenizer.eos_token" in e.value.fix
+
+
+PROMPTS = [
+    "The French Bread Law states",
+    "Hello world!",
+    "Each process learns how the graph stays stable when the shapes stay the same.",
+]
+
+
+def test_a_batch_gives_each_prompt_its_alone_tokens(fresh):
+    model, tok = fresh
+    with tl.GenerationSession(model, tok, buckets=(8, 16, 32), batch_buckets=(1, 2, 4), max_new_tokens=8) as s:
+        alone = [s.generate(p) for p in PROMPTS]
+        # an end-of-sequence token that one prompt reaches early: its row must stop there, the others go on
+        eos = alone[0].token_ids[2]
+        alone_eos = [s.generate(p, eos_token_id=eos).token_ids for p in PROMPTS]
+        assert len(alone_eos[0]) == 3
+        batch = s.generate(PROMPTS, eos_token_id=eos)
+        plain = s.generate(PROMPTS)
+    assert [r.token_ids for r in batch] == alone_eos
+    assert [r.token_ids for r in plain] == [r.token_ids for r in alone]
+    assert [r.text for r in plain] == [r.text for r in alone]
+    longest = max(r.prompt_tokens for r in alone)
+    for i, r in enumerate(batch):
+        assert (r.row, r.batch_size, r.padded_batch, r.batch_bucket) == (i, 3, 4, 4)
+        assert r.batch_shape == (4, 32) and r.padded_length == 32 and r.bucket == 32
+        assert r.prompt_tokens == alone[i].prompt_tokens and r.prefill.batch == 4 and r.decode.batch == 4
+    assert longest > 16  # the longest prompt set the length bucket for every row
+    assert all(r.batch_shape == (1, r.padded_length) for r in alone)
+
+
+def test_batches_without_batch_buckets_compile_per_size_and_table_keys_by_batch(fresh):
+    model, tok = fresh
+    with tl.GenerationSession(model, tok, buckets=(16,), max_new_tokens=3) as s:
+        first = s.generate(PROMPTS[:2])
+        assert [(r.batch_size, r.padded_batch, r.batch_bucket) for r in first] == [(2, 2, None)] * 2
+        assert (first[0].compiles_prefill, first[0].compiles_decode) == (1, 1)
+        assert first[0].reasons == ("first prefill compile", "first decode compile: one graph serves every decode step")
+        again = s.generate([PROMPTS[1], PROMPTS[0]])  # the same shape: nothing new
+        three = s.generate([PROMPTS[0]] * 3)
+        assert again[0].compiles == 0 and three[0].compiles == 2
+        assert three[0].reasons[0].startswith("new batch size 3 (compiled so far: 2); batch buckets bound these")
+        assert s.observed_batches == [(2, 5), (2, 5), (3, 5)]
+        rows = {str(r.signature): r for r in s.compile_table}
+        assert set(rows) == {
+            "prefill 2x16 cache=80",
+            "decode 2x1 cache=80",
+            "prefill 3x16 cache=80",
+            "decode 3x1 cache=80",
+        }
+        assert rows["prefill 2x16 cache=80"].calls == 2
+        cells = s.compile_table.to_dict()["rows"]
+        assert {(c["batch"], c["length"], c["cache"]) for c in cells} == {
+            (2, 16, 80),
+            (2, 1, 80),
+            (3, 16, 80),
+            (3, 1, 80),
+        }
+        assert "shape (batch x length)" in s.to_html()
+        # warm-up with no argument keeps warming what was seen: each length bucket at each batch size seen
+        assert [r.batch_shape for r in s.warmup()] == [(2, 16), (3, 16)] and s.total_compiles == 4
+
+
+def test_warmup_covers_every_batch_and_length_bucket_pair(fresh):
+    model, tok = fresh
+    buckets, batch_buckets = (8, 16), (1, 2, 4)
+    with tl.GenerationSession(model, tok, buckets=buckets, batch_buckets=batch_buckets, max_new_tokens=3) as s:
+        warm = s.warmup()  # 6 prefill + 3 decode graphs: past Dynamo's default limit of 8, raised for the buckets
+        assert [r.batch_shape for r in warm] == [(b, n) for b in batch_buckets for n in buckets]
+        assert s.total_compiles == 2 * 3 + 3 and not s.limit_hit
+        with s.no_recompiles():
+            for batch in ([PROMPTS[0]], PROMPTS[:2], [ids(16)] * 3, [ids(3), ids(9)]):
+                assert s.generate(batch)[0].compiles == 0
+            with pytest.raises(tl.RecompileError):  # not warmed up: a length bucket added afterwards
+                s.set_buckets((8, 16, 24))
+                s.generate([ids(20)] * 4)
+        assert s.observed_batches == [(1, 5), (2, 5), (3, 16), (2, 9)]
+
+
+def test_generation_panel_runs_a_batch_and_fits_both_axes(fresh):
+    model, tok = fresh
+    with tl.GenerationSession(model, tok, max_new_tokens=2, max_cache_len=64) as s:
+        panel = tl.widgets.GenerationPanel(s)
+        panel.prompt.value = "\n".join(PROMPTS) + "\n\n"
+        records = panel.run()
+        assert [r.prompt for r in records] == PROMPTS and records[0].batch_shape[0] == 3
+        assert panel.status.value.startswith("3 prompts -> batch 3 x ") and "<b>2 compile(s)</b>" in panel.status.value
+        assert all(p in panel.output.value for p in ("The French Bread Law states", "Hello world!"))
+        assert "prefill 3x" in panel.table.value and "batch buckets" in panel.table.value
+        panel.prompt.value = "Hello world!"
+        panel.run()
+        panel.policy.value = "recommended"
+        assert s.batch_buckets == (1, 3) and "batch buckets: 1, 3" in panel.status.value
+        panel.warmup_button.click()
+        assert panel.status.value.startswith("warmed up 4 shape(s)")

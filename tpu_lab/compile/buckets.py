@@ -1,36 +1,70 @@
-"""Shape buckets: pad prompts up to a few fixed lengths so a TPU compiles a few graphs, not one per length.
+"""Shape buckets: pad prompts up to a few fixed lengths, and batches up to a few fixed sizes, so a TPU
+compiles a few graphs instead of one per (batch size, prompt length).
 
-``recommend_buckets`` finds, exactly, the bucket set with at most ``max_buckets`` lengths that minimises
-the total padded tokens for the lengths seen (dynamic programming over the sorted distinct lengths).
-``compare_policies`` puts it next to power-of-two and fixed-list buckets, each with its waste and
-compile count.
+``recommend_buckets`` gives, exactly, the buckets that pad least for the traffic seen: 1-D over prompt
+lengths, or 2-D over (batch size, longest prompt) pairs (``advice`` holds the algorithms and their
+guarantees). ``compare_policies`` puts the advice next to no buckets, powers of two and fixed lists, on
+both axes, each with its padding waste and compile count.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 from tpu_lab._checks import positive_int, token_counts
 from tpu_lab._report import Report, table
+from tpu_lab.compile.advice import BucketAdvice, advise, batch_pairs, batches_of, partition
 from tpu_lab.errors import InvalidArgument
 
 DEFAULT_FIXED = (32, 64, 128, 256, 512, 1024)
+# vLLM's TPU runner pads the number of requests to powers of two from 8; the "fixed" policy does too.
+DEFAULT_FIXED_BATCHES = (8, 16, 32, 64, 128)
 
 
-def validate_buckets(buckets: Iterable[int]) -> tuple[int, ...]:
+def validate_buckets(buckets: Iterable[int], name: str = "buckets") -> tuple[int, ...]:
     """Buckets must be positive integers in strictly increasing order."""
     out = tuple(buckets)
     if not out or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in out):
-        raise InvalidArgument(f"buckets={out!r} must be positive integers.", fix="Pass e.g. buckets=(32, 64, 128).")
+        raise InvalidArgument(f"{name}={out!r} must be positive integers.", fix=f"Pass e.g. {name}=(1, 2, 4, 8).")
     if any(a >= b for a, b in itertools.pairwise(out)):
         raise InvalidArgument(
-            f"buckets={out!r} are not strictly increasing.",
-            fix=f"Sort them and drop duplicates: buckets={tuple(sorted(set(out)))!r}.",
+            f"{name}={out!r} are not strictly increasing.",
+            fix=f"Sort them and drop duplicates: {name}={tuple(sorted(set(out)))!r}.",
         )
     return out
+
+
+# Room for new tokens above the largest bucket when max_cache_len is not given.
+NEW_TOKEN_ROOM = 64
+
+
+def cache_len_for(buckets: Sequence[int] | None, max_cache_len: int | None, current: int | None) -> int | None:
+    """The static-cache length for these buckets: ``max_cache_len`` if given, else ``current`` when it
+    still fits, else the largest bucket + 64 (None without buckets: transformers sizes it per call)."""
+    if max_cache_len is None:
+        max_cache_len = current
+        if buckets and (max_cache_len is None or max_cache_len <= buckets[-1]):
+            max_cache_len = buckets[-1] + NEW_TOKEN_ROOM
+    if max_cache_len is not None:
+        positive_int(max_cache_len, "max_cache_len", example=256, minimum=2)
+    if buckets and max_cache_len is not None and max_cache_len <= buckets[-1]:
+        raise InvalidArgument(
+            f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({buckets[-1]}).",
+            fix=f"Use max_cache_len >= {buckets[-1]} + max_new_tokens.",
+        )
+    return max_cache_len
+
+
+def graphs_for(buckets: Sequence[int] | None, batch_buckets: Sequence[int] | None) -> int | None:
+    """How many graphs these buckets compile at most (a fixed cache): a prefill graph per (batch bucket,
+    length bucket) and a decode graph per batch bucket. None without length buckets (unbounded)."""
+    if not buckets:
+        return None
+    sizes = len(batch_buckets) if batch_buckets else 1
+    return len(buckets) * sizes + sizes
 
 
 def bucket_for(length: int, buckets: Sequence[int]) -> int:
@@ -44,146 +78,208 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     )
 
 
-def recommend_buckets(lengths: Iterable[int], *, max_buckets: int) -> list[int]:
-    """The at most ``max_buckets`` bucket lengths that minimise total padded tokens for ``lengths``. Exact."""
+def batch_bucket_for(prompts: int, batch_buckets: Sequence[int]) -> int:
+    """The smallest batch bucket that fits ``prompts`` rows."""
+    if prompts > batch_buckets[-1]:
+        bigger = (*batch_buckets, 1 << (prompts - 1).bit_length())
+        raise InvalidArgument(
+            f"{prompts} prompts in one call, more than the largest batch bucket ({batch_buckets[-1]}).",
+            fix=f"Pass at most {batch_buckets[-1]} prompts per call, or create the session with a larger batch "
+            f"bucket, e.g. batch_buckets={bigger!r}.",
+        )
+    return bucket_for(prompts, batch_buckets)
+
+
+def warmup_shapes(
+    lengths: Iterable[int] | None,
+    batches: Iterable[int] | None,
+    buckets: Sequence[int] | None,
+    batch_buckets: Sequence[int] | None,
+    observed: Sequence[tuple[int, int]],
+) -> list[tuple[int, int]]:
+    """The (rows, length) shapes a warm-up compiles: every length target with every batch target.
+
+    Length targets: ``lengths`` rounded up to ``buckets``; without them every bucket, or without buckets
+    every longest prompt ``observed``. Batch targets likewise from ``batches``, ``batch_buckets`` and the
+    observed batch sizes (1 before any)."""
+    if lengths is None:
+        lengths = buckets or sorted({n for _, n in observed})
+        if not lengths:
+            raise InvalidArgument(
+                "Nothing to warm up: the session has no buckets and has seen no prompt yet.",
+                fix="Pass the lengths (session.warmup([16, 32])), set buckets, or run a prompt first.",
+            )
+    if batches is None:
+        batches = batch_buckets or sorted({b for b, _ in observed}) or [1]
+    targets = sorted({bucket_for(n, buckets) if buckets else n for n in token_counts(lengths)})
+    counts = token_counts(batches, "batches")
+    rows = sorted({batch_bucket_for(b, batch_buckets) if batch_buckets else b for b in counts})
+    return [(b, n) for b in rows for n in targets]
+
+
+@overload
+def recommend_buckets(lengths: Iterable[int], *, max_buckets: int) -> list[int]: ...
+@overload
+def recommend_buckets(
+    lengths: None = None, *, max_buckets: int, batches: Iterable[tuple[int, int]], max_batch_buckets: int = 3
+) -> BucketAdvice: ...
+@overload
+def recommend_buckets(
+    lengths: Iterable[int], *, max_buckets: int, max_batch: int, max_batch_buckets: int = 3
+) -> BucketAdvice: ...
+def recommend_buckets(
+    lengths: Iterable[int] | None = None,
+    *,
+    max_buckets: int,
+    batches: Iterable[tuple[int, int]] | None = None,
+    max_batch: int | None = None,
+    max_batch_buckets: int = 3,
+) -> list[int] | BucketAdvice:
+    """The buckets that pad least, exactly (``advice`` says how).
+
+    ``recommend_buckets(lengths, max_buckets=4)``: at most 4 length buckets for these prompt lengths.
+    ``recommend_buckets(batches=[(prompts, longest), ...], max_buckets=4, max_batch_buckets=3)`` or
+    ``recommend_buckets(lengths, max_batch=8, ...)`` (requests served in arrival order, 8 at a time):
+    length and batch buckets minimising batch bucket x length bucket summed over batches (a
+    ``BucketAdvice``)."""
     positive_int(max_buckets, "max_buckets", example=4)
-    counts = Counter(token_counts(lengths))
-    values = sorted(counts)
-    m, k = len(values), min(max_buckets, len(counts))
-    if k == m:
-        return values
-    # prefix sums make the cost of serving values[i..j] with one bucket at values[j] O(1)
-    n_pre, s_pre = [0], [0]
-    for v in values:
-        n_pre.append(n_pre[-1] + counts[v])
-        s_pre.append(s_pre[-1] + counts[v] * v)
-
-    def cost(i: int, j: int) -> int:
-        return (n_pre[j + 1] - n_pre[i]) * values[j] - (s_pre[j + 1] - s_pre[i])
-
-    inf = float("inf")
-    # best[b][j]: least padding for values[0..j] with b buckets, the last one at values[j]
-    best = [[inf] * m for _ in range(k + 1)]
-    choice = [[0] * m for _ in range(k + 1)]
-    for j in range(m):
-        best[1][j] = cost(0, j)
-    for b in range(2, k + 1):
-        for j in range(b - 1, m):
-            for i in range(b - 1, j + 1):  # values[i..j] share the bucket at values[j]
-                c = best[b - 1][i - 1] + cost(i, j)
-                if c < best[b][j]:
-                    best[b][j], choice[b][j] = c, i
-    out, j = [], m - 1
-    for b in range(k, 0, -1):
-        out.append(values[j])
-        j = choice[b][j] - 1 if b > 1 else -1
-    return sorted(out)
+    if batches is None and max_batch is None:
+        counts: dict[int, int] = {}
+        for n in token_counts(lengths):
+            counts[n] = counts.get(n, 0) + 1
+        values = sorted(counts)
+        return partition(values, [counts[v] for v in values], max_buckets)[1]
+    positive_int(max_batch_buckets, "max_batch_buckets", example=3)
+    if (batches is None) == (lengths is None):
+        raise InvalidArgument(
+            "Pass either batches=[(prompts, longest), ...] or request lengths with max_batch, not both.",
+            fix="recommend_buckets(batches=session.observed_batches, max_buckets=4) or "
+            "recommend_buckets(lengths, max_batch=8, max_buckets=4).",
+        )
+    pairs = batch_pairs(batches) if batches is not None else batches_of(lengths or (), max_batch or 0)
+    return advise(pairs, max_length_buckets=max_buckets, max_batch_buckets=max_batch_buckets)
 
 
 def power_of_two_buckets(lengths: Iterable[int], *, minimum: int = 16) -> list[int]:
-    """The powers of two (at least ``minimum``) that the lengths round up to."""
+    """The powers of two (at least ``minimum``) that the lengths (or batch sizes) round up to."""
     return sorted({max(minimum, 1 << (n - 1).bit_length()) for n in token_counts(lengths)})
 
 
 @dataclass(frozen=True)
 class BucketPlan:
-    """One bucket policy applied to a set of prompt lengths."""
+    """One bucket policy applied to traffic: (prompts, longest prompt) per batch (1-D: one prompt each)."""
 
     policy: str
-    """``"optimal"``, ``"power-of-two"``, ``"fixed"`` or ``"none"`` (every length its own shape)."""
+    """``"optimal"``, ``"power-of-two"``, ``"fixed"`` or ``"none"`` (every shape its own graph)."""
     buckets: tuple[int, ...]
-    """The bucket lengths the prompts actually use."""
+    """The length buckets the batches actually use."""
+    batch_buckets: tuple[int, ...]
+    """The batch sizes the batches actually run with (filler rows included)."""
     real_tokens: int
+    """Prompts x longest prompt, summed over batches: the tokens with no bucket padding."""
     padded_tokens: int
-    """Tokens after padding every prompt to its bucket."""
+    """Batch bucket x length bucket, summed over batches."""
     prefill_graphs: int
-    """Distinct prefill shapes, i.e. prefill compilations (decode adds one more with a fixed cache)."""
+    """Distinct (batch, length) prefill shapes, i.e. prefill compilations."""
+    decode_graphs: int = 1
+    """Distinct batch sizes, i.e. decode compilations (with a fixed max_cache_len)."""
 
     @property
     def waste(self) -> float:
         """Fraction of the padded tokens that are padding."""
         return 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
 
+    @property
+    def compiles(self) -> int:
+        return self.prefill_graphs + self.decode_graphs
 
-def plan(policy: str, lengths: Sequence[int], buckets: Sequence[int] | None) -> BucketPlan:
-    """Apply ``buckets`` (None: no buckets) to ``lengths``."""
-    used = [bucket_for(n, buckets) for n in lengths] if buckets else list(lengths)
-    return BucketPlan(policy, tuple(sorted(set(used))), sum(lengths), sum(used), len(set(used)))
+
+def plan(
+    policy: str, batches: Sequence[tuple[int, int]], buckets: Sequence[int] | None, batch_buckets: Sequence[int] | None
+) -> BucketPlan:
+    """Apply length ``buckets`` and ``batch_buckets`` (None: no padding on that axis) to ``batches``."""
+    shapes = [
+        (batch_bucket_for(b, batch_buckets) if batch_buckets else b, bucket_for(n, buckets) if buckets else n)
+        for b, n in batches
+    ]
+    return BucketPlan(
+        policy,
+        tuple(sorted({n for _, n in shapes})),
+        tuple(sorted({b for b, _ in shapes})),
+        sum(b * n for b, n in batches),
+        sum(b * n for b, n in shapes),
+        len(set(shapes)),
+        len({b for b, _ in shapes}),
+    )
 
 
 @dataclass(frozen=True)
 class PolicyComparison(Report):
-    """Bucket policies side by side for one workload; renders as a table."""
+    """Bucket policies side by side for one workload, on both axes; renders as a table."""
 
     plans: tuple[BucketPlan, ...]
 
-    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+    def _rows(self) -> list[tuple[str, ...]]:
         return [
             (
                 p.policy,
-                ", ".join(map(str, p.buckets)) if p.policy != "none" else "-",
-                str(p.prefill_graphs + 1),
+                f"{p.prefill_graphs} + {p.decode_graphs}",
                 f"{p.padded_tokens:,}",
                 f"{p.waste:.0%}",
+                ", ".join(map(str, p.buckets)) if p.policy != "none" else "-",
+                ", ".join(map(str, p.batch_buckets)) if p.policy != "none" else "-",
             )
             for p in self.plans
         ]
 
     def to_text(self) -> str:
-        head = f"{'policy':<13} {'compiles':>8} {'padded':>9} {'waste':>6}  buckets"
-        lines = [head] + [f"{r[0]:<13} {r[2]:>8} {r[3]:>9} {r[4]:>6}  {r[1]}" for r in self._rows()]
+        head = f"{'policy':<13} {'compiles':>9} {'padded':>9} {'waste':>6}  {'length buckets':<24} batch buckets"
+        lines = [head] + [f"{r[0]:<13} {r[1]:>9} {r[2]:>9} {r[3]:>6}  {r[4]:<24} {r[5]}" for r in self._rows()]
         return "\n".join(lines)
 
     def to_html(self) -> str:
-        return table(self._rows(), ["policy", "buckets", "compiles (prefill + 1 decode)", "padded tokens", "waste"])
+        header = ["policy", "compiles (prefill + decode)", "padded tokens", "waste", "length buckets", "batch buckets"]
+        return table(self._rows(), header)
 
 
 def compare_policies(
-    lengths: Iterable[int], *, max_buckets: int = 4, fixed: Sequence[int] = DEFAULT_FIXED
+    lengths: Iterable[int] | None = None,
+    *,
+    batches: Iterable[tuple[int, int]] | None = None,
+    max_batch: int | None = None,
+    max_buckets: int = 4,
+    max_batch_buckets: int = 3,
+    fixed: Sequence[int] = DEFAULT_FIXED,
+    fixed_batches: Sequence[int] = DEFAULT_FIXED_BATCHES,
 ) -> PolicyComparison:
-    """No buckets, the optimal set, powers of two and a fixed list, each with its waste and compile count."""
-    lengths = token_counts(lengths)
-    fixed = validate_buckets(fixed)
-    if max(lengths) > fixed[-1]:
-        fixed = (*fixed, max(lengths))
+    """No buckets, the optimal sets, powers of two and fixed lists, each with its waste and compile count.
+
+    Prompt ``lengths`` alone: one prompt per call, batches are not padded. ``batches`` of (prompts, longest
+    prompt) pairs, or ``lengths`` with ``max_batch``: both axes (as in ``recommend_buckets``)."""
+    fixed = validate_buckets(fixed, "fixed")
+    if batches is None and max_batch is None:
+        pairs = [(1, n) for n in token_counts(lengths)]
+        optimal: tuple[Any, Any] = (recommend_buckets([n for _, n in pairs], max_buckets=max_buckets), None)
+        batch_axes: tuple[Any, Any] = (None, None)
+    else:
+        advice = (
+            recommend_buckets(batches=batches, max_buckets=max_buckets, max_batch_buckets=max_batch_buckets)
+            if batches is not None and lengths is None
+            else recommend_buckets(lengths or (), max_batch=max_batch or 0, max_buckets=max_buckets)
+        )
+        pairs = batch_pairs(batches) if batches is not None else batches_of(lengths or (), max_batch or 0)
+        optimal = (advice.length_buckets, advice.batch_buckets)
+        fixed_batches = validate_buckets(fixed_batches, "fixed_batches")
+        top = max(b for b, _ in pairs)
+        fixed_batches = fixed_batches if top <= fixed_batches[-1] else (*fixed_batches, top)
+        batch_axes = (power_of_two_buckets([b for b, _ in pairs], minimum=1), fixed_batches)
+    longest = max(n for _, n in pairs)
+    fixed = fixed if longest <= fixed[-1] else (*fixed, longest)
     return PolicyComparison(
         (
-            plan("none", lengths, None),
-            plan("optimal", lengths, recommend_buckets(lengths, max_buckets=max_buckets)),
-            plan("power-of-two", lengths, power_of_two_buckets(lengths)),
-            plan("fixed", lengths, fixed),
+            plan("none", pairs, None, None),
+            plan("optimal", pairs, *optimal),
+            plan("power-of-two", pairs, power_of_two_buckets([n for _, n in pairs]), batch_axes[0]),
+            plan("fixed", pairs, fixed, batch_axes[1]),
         )
     )
-
-
-# The bucket policies a user can pick (e.g. in the GenerationPanel), with what each means.
-POLICIES = {
-    "session": "as the session was created",
-    "none": "none (every length compiles)",
-    "recommended": "fitted to the prompts seen",
-    "power-of-two": "powers of two",
-    "fixed": "fixed list",
-}
-
-
-def buckets_for_policy(
-    policy: str, lengths: Sequence[int], *, created: Sequence[int] | None = None, max_buckets: int = 4
-) -> tuple[int, ...] | None:
-    """The buckets a policy gives for the prompt lengths seen (None: no buckets). ``created``: the
-    session's own buckets, for ``"session"``."""
-    if policy not in POLICIES:
-        raise InvalidArgument(f"Unknown bucket policy {policy!r}.", fix=f"Use one of: {', '.join(POLICIES)}.")
-    if policy in ("recommended", "power-of-two") and not lengths:
-        raise InvalidArgument(
-            f"The {policy!r} policy fits buckets to the prompt lengths seen, and none were seen yet.",
-            fix="Run a few prompts first, or pick the 'fixed' policy.",
-        )
-    if policy == "session":
-        return tuple(created) if created else None
-    if policy == "recommended":
-        return tuple(recommend_buckets(lengths, max_buckets=max_buckets))
-    if policy == "power-of-two":
-        return tuple(power_of_two_buckets(lengths))
-    if policy == "fixed":
-        return DEFAULT_FIXED
-    return None

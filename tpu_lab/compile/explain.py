@@ -129,15 +129,32 @@ def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -
             "attention mask is None instead of a tensor: the prompt filled its bucket exactly, so transformers "
             "dropped the mask, and that is a second graph for the same shape"
         )
+    batches = sorted({c.batch for c in same})
+    new_batch = (
+        f"new batch size {sig.batch} (compiled so far: {', '.join(map(str, batches))}); batch buckets bound these"
+    )
     if sig.phase == "prefill" and all(c.length != sig.length for c in same):
         seen = ", ".join(str(n) for n in sorted({c.length for c in same})) or "none"
-        return f"new prompt length {sig.length} (compiled so far: {seen}); buckets bound these"
+        also = f"; {new_batch}" if sig.batch not in batches else ""
+        return f"new prompt length {sig.length} (compiled so far: {seen}); buckets bound these{also}"
     same_shape = [c for c in same if (c.length, c.batch) == (sig.length, sig.batch)]
     if sig.cache is not None and same_shape and all(c.cache != sig.cache for c in same_shape):
         return (
             f"static cache length changed to {sig.cache} (was {same_shape[-1].cache}): the cache is sized "
             "per prompt and only grows; a fixed max_cache_len gives every call one size"
         )
-    if sig.batch not in {c.batch for c in same}:
-        return f"new batch size {sig.batch}"
+    if sig.batch not in batches:
+        return new_batch
+    if not same_shape:
+        pairs = ", ".join(sorted({f"{c.batch}x{c.length}" for c in same}))
+        return (
+            f"new (batch, length) pair {sig.batch}x{sig.length}: each pair is its own graph (compiled so far: {pairs})"
+        )
     return None
+
+
+def innermost_message(e: BaseException) -> str:
+    """The first line of the innermost exception: Dynamo wraps what a compile callback raised."""
+    while (e.__cause__ or e.__context__) is not None:
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -13,35 +13,39 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any
+from typing import Any, overload
 
-from tpu_lab._checks import positive_int, token_counts
+from tpu_lab._checks import positive_int
 from tpu_lab._report import Report
-from tpu_lab.compile.buckets import bucket_for, validate_buckets
+from tpu_lab.compile import batching
+from tpu_lab.compile import buckets as bk
+from tpu_lab.compile.explain import innermost_message
 from tpu_lab.compile.guard import NoRecompiles
 from tpu_lab.compile.hooks import keep_attention_masks, private_copy, signature_of
-from tpu_lab.compile.record import GenerationRecord
-from tpu_lab.compile.session_checks import COMPILE_PHASES, check_fits, check_session_args, token_ids
+from tpu_lab.compile.record import GenerationRecord, call_fields, row_records
+from tpu_lab.compile.session_checks import COMPILE_PHASES, check_fits, check_session_args
 from tpu_lab.compile.signature import ShapeSignature
 from tpu_lab.compile.table import CompileTable
 from tpu_lab.compile.tally import ForwardCall, ShapeTally
 from tpu_lab.compile.watch import Watch
-from tpu_lab.errors import InvalidArgument, RecompileError
+from tpu_lab.errors import RecompileError
 
 DEFAULT_BACKEND = {"cpu": "aot_eager", "cuda": "inductor", "tpu": "tpu"}
-# Room for new tokens above the largest bucket when max_cache_len is not given.
-NEW_TOKEN_ROOM = 64
+KEEP: Any = object()  # set_buckets(batch_buckets=KEEP): leave the batch buckets as they are
 
 
 class GenerationSession(Report):
     """Runs prompts through ``model.generate`` with bounded shapes and counts compilations per shape.
 
     ``buckets``: strictly increasing prompt lengths to left-pad to (None: every length is its own shape).
+    ``batch_buckets``: strictly increasing batch sizes a list of prompts is filled up to with masked
+    filler rows (None: a batch of n prompts runs as n rows, so every new n is a new shape).
     ``max_cache_len``: fixed static-cache length; defaults to the largest bucket + 64 with buckets, and to
     transformers' per-call sizing without (which grows, and recompiles). ``backend``: the torch.compile
     backend (default per device). ``compile``: "all" (prefill and decode, as a TPU compiles), "decode"
     (what generate's auto-compile does) or "none". ``recompile_limit`` overrides Dynamo's (8) for this
-    session's calls. The session installs itself as ``model.forward`` until ``close()``.
+    session's calls; by default it is raised to the graphs the buckets can need (``graphs_for``). The
+    session installs itself as ``model.forward`` until ``close()``.
     """
 
     def __init__(
@@ -50,6 +54,7 @@ class GenerationSession(Report):
         tokenizer: Any,
         *,
         buckets: Iterable[int] | None = None,
+        batch_buckets: Iterable[int] | None = None,
         max_cache_len: int | None = None,
         backend: str | None = None,
         compile: str = "all",
@@ -62,8 +67,9 @@ class GenerationSession(Report):
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device.type
         self.buckets: tuple[int, ...] | None = None
+        self.batch_buckets: tuple[int, ...] | None = None
         self.max_cache_len: int | None = None
-        self.set_buckets(buckets, max_cache_len=max_cache_len)
+        self.set_buckets(buckets, batch_buckets=batch_buckets, max_cache_len=max_cache_len)
         if self.max_cache_len is not None:
             # transformers sizes later static caches to the largest it has seen on this model; forget it so
             # the fixed length really is the one used.
@@ -73,6 +79,8 @@ class GenerationSession(Report):
         self.compile_phases = COMPILE_PHASES[compile]
         self.recompile_limit = recompile_limit
         self.records: list[GenerationRecord] = []
+        self.observed_batches: list[tuple[int, int]] = []
+        """(prompts, longest prompt tokens) per generate call, warm-ups excluded: what 2-D advice fits."""
         self._tally = ShapeTally()  # per-shape rows, updated per forward; no per-call history is kept
         self._current: list[tuple[ForwardCall, str]] = []  # the forwards of the generate call in progress
         self.limit_hit = False
@@ -84,6 +92,8 @@ class GenerationSession(Report):
         self._next_phase: str | None = None
         self._first_done_at: float | None = None
         self._strict = False
+        # A real token for warm-up prompts and filler rows (transformers warns when a row ends in padding).
+        self._filler = (tokenizer.encode("bread", add_special_tokens=False) or [tokenizer.pad_token_id])[0]
         self._had_forward = "forward" in vars(model)
         self._original_forward = model.forward
         self._compiled = torch.compile(private_copy(self._original_forward), backend=self.backend, dynamic=False)
@@ -103,7 +113,7 @@ class GenerationSession(Report):
         except Exception as e:
             if self._strict:
                 raise RecompileError(
-                    f"{sig} would compile inside no_recompiles(): {_first_line(e)}",
+                    f"{sig} would compile inside no_recompiles(): {innermost_message(e)}",
                     cause="a prompt length, bucket or cache size that was not warmed up",
                     fix="Warm this shape up first (session.warmup([...])) or pad it to a warmed bucket.",
                 ) from None
@@ -127,65 +137,62 @@ class GenerationSession(Report):
 
     # ---- public API --------------------------------------------------------------------------------
 
-    def set_buckets(self, buckets: Iterable[int] | None, *, max_cache_len: int | None = None) -> None:
-        """Change the buckets (None: no buckets). ``max_cache_len`` defaults to the largest bucket + 64, or
-        stays as it was when it still fits. New shapes compile on their first call."""
-        new = validate_buckets(buckets) if buckets is not None else None
-        if max_cache_len is None:
-            max_cache_len = self.max_cache_len
-            if new and (max_cache_len is None or max_cache_len <= new[-1]):
-                max_cache_len = new[-1] + NEW_TOKEN_ROOM
-        if max_cache_len is not None and (
-            isinstance(max_cache_len, bool) or not isinstance(max_cache_len, int) or max_cache_len < 2
-        ):
-            raise InvalidArgument(
-                f"max_cache_len={max_cache_len!r} must be an integer >= 2.",
-                fix="Use the longest prompt plus max_new_tokens, e.g. max_cache_len=256.",
-            )
-        if new and max_cache_len is not None and max_cache_len <= new[-1]:
-            raise InvalidArgument(
-                f"max_cache_len={max_cache_len} leaves no room to generate after the largest bucket ({new[-1]}).",
-                fix=f"Use max_cache_len >= {new[-1]} + max_new_tokens.",
-            )
+    def set_buckets(
+        self,
+        buckets: Iterable[int] | None,
+        *,
+        batch_buckets: Iterable[int] | None = KEEP,
+        max_cache_len: int | None = None,
+    ) -> None:
+        """Change the length buckets (None: none) and, when given, the batch buckets (None: no batch
+        padding). ``max_cache_len`` defaults to the largest bucket + 64, or stays as it was when it still
+        fits. New shapes compile on their first call."""
+        new = bk.validate_buckets(buckets) if buckets is not None else None
+        if batch_buckets is not KEEP:
+            batch_buckets = bk.validate_buckets(batch_buckets, "batch_buckets") if batch_buckets is not None else None
+        max_cache_len = bk.cache_len_for(new, max_cache_len, self.max_cache_len)
         if max_cache_len is not None:  # the cache holds the largest bucket, so this covers the buckets too
             check_fits(self.model, max_cache_len, f"max_cache_len={max_cache_len}", self.device)
         self.buckets, self.max_cache_len = new, max_cache_len
+        if batch_buckets is not KEEP:
+            self.batch_buckets = batch_buckets
 
     @property
     def prompt_lengths(self) -> list[int]:
         """Token counts of the prompts generated so far (warm-ups excluded): what buckets are fitted to."""
         return [r.prompt_tokens for r in self.records if not r.warmup]
 
-    def generate(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> GenerationRecord:
-        """Generate for one prompt, text or token ids (greedy unless you pass do_sample=True), and record
-        what compiled. ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...)."""
-        if isinstance(prompt, str):
-            if not prompt.strip():
-                raise InvalidArgument("The prompt is empty.", fix="Pass some text, e.g. 'The French Bread Law states'.")
-            ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
-            text = prompt
-        else:
-            ids = token_ids(prompt, getattr(self.model.config, "vocab_size", None))
-            text = f"<{len(ids)} token ids>"  # not decoded: callers with ids have the text
-        if not ids:
-            raise InvalidArgument(f"The prompt {prompt!r} has no tokens.", fix="Pass some text.")
-        return self._run(text, ids, generate_kwargs)
+    @overload
+    def generate(self, prompt: str | Sequence[int], **generate_kwargs: Any) -> GenerationRecord: ...
+    @overload
+    def generate(
+        self, prompt: Sequence[str] | Sequence[Sequence[int]], **generate_kwargs: Any
+    ) -> list[GenerationRecord]: ...
+    def generate(self, prompt: Any, **generate_kwargs: Any) -> GenerationRecord | list[GenerationRecord]:
+        """Generate for one prompt (text or token ids) or a list of them in one batch (greedy unless you
+        pass do_sample=True), and record what compiled. A list gives one record per prompt, in order.
+        ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...)."""
+        prompts, single = batching.as_prompts(prompt, self.tokenizer, getattr(self.model.config, "vocab_size", None))
+        records = self._run([t for t, _ in prompts], [ids for _, ids in prompts], generate_kwargs)
+        return records[0] if single else records
 
-    def warmup(self, lengths: Iterable[int] | None = None, *, max_new_tokens: int = 2) -> list[GenerationRecord]:
-        """Compile every shape these prompt lengths need (one per bucket with buckets), before real traffic.
-        Without ``lengths``: every bucket, or without buckets every prompt length seen so far."""
-        if lengths is None:
-            lengths = self.buckets or self.prompt_lengths
-            if not lengths:
-                raise InvalidArgument(
-                    "Nothing to warm up: the session has no buckets and has seen no prompt yet.",
-                    fix="Pass the lengths (session.warmup([16, 32])), set buckets, or run a prompt first.",
-                )
-        targets = sorted({bucket_for(n, self.buckets) if self.buckets else n for n in token_counts(lengths)})
-        filler = self.tokenizer.encode("bread", add_special_tokens=False)[:1] or [self.tokenizer.pad_token_id]
+    def warmup(
+        self,
+        lengths: Iterable[int] | None = None,
+        *,
+        batches: Iterable[int] | None = None,
+        max_new_tokens: int = 2,
+    ) -> list[GenerationRecord]:
+        """Compile every (batch, length) shape these prompt lengths and batch sizes need, before real
+        traffic: each length bucket with each batch bucket. Without ``lengths``: every bucket, or without
+        buckets every length seen so far; without ``batches``: every batch bucket, or without batch buckets
+        every batch size seen so far (1 before any). One record per shape, its first row's."""
+        shapes = bk.warmup_shapes(lengths, batches, self.buckets, self.batch_buckets, self.observed_batches)
         return [
-            self._run(f"<warmup {n} tokens>", filler * n, {"max_new_tokens": max_new_tokens}, warmup=True)
-            for n in targets
+            self._run(
+                [f"<warmup {b}x{n}>"] * b, [[self._filler] * n] * b, {"max_new_tokens": max_new_tokens}, warmup=True
+            )[0]
+            for b, n in shapes
         ]
 
     @contextmanager
@@ -237,81 +244,52 @@ class GenerationSession(Report):
 
     # ---- internals ----------------------------------------------------------------------------------
 
-    def _run(self, prompt: str, ids: list[int], kwargs: dict[str, Any], *, warmup: bool = False) -> GenerationRecord:
+    def _recompile_limit(self) -> Any:
+        """Dynamo's recompile limit for one call: the session's, else raised (never lowered) to the graphs
+        the buckets can need, so a bucket past the 8th graph does not silently run uncompiled."""
         import torch
+
+        limit = torch._dynamo.config.recompile_limit
+        wanted = self.recompile_limit or max(bk.graphs_for(self.buckets, self.batch_buckets) or 0, limit)
+        return nullcontext() if wanted == limit else torch._dynamo.config.patch(recompile_limit=wanted)
+
+    def _run(
+        self, texts: list[str], rows: list[list[int]], kwargs: dict[str, Any], *, warmup: bool = False
+    ) -> list[GenerationRecord]:
 
         kwargs = dict(kwargs)
         max_new = positive_int(kwargs.pop("max_new_tokens", self.max_new_tokens), "max_new_tokens")
-        n = len(ids)
-        bucket = bucket_for(n, self.buckets) if self.buckets else None
-        padded = bucket or n
-        if self.max_cache_len is not None and padded + max_new > self.max_cache_len:
-            raise InvalidArgument(
-                f"The prompt ({n} tokens, padded to {padded}) plus max_new_tokens={max_new} does not fit "
-                f"max_cache_len={self.max_cache_len}.",
-                fix=f"Shorten the prompt or max_new_tokens, or create the session with max_cache_len >= {padded + max_new}.",
-            )
+        batch = bk.batch_bucket_for(len(rows), self.batch_buckets) if self.batch_buckets else len(rows)
+        longest = max(len(r) for r in rows)
+        bucket = bk.bucket_for(longest, self.buckets) if self.buckets else None
+        padded = bucket or longest
+        batching.check_cache_fits(len(rows), longest, padded, max_new, self.max_cache_len)
         check_fits(
             self.model, padded + max_new, f"The prompt ({padded} tokens) + max_new_tokens={max_new}", self.device
         )
-        pad = padded - n
         # Inputs stay on CPU: generate moves only what forward consumes (the seed's advice).
-        input_ids = torch.tensor([[self.tokenizer.pad_token_id] * pad + ids])
-        attention_mask = torch.tensor([[0] * pad + [1] * n])
-        gen = {
-            "max_new_tokens": max_new,
-            "do_sample": False,
-            "cache_implementation": "static",
-            "pad_token_id": self.tokenizer.pad_token_id,
-            "disable_compile": True,
-        }
-        if self.max_cache_len is not None:
-            gen["max_cache_len"] = self.max_cache_len
-        gen.update(kwargs)
+        input_ids, attention_mask = batching.padded_inputs(
+            rows, padded, batch, self.tokenizer.pad_token_id, self._filler
+        )
+        gen = batching.generate_options(
+            self.tokenizer.pad_token_id, max_new, self.max_cache_len, kwargs, len(rows), batch
+        )
         self._current = []
         self._next_phase, self._first_done_at = "prefill", None
         start = time.perf_counter()
-        limit = (
-            torch._dynamo.config.patch(recompile_limit=self.recompile_limit) if self.recompile_limit else nullcontext()
-        )
+        limit = self._recompile_limit()
         with limit, self._watch:
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen)
         wall = time.perf_counter() - start
         self._next_phase = None
-        calls = [call for call, _ in self._current]
-        reasons = [reason for _, reason in self._current]
+        shared = call_fields(self._current, wall, (self._first_done_at or start + wall) - start)
         self._current = []
-        new = out[0, padded:].tolist()
-        record = GenerationRecord(
-            prompt=prompt,
-            prompt_tokens=n,
-            padded_length=padded,
-            bucket=bucket,
-            prefill=calls[0].signature,
-            decode=calls[1].signature if len(calls) > 1 else None,
-            compiles_prefill=sum(_count(c) for c in calls if c.signature.phase == "prefill"),
-            compiles_decode=sum(_count(c) for c in calls if c.signature.phase == "decode"),
-            reasons=tuple(r for r, c in zip(reasons, calls, strict=True) if r and _count(c)),
-            compile_seconds=sum(e.seconds for c in calls for e in c.events if not e.limit_hit),
-            wall_seconds=wall,
-            ttft_seconds=(self._first_done_at or start + wall) - start,
-            new_tokens=len(new),
-            tokens_per_second=len(new) / wall if wall > 0 else 0.0,
-            text=self.tokenizer.decode(new, skip_special_tokens=True),
-            token_ids=tuple(new),
-            limit_hit=any(e.limit_hit for c in calls for e in c.events),
-            warmup=warmup,
-        )
-        self.records.append(record)
-        return record
-
-
-def _first_line(e: BaseException) -> str:
-    # Dynamo wraps what a compile callback raised: show the innermost message.
-    while (e.__cause__ or e.__context__) is not None:
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
-def _count(call: ForwardCall) -> int:
-    return sum(not e.limit_hit for e in call.events)
+        shared.update(padded_length=padded, bucket=bucket, warmup=warmup, batch_size=len(rows), padded_batch=batch)
+        shared["batch_bucket"] = batch if self.batch_buckets else None
+        eos = batching.eos_ids(gen.get("eos_token_id", self.model.generation_config.eos_token_id))
+        news = [batching.new_tokens(out[i, padded:].tolist(), eos) for i in range(len(rows))]
+        records = row_records(texts, rows, news, self.tokenizer, shared)
+        self.records.extend(records)
+        if not warmup:
+            self.observed_batches.append((len(rows), longest))
+        return records

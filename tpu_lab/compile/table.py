@@ -13,12 +13,21 @@ LIMIT_BANNER = (
     "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
     "Bound the shapes with buckets and a fixed max_cache_len."
 )
-HEADER = ("shape", "calls", "compiles", "compile s", "first call ms", "last call ms", "why it compiled")
+HEADER = (
+    "shape (batch x length)",
+    "calls",
+    "compiles",
+    "compile s",
+    "first call ms",
+    "last call ms",
+    "why it compiled",
+)
 
 
 @dataclass(frozen=True)
 class CompileTable(Report):
-    """Rows in first-seen order; iterates, indexes and measures like a list of ``ShapeRow``."""
+    """Rows in first-seen order, one per (phase, batch, length, cache, mask) signature; iterates, indexes and
+    measures like a list of ``ShapeRow``."""
 
     rows: tuple[ShapeRow, ...]
     limit_hit: bool = False
@@ -77,7 +86,7 @@ class CompileTable(Report):
         return f"{banner}{table(self._cells(), HEADER)}<div class='tpu-lab-total'>{self._total()}</div>"
 
     def to_dict(self) -> dict[str, Any]:
-        rows = [{**asdict(r), "signature": str(r.signature)} for r in self.rows]
+        rows = [{**asdict(r), **r.signature._asdict(), "signature": str(r.signature)} for r in self.rows]
         return {"rows": rows, "limit_hit": self.limit_hit, "total_compiles": self.total_compiles}
 
     def chart(self, *, label: str = "this session") -> Any:

@@ -6,23 +6,28 @@ from html import escape
 
 import ipywidgets as w
 
-from tpu_lab.compile.buckets import POLICIES, buckets_for_policy, compare_policies
+from tpu_lab.compile.buckets import compare_policies
 from tpu_lab.compile.chart import png_bytes
+from tpu_lab.compile.policies import POLICIES, buckets_for_policy
 from tpu_lab.compile.record import GenerationRecord
 from tpu_lab.compile.session import GenerationSession
 from tpu_lab.widgets._common import error_html
 
 
 class GenerationPanel(w.VBox):
-    """Prompt box, max_new_tokens, do_sample, bucket policy, Run and Warm up, the output text, a live
-    per-shape table and a chart, updated after each run; a banner when the recompile limit was hit."""
+    """Prompt box (one prompt per line: several lines run as one batch), max_new_tokens, do_sample, bucket
+    policy (length and batch buckets), Run and Warm up, the output text, a live per-shape table (batch x
+    length) and a chart, updated after each run; a banner when the recompile limit was hit."""
 
     def __init__(self, session: GenerationSession, *, max_buckets: int = 4) -> None:
         self.session = session
         self.max_buckets = max_buckets
-        self._created_buckets = session.buckets
+        self._created = (session.buckets, session.batch_buckets)
         self.prompt = w.Textarea(
-            value="The French Bread Law states", description="prompt", layout=w.Layout(width="560px", height="60px")
+            value="The French Bread Law states",
+            description="prompts",
+            placeholder="one prompt per line; several lines run as one batch",
+            layout=w.Layout(width="560px", height="80px"),
         )
         label = {"description_width": "initial"}  # sized to the text, never clipped
         self.max_new_tokens = w.BoundedIntText(
@@ -66,25 +71,36 @@ class GenerationPanel(w.VBox):
             widget.add_class(f"tpu-lab-{name}")
         self.refresh()
 
-    def run(self) -> GenerationRecord | None:
-        """Generate for the prompt box; errors are shown, never raised into the cell."""
+    def prompts(self) -> str | list[str]:
+        """The prompt box as one prompt, or a list of them when it has several non-blank lines."""
+        lines = [line for line in self.prompt.value.splitlines() if line.strip()]
+        return lines if len(lines) > 1 else self.prompt.value
+
+    def run(self) -> GenerationRecord | list[GenerationRecord] | None:
+        """Generate for the prompt box (one batch for several lines); errors are shown, never raised."""
         try:
-            record = self.session.generate(
-                self.prompt.value, max_new_tokens=self.max_new_tokens.value, do_sample=self.do_sample.value
+            result = self.session.generate(
+                self.prompts(), max_new_tokens=self.max_new_tokens.value, do_sample=self.do_sample.value
             )
         except Exception as e:
             self.status.value = "<span style='color:#c62828'>failed</span>"
             self.output.value = error_html(e)
             return None
-        self.output.value = f"<div class='tpu-lab-generated'><b>{escape(record.prompt)}</b>{escape(record.text)}</div>"
+        records = result if isinstance(result, list) else [result]
+        self.output.value = "".join(
+            f"<div class='tpu-lab-generated'><b>{escape(r.prompt)}</b>{escape(r.text)}</div>" for r in records
+        )
         self.refresh()
         # the status line last: when it changes, the output, table and chart are already updated
-        why = f" &middot; {escape('; '.join(record.reasons))}" if record.reasons else ""
-        self.status.value = (
-            f"{record.prompt_tokens} tokens -> {record.padded_length} &middot; "
-            f"<b>{record.compiles} compile(s)</b> &middot; {record.wall_seconds:.2f} s{why}"
+        r = records[0]
+        why = f" &middot; {escape('; '.join(r.reasons))}" if r.reasons else ""
+        shape = (
+            f"{r.prompt_tokens} tokens -> {r.padded_length}"
+            if r.batch_size == 1 and r.padded_batch == 1
+            else f"{r.batch_size} prompts -> batch {r.padded_batch} x {r.padded_length}"
         )
-        return record
+        self.status.value = f"{shape} &middot; <b>{r.compiles} compile(s)</b> &middot; {r.wall_seconds:.2f} s{why}"
+        return result
 
     def warm_up(self) -> None:
         """Compile every bucket (or every length seen, without buckets)."""
@@ -97,27 +113,31 @@ class GenerationPanel(w.VBox):
         self.refresh()
 
     def apply_policy(self) -> None:
-        """Set the session's buckets from the selected policy and the prompt lengths seen so far."""
+        """Set the session's length and batch buckets from the selected policy and the traffic seen."""
         try:
-            buckets = buckets_for_policy(
-                self.policy.value,
-                self.session.prompt_lengths,
-                created=self._created_buckets,
-                max_buckets=self.max_buckets,
+            buckets, batches = buckets_for_policy(
+                self.policy.value, self.session.observed_batches, created=self._created, max_buckets=self.max_buckets
             )
-            self.session.set_buckets(buckets)
+            self.session.set_buckets(buckets, batch_buckets=batches)
         except Exception as e:
             self.output.value = error_html(e)
             return
-        self.status.value = f"buckets: {', '.join(map(str, buckets)) if buckets else 'none'}"
+        self.status.value = f"buckets: {', '.join(map(str, buckets)) if buckets else 'none'}" + (
+            f" &middot; batch buckets: {', '.join(map(str, batches))}" if batches else ""
+        )
         self.refresh()
 
     def refresh(self) -> None:
-        """Redraw the table, the policy comparison and the chart from the session."""
+        """Redraw the table, the policy comparison (both axes once a batch was run) and the chart."""
         table = self.session.compile_table
-        plans = ""
-        if self.session.prompt_lengths:
-            comparison = compare_policies(self.session.prompt_lengths, max_buckets=self.max_buckets)
+        plans, seen = "", self.session.observed_batches
+        if seen:
+            batched = any(b > 1 for b, _ in seen)
+            comparison = (
+                compare_policies(batches=seen, max_buckets=self.max_buckets)
+                if batched
+                else compare_policies(self.session.prompt_lengths, max_buckets=self.max_buckets)
+            )
             plans = f"<details><summary>bucket policies for the prompts seen</summary>{comparison.to_html()}</details>"
         self.table.value = table.to_html() + plans
         if len(table):
