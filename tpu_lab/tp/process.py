@@ -53,18 +53,7 @@ class RunningLaunch:
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name=f"tpu_lab-launch-{spec.run_id[:8]}", daemon=True)
         with interrupts_held():
-            self.proc = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_term_with_parent,
-                text=True,
-                errors="replace",
-                bufsize=1,
-            )
+            self.proc = _spawn(argv, env, stdin=subprocess.DEVNULL)
             _LIVE.add(self)
             if track is not None:
                 track.append(self)
@@ -209,10 +198,16 @@ def spawn_client(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     """A client that runs something on another host (ssh, or a tool like gcloud): its own session (a cell
     interrupt reaches only the kernel), SIGTERM when this process dies, stdin and stdout piped (stderr
     merged), never through a local shell."""
+    return _spawn(argv, env, stdin=subprocess.PIPE)
+
+
+def _spawn(argv: list[str], env: dict[str, str], *, stdin: int) -> subprocess.Popen[str]:
+    """Every long-lived child: its own session (a cell interrupt reaches only the kernel), SIGTERM when
+    this process dies, output piped line by line (stderr merged), never through a shell."""
     return subprocess.Popen(
         argv,
         env=env,
-        stdin=subprocess.PIPE,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
