@@ -3,8 +3,9 @@
 from types import SimpleNamespace
 
 from tpu_lab.compile.explain import explain
+from tpu_lab.compile.records import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
 from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.sources import CompileEvent, DynamoSource, TpuCacheSource, new_items, read_tpu_stats
+from tpu_lab.compile.sources import CompileEvent, TpuCacheSource, new_items, read_tpu_stats
 from tpu_lab.compile.tally import ForwardCall, ShapeTally
 
 
@@ -31,26 +32,21 @@ def test_new_items_matches_by_identity_in_a_bounded_deque():
     assert new_items((a, b), (a, b)) == []
 
 
-def test_dynamo_source_on_recorded_metrics():
-    first = SimpleNamespace(recompile_reason=None, entire_frame_compile_time_s=1.5, fail_reason=None)
-    again = SimpleNamespace(
-        recompile_reason="0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 5, actual 7",
-        entire_frame_compile_time_s=0.9,
-        fail_reason=None,
+def test_reading_recorded_dynamo_records():
+    # Field names of torch._dynamo.utils.CompilationMetrics (torch 2.14), as the watcher reads them.
+    forward = SimpleNamespace(
+        compile_id="0/1", is_forward=True, graph_node_shapes="{'l_x_': ['s77', 3], 'l_n_': [], 'mul': ['s77', 3]}"
     )
-    limit = SimpleNamespace(
-        recompile_reason="0/7: ...",
-        entire_frame_compile_time_s=None,
-        fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...",
-    )
-    log = [first]
-    src = DynamoSource(lambda: list(log))  # like get_compilation_metrics(): a fresh list each time
-    before = src.snapshot()
-    log += [again, limit]
-    events = src.events_between(before, src.snapshot())
-    assert [(e.seconds, e.limit_hit) for e in events] == [(0.9, False), (0.0, True)]
-    assert events[0].explanation == "input length changed 5 -> 7: a new prompt length (or prefill <-> decode)"
-    assert "UNCOMPILED" in events[1].explanation
+    backward = SimpleNamespace(compile_id="0/1", is_forward=False, aotautograd_local_cache_hit_count=1)
+    limit = SimpleNamespace(fail_reason="Dynamo recompile limit exceeded\n  Explanation: ...")
+    pending = [forward, backward]
+    assert take_record(pending, backward=True) is backward and take_record(pending, backward=True) is None
+    assert take_record(pending, backward=False) is forward and pending == []
+    assert is_limit_refusal(limit) and not is_limit_refusal(forward)
+    assert served_from_cache(backward) and not served_from_cache(forward)
+    signature = (("x", "f32[4, 3]"), ("n", "int 2"))
+    assert dynamic_inputs(forward, signature) == "x dim 0, n"
+    assert dynamic_inputs(SimpleNamespace(graph_node_shapes=None), signature) == ""
 
 
 # Recorded from torch_tpu's _get_cache_stats() field names (FACTS.md); durations as numbers or timedeltas.

@@ -1,10 +1,7 @@
-"""Where compile counts come from: one interface, two sources.
+"""Where compile counts come from, and the event the watcher reports for each compile.
 
-Each source takes a ``snapshot()`` and turns two snapshots into ``CompileEvent``s:
-
-* ``DynamoSource``: graphs Dynamo compiled (CPU, CUDA, and torch.compile on TPU), from
-  ``torch._dynamo.utils.get_compilation_metrics()``: the guard that failed, compile seconds, and whether
-  the recompile limit was hit (the call then runs uncompiled, with only a log line).
+* Dynamo's compilation records (``torch._dynamo.utils.get_compilation_metrics()``, a bounded deque):
+  ``new_items`` finds the ones appended since a snapshot; ``records`` reads them.
 * ``TpuCacheSource``: executables torch_tpu compiled (every new op/shape in eager mode, every graph under
   torch.compile), from its compile-cache counters, which never reset, so they are diffed.
 """
@@ -13,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from tpu_lab.compile.explain import explain
 
@@ -38,35 +35,6 @@ class CompileEvent:
         return self.cause or explain(self.reason, limit_hit=self.limit_hit)
 
 
-class CompileSource(Protocol):
-    name: str
-
-    def snapshot(self) -> Any: ...
-
-    def events_between(self, before: Any, after: Any) -> list[CompileEvent]: ...
-
-
-class DynamoSource:
-    """Dynamo's compilation records (one per compiled or refused frame)."""
-
-    name = "dynamo"
-
-    def __init__(self, metrics: Callable[[], Sequence[Any]] | None = None) -> None:
-        if metrics is None:
-            from torch._dynamo.utils import get_compilation_metrics
-
-            metrics = get_compilation_metrics
-        self._metrics = metrics
-
-    def snapshot(self) -> Sequence[Any]:
-        return self._metrics()  # already a fresh list: no second copy on the hot path
-
-    def events_between(self, before: Sequence[Any], after: Sequence[Any]) -> list[CompileEvent]:
-        if len(after) == len(before) and (not after or after[-1] is before[-1]):
-            return []  # the common case, a warm call: nothing new
-        return [_dynamo_event(m) for m in new_items(before, after)]
-
-
 def new_items(before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
     """Items appended since ``before``; Dynamo keeps a bounded deque, so match by identity, not length."""
     if not before:
@@ -76,16 +44,6 @@ def new_items(before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
         if after[i] is last:
             return list(after[i + 1 :])
     return list(after)  # the old records were pushed out: everything is new
-
-
-def _dynamo_event(m: Any) -> CompileEvent:
-    fail = getattr(m, "fail_reason", None) or ""
-    return CompileEvent(
-        source="dynamo",
-        reason=getattr(m, "recompile_reason", None),
-        seconds=float(getattr(m, "entire_frame_compile_time_s", None) or 0.0),
-        limit_hit="recompile limit" in fail.lower() or "cache_size_limit" in fail,
-    )
 
 
 @dataclass(frozen=True)
