@@ -7,9 +7,11 @@ import os
 from tpu_lab.host.processes import descendants, pids_with_env
 
 SESSION_ENV = "TPU_LAB_TEST_SESSION"
+# Test infrastructure that lives for the whole session on purpose (the loopback sshd): never a leftover.
+INFRASTRUCTURE: set[int] = set()
 
 
 def leftovers() -> list[int]:
     """Live processes of this test session other than this one."""
     marker = f"{SESSION_ENV}={os.environ[SESSION_ENV]}".encode()
-    return sorted(set(pids_with_env(marker)) | set(descendants(os.getpid())))
+    return sorted((set(pids_with_env(marker)) | set(descendants(os.getpid()))) - INFRASTRUCTURE)

@@ -25,10 +25,25 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
     """A real sshd on 127.0.0.1-3 (throwaway keys); skips with the reason where it cannot start."""
+    from _processes import INFRASTRUCTURE
+
     from tpu_lab.loopback import start_sshd
 
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     if isinstance(server, str):
         pytest.skip(server)
+    INFRASTRUCTURE.add(server.proc.pid)  # the listener lives all session; its per-connection children do not
     yield server
+    INFRASTRUCTURE.discard(server.proc.pid)
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def ipython_shell():
+    """IPython's test shell with ``%load_ext tpu_lab``: one per session (start_ipython returns None after
+    its first call, so every test module shares this one)."""
+    from IPython.testing.globalipapp import get_ipython, start_ipython
+
+    shell = start_ipython() or get_ipython()
+    shell.run_line_magic("load_ext", "tpu_lab")
+    return shell

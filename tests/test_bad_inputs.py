@@ -158,13 +158,9 @@ def test_bad_input_is_a_clear_error(case, tiny, folders):
 # ---- %%tp_run --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ip():
-    from IPython.testing.globalipapp import start_ipython
-
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "tpu_lab")
-    return shell
+@pytest.fixture()
+def ip(ipython_shell):
+    return ipython_shell
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,13 @@
 import pytest
 from _processes import leftovers
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ip():
-    shell = start_ipython()
-    shell.run_line_magic("load_ext", "tpu_lab")
-    return shell
+@pytest.fixture()
+def ip(ipython_shell):
+    return ipython_shell
 
 
 def test_tp_run_streams_and_returns_the_result(ip, capsys):

@@ -202,11 +202,8 @@ def test_a_killed_kernel_leaves_no_process_on_any_host(sshd):
     no_process_left(sshd, within=15)
 
 
-def test_tp_run_and_the_launch_panel_across_hosts(sshd, capsys):
-    from IPython.testing.globalipapp import start_ipython
-
-    ip = start_ipython()
-    ip.run_line_magic("load_ext", "tpu_lab")
+def test_tp_run_and_the_launch_panel_across_hosts(sshd, capsys, ipython_shell):
+    ip = ipython_shell
     ip.user_ns["lab_remote"] = sshd.remote
     code = "import os, socket, tpu_lab as tl\nprint('on', os.environ['RANK'])\ntl.report(int(os.environ['GROUP_RANK']))"
     result = ip.run_cell_magic("tp_run", "-n 1 --hosts 127.0.0.2,127.0.0.3 --remote lab_remote --timeout 120", code)
