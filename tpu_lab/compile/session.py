@@ -66,6 +66,7 @@ class GenerationSession(Report):
         check_session_args(model, tokenizer, compile, backend, recompile_limit)
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device.type
+        self._fits: set[int] = set()  # sequence lengths already checked against positions and memory
         self.buckets: tuple[int, ...] | None = None
         self.batch_buckets: tuple[int, ...] | None = None
         self.max_cache_len: int | None = None
@@ -264,9 +265,11 @@ class GenerationSession(Report):
         bucket = bk.bucket_for(longest, self.buckets) if self.buckets else None
         padded = bucket or longest
         batching.check_cache_fits(len(rows), longest, padded, max_new, self.max_cache_len)
-        check_fits(
-            self.model, padded + max_new, f"The prompt ({padded} tokens) + max_new_tokens={max_new}", self.device
-        )
+        if padded + max_new not in self._fits:  # reads the memory limit: once per length, not per call
+            check_fits(
+                self.model, padded + max_new, f"The prompt ({padded} tokens) + max_new_tokens={max_new}", self.device
+            )
+            self._fits.add(padded + max_new)
         # Inputs stay on CPU: generate moves only what forward consumes (the seed's advice).
         input_ids, attention_mask = batching.padded_inputs(
             rows, padded, batch, self.tokenizer.pad_token_id, self._filler

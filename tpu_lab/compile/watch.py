@@ -70,7 +70,8 @@ class Watch:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.poll()
+        if self._pending or self._tpu is not None or self._newest_record() is not self._last_record:
+            self.poll()  # else nothing happened since the last poll: keep a warm exit cheap
         with self._lock:
             me = threading.get_ident()
             self._open[me] -= 1
