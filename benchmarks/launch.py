@@ -4,7 +4,7 @@
 
 Bare: `python -m torch.distributed.run --nproc-per-node=2 --standalone worker.py`, output to a pipe.
 tl.launch adds: checks, a run directory, the worker runner, per-rank status files, streaming and
-collection. Shuffled rounds, medians. Target: tl.launch <= 1.2x bare torchrun.
+collection. Shuffled rounds, medians. Target: tl.launch <= 1.10x bare torchrun.
 """
 
 import argparse
