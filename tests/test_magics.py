@@ -49,3 +49,11 @@ def test_watch_magic_shows_the_table(ip):
     table = ip.run_cell_magic("watch", "", "sq(torch.ones(2))\nsq(torch.ones(2, 2))")
     assert table.total_compiles == 2 and "new shape" in str(table)
     assert ip.user_ns["_watch"].table.total_compiles == 2
+
+
+def test_watch_magic_with_a_live_panel(ip):
+    ip.run_cell("import torch\nplus = torch.compile(lambda x: x + 1, backend='eager')")
+    assert (
+        ip.run_cell_magic("watch", "--panel", "plus(torch.ones(2))\nplus(torch.ones(3, 3))") is None
+    )  # the panel shows it
+    assert ip.user_ns["_watch"].table.total_compiles == 2
