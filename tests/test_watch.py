@@ -91,6 +91,20 @@ def test_global_flag():
     assert "G['FLAG'] == True" in row.guard
 
 
+def apply(fn, x):
+    return fn(x) * 2
+
+
+def test_a_different_object_argument():
+    f = compiled(apply)
+    with tl.watch() as w:
+        f(torch.sin, torch.ones(2))
+        f(torch.cos, torch.ones(2))
+    (row,) = w.table.by_function("apply")  # same described inputs: one row, compiled twice
+    assert row.compiles == 2 and row.cause.startswith("a different object: fn is not the one the graph was compiled")
+    assert "___check_obj_id(fn" in row.guard
+
+
 class Dropout(torch.nn.Module):
     def forward(self, x):
         return torch.nn.functional.dropout(x, 0.5, self.training)

@@ -15,6 +15,7 @@ _DTYPE = re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<a>\w+
 _RANK = re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
 _GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
 _VALUE = re.compile(r"^(?:\d+/\d+: )?(?P<name>L\[.+?\]|[A-Za-z_]\w*) == (?P<value>-?[\d.e+-]+|True|False)\s")
+_OBJ_ID = re.compile(r"___check_obj_id\((?P<name>[^,]+),")
 _GLOBAL = re.compile(r"G\['(?P<name>[^']+)'\]")
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so this and later new shapes run "
@@ -66,7 +67,12 @@ def explain_guard(reason: str) -> str | None:
     if m := _GLOBAL.search(reason):
         return f"a global changed: {m['name']} (the graph baked in its old value)"
     if "___check_obj_id" in reason or "ID_MATCH" in reason:
-        return "a different object (module instance, parameter or other Python object) than the compiled graph's"
+        m = _OBJ_ID.search(reason)
+        which = f"{_local(m['name'])} is " if m else ""
+        return (
+            f"a different object: {which}not the one the graph was compiled for (a module instance, parameter, "
+            "function or other Python object)"
+        )
     if m := _VALUE.search(reason.strip()):
         return (
             f"a Python number specialised per value: {_local(m['name'])} was {m['value']}; "
