@@ -19,7 +19,7 @@ import pytest
 from _processes import leftovers
 
 import tpu_lab as tl
-from tpu_lab.host.processes import alive
+from tpu_lab.host.processes import alive, pids_with_env
 from tpu_lab.tp import rundirs
 
 pytestmark = pytest.mark.slow
@@ -143,7 +143,9 @@ def test_run_folders_keep_the_newest_and_live_ones(tmp_path):
     live_id = f"{1:032x}"  # an old run still in progress in another kernel: never removed
     holder = subprocess.Popen(["sleep", "30"], env={"TPU_LAB_RUN_ID": live_id})
     try:
-        wait_until(lambda: alive(holder.pid), 5)
+        # alive is not enough: until exec, /proc shows the parent's environment, without the marker
+        marker = f"TPU_LAB_RUN_ID={live_id}".encode()
+        wait_until(lambda: holder.pid in pids_with_env(marker), 5)
         removed = rundirs.prune_run_dirs(tmp_path, keep=rundirs.KEEP_RUNS)
     finally:
         holder.kill()
