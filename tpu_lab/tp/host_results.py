@@ -9,7 +9,7 @@ from typing import Any
 
 from tpu_lab.errors import LaunchError
 from tpu_lab.tp.remote_command import host_python
-from tpu_lab.tp.results import HostResult, LaunchResult, RankResult
+from tpu_lab.tp.results import HostResult, LaunchResult, RankResult, stopped_error
 
 SSH_FAILED = 255  # OpenSSH's own exit code: it could not connect or authenticate
 NOT_FOUND = (126, 127)  # env(1): the interpreter does not exist or cannot run
@@ -191,20 +191,8 @@ def raise_for_failure(result: LaunchResult, failure: str | None) -> None:
             if failure.startswith("rank")
             else "Check that host (ssh to it, `tpu-lab probe` there), then run again.",
         )
-    reason = result.stop_reason
-    if reason and reason.startswith("timed out"):
-        raise LaunchError(
-            f"The launch {reason}; every process on every host was stopped.\n{_describe(result)}",
-            result=result,
-            cause="a rank waiting forever (a hang, a collective another rank never joined) or a timeout "
-            "shorter than loading takes",
-            fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
-        )
-    if reason:
-        raise LaunchError(
-            f"The launch was stopped by you ({reason}); every process on every host was stopped.\n{_describe(result)}",
-            result=result,
-            fix="Nothing to fix: run the cell again when you are ready.",
-        )
+    error = stopped_error(result, _describe(result), "every process on every host")
+    if error is not None:
+        raise error
     if not result.ok:
         raise LaunchError(f"The launch did not finish on every host.\n{_describe(result)}", result=result)

@@ -180,23 +180,31 @@ def _describe(result: LaunchResult) -> str:
     return "\n".join(lines)
 
 
-def raise_for_failure(result: LaunchResult) -> None:
-    """Raise the LaunchError a stopped or failed run deserves: argv, each rank's state, the traceback."""
+def stopped_error(result: LaunchResult, described: str, where: str = "every process of the run") -> LaunchError | None:
+    """The error for a run the launcher stopped (a timeout, or you), None when it ended by itself."""
     reason = result.stop_reason
-    if reason and reason.startswith("timed out"):
-        raise LaunchError(
-            f"The launch {reason}; every process of the run was stopped.\n{_describe(result)}",
+    if not reason:
+        return None
+    if reason.startswith("timed out"):
+        return LaunchError(
+            f"The launch {reason}; {where} was stopped.\n{described}",
             result=result,
             cause="a rank waiting forever (a hang, a deadlock, a collective another rank never joined) or a "
             "timeout shorter than loading takes",
             fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
         )
-    if reason:
-        raise LaunchError(
-            f"The launch was stopped by you ({reason}); every process of the run was stopped.\n{_describe(result)}",
-            result=result,
-            fix="Nothing to fix: run the cell again when you are ready.",
-        )
+    return LaunchError(
+        f"The launch was stopped by you ({reason}); {where} was stopped.\n{described}",
+        result=result,
+        fix="Nothing to fix: run the cell again when you are ready.",
+    )
+
+
+def raise_for_failure(result: LaunchResult) -> None:
+    """Raise the LaunchError a stopped or failed run deserves: argv, each rank's state, the traceback."""
+    error = stopped_error(result, _describe(result))
+    if error is not None:
+        raise error
     if not result.ok:
         failing = _failing_rank(result)
         raise LaunchError(
