@@ -43,6 +43,8 @@ def test_build_command_env_drops_stale_and_marks_the_run():
     assert env["HOME"] == "/root" and env["FOO"] == "bar"
     assert env[RUN_ID_ENV] == "abc" and env["TPU_LAB_RESULT_DIR"] == "/r" and env["PYTHONUNBUFFERED"] == "1"
     assert env["GLOO_SOCKET_IFNAME"] == "lo"  # the ranks' own gloo sockets stay on loopback too
+    _, across = build_command(spec(nnodes=2), {"HOME": "/root"})
+    assert "GLOO_SOCKET_IFNAME" not in across  # across hosts gloo must listen where the others reach it
 
 
 @pytest.mark.parametrize(

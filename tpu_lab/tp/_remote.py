@@ -145,11 +145,6 @@ def _run(go: dict[str, Any], hello: dict[str, Any], out: _Out) -> LaunchResult:
     paths = {"script": Path(fields["script"]), "run_dir": Path(fields["run_dir"]), "args": tuple(fields["args"])}
     spec = LaunchSpec(**{**fields, **paths, "tpu_env": hello["tpu_env"]})  # computed on this host
     _, env = build_command(spec, os.environ)
-    if "GLOO_SOCKET_IFNAME" not in spec.env:
-        # One host keeps gloo on loopback; across hosts it must listen where the other hosts reach it.
-        env.pop("GLOO_SOCKET_IFNAME", None)
-        if "GLOO_SOCKET_IFNAME" in os.environ:
-            env["GLOO_SOCKET_IFNAME"] = os.environ["GLOO_SOCKET_IFNAME"]
     run = RunningLaunch(spec, list(go["argv"]), env)
     threading.Thread(target=_watch_stdin, args=(run,), name="tpu_lab-remote-stdin", daemon=True).start()
     try:

@@ -59,6 +59,8 @@ class LaunchSpec:
     python: str = sys.executable
     first_rank: int = 0
     """Global rank of this host's first process (multi-host: node rank x nproc)."""
+    nnodes: int = 1
+    """Hosts in the launch; with one, every socket (rendezvous, gloo) stays on loopback."""
 
 
 def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -91,7 +93,8 @@ def build_command(spec: LaunchSpec, base_env: Mapping[str, str]) -> tuple[list[s
         if k not in STALE_ENV and k not in LAUNCH_ENV and not k.startswith("TORCHELASTIC_")
     }
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, without its warning
-    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's pair sockets listen on loopback too (one host)
+    if spec.nnodes == 1:
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's pair sockets listen on loopback too (across hosts they can't)
     env.update(spec.tpu_env)
     env.update(spec.env)
     env.update({RUN_ID_ENV: spec.run_id, RESULT_DIR_ENV: str(spec.run_dir), "PYTHONUNBUFFERED": "1"})

@@ -186,6 +186,7 @@ class HostLaunch:
                 env=dict(self.job["env"]),
                 python=host_python(self.remote, h.name),
                 first_rank=h.node * self.nproc,
+                nnodes=len(self.hosts),
             )
             go = go_message(
                 spec, nnodes=len(self.hosts), node_rank=h.node, master=master, port=port, rdzv_id=self.run_id
