@@ -10,6 +10,7 @@ import time
 
 import pytest
 from _processes import leftovers
+from _user_text import defects
 
 import tpu_lab as tl
 from tpu_lab.errors import TpuLabError
@@ -147,6 +148,7 @@ def test_bad_input_is_a_clear_error(case, tiny, folders):
         CASES[case](tiny, folders)
     except TpuLabError as e:
         assert e.fix, f"{case}: the error names no fix: {e}"
+        assert not defects(str(e)), f"{case}: the message does not read as prose: {defects(str(e))}"
     except Exception as e:
         pytest.fail(f"{case}: raw {type(e).__name__}: {e}")
     else:

@@ -52,7 +52,8 @@ def test_probe_json_schema():
 def test_probe_text(capsys):
     assert main(["probe"]) == 0
     out = capsys.readouterr().out
-    assert "device to use" in out and "auto-device-map-cpu" in out and "fix:" in out
+    assert "device to use" in out and 'device_map="auto" would load' in out and "fix:" in out
+    assert "auto-device-map-cpu" not in out  # codes are for tools (JSON, data-code); readers get words
 
 
 def test_console_script_is_installed():
@@ -87,7 +88,12 @@ WRONG = [
         ["demo", "--prompts", "3", "--distinct", "5"],
         "--distinct 5 asks for more distinct lengths than there are prompts",
     ),
-    (["demo", "--backend", "nosuch"], "--backend 'nosuch' is not a torch.compile backend here. Allowed: aot_eager"),
+    (
+        ["demo", "--backend", "nosuch"],
+        "--backend 'nosuch' is not a torch.compile backend here. Those that work here: aot_eager",
+    ),
+    (["demo", "--backend", "openxla"], "--backend 'openxla' needs torch_xla, which is not installed here"),
+    (["preflight", "no_such_folder", "--tp", "2"], "argument MODEL: there is no folder no_such_folder"),
     (["demo", "--chart", "/missing/dir/x.png"], "--chart: the folder /missing/dir does not exist"),
     (["demo", "--chart", "chart.jpg"], "--chart 'chart.jpg' is not a .png file name"),
     (["demo", "--model", "/no/such/model"], "--model '/no/such/model': No checkpoint folder"),
@@ -124,6 +130,15 @@ def test_every_wrong_input_exits_2_in_the_clis_words(argv, says, capsys, no_mode
     assert err.startswith(("usage: tpu-lab", "tpu-lab")) and "Traceback" not in err
     assert out == ""  # refused before the demo printed anything (and before any chart was written)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_missing_folder_is_refused_before_torch_is_imported():
+    code = (
+        "import sys; from tpu_lab.cli import main; code = main(['preflight', 'no_such_folder', '--tp', '2']); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(code)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "there is no folder no_such_folder" in proc.stderr, proc.stderr
 
 
 def test_wrong_input_in_a_real_process_has_no_traceback():
@@ -167,7 +182,12 @@ def test_demo_tells_one_story_and_saves_the_chart_where_asked(tmp_path):
         per_shape = sum(int(r[4]) for r in rows)  # shape is three words: phase, batch x length, cache=N
         own, summary = _numbers(out, name)
         assert own == summary and own[0] + own[1] == own[2] == per_shape, (name, own, summary, per_shape)
-        assert "first call ms" in section and "cached call ms" in section
+        assert "first call ms" in section and "cached call ms (n)" in section
+        assert "cached call ms: the median of the n calls of that shape that compiled nothing" in section
+        medians = [int(n) for n in re.findall(r" \d+\.\d \((\d+)\) ", section)]
+        # bucketed: every shape serves every pass, so each distinct prompt's 3 timing calls at least; naive
+        # keeps rows of cache sizes it outgrew, with the calls they had
+        assert medians and min(medians) >= (3 if name == "bucketed" else 1), section
     (_, _, bucketed), _ = _numbers(out, "bucketed")
     assert bucketed == 3  # two buckets + one decode graph, all in pass 1
     assert _numbers(out, "bucketed")[0][1] == 0  # the second pass compiles nothing

@@ -1,3 +1,4 @@
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,11 @@ def test_run_demo_refuses_bad_options_before_running(kwargs, says):
 def test_chart_path_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert check_chart("x.png") == tmp_path / "x.png"
-    assert check_chart(None) is None
+    assert check_chart(None) is None and check_chart(False) is None
+    default = check_chart(True)  # the default: a new temporary folder, never the current one
+    assert default.parent.parent == Path(tempfile.gettempdir()) and default.name == "tpu_lab_demo.png"
+    assert not default.parent.exists()  # made only when there is a chart to save
+    assert check_chart(True) != default
     (tmp_path / "d.png").mkdir()
     with pytest.raises(InvalidArgument, match="is a folder"):
         check_chart("d.png")

@@ -180,7 +180,7 @@ def test_tpu_host_rank_checks():
     v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
     with pytest.raises(InvalidArgument, match=r"nproc=8: 8 processes need 8 TPU chips .* but this host has 4") as e:
         check_tpu_ranks(8, v6e, kernel_holds_tpu=False)
-    assert e.value.fix == "Use a count in [1, 4], or a larger host / several hosts."
+    assert e.value.fix == "Use 1 or 4 processes on this host, or a larger host / several hosts."
     with pytest.raises(InvalidArgument, match="No TPU topology found for count: 2"):
         check_tpu_ranks(2, v6e, kernel_holds_tpu=False)
     with pytest.raises(tl.LaunchError, match="already holds the TPU") as e:

@@ -155,3 +155,16 @@ def test_cache_env_empty_or_file(tmp_path):
 def test_cache_env_is_honoured(tmp_path):
     path = tl.tiny_model(environ={"TPU_LAB_CACHE": str(tmp_path / "c")}, arch="llama")
     assert path.parent == tmp_path / "c" / "models"
+
+
+def test_config_only_folder_is_the_models_config_without_building_it(tmp_path):
+    env = {"TPU_LAB_CACHE": str(tmp_path)}
+    folder = models.tiny_config_folder(kv_heads=1, environ=env)
+    assert [p.name for p in folder.iterdir()] == ["config.json"]  # no weights made, none trained
+    assert not list((tmp_path / "models").glob("*-r*[0-9]"))  # and no checkpoint built beside it
+    built = models.tiny_model(kv_heads=1, environ=env)
+    config = json.loads((folder / "config.json").read_text())
+    full = json.loads((built / "config.json").read_text())
+    for key in ("vocab_size", "num_key_value_heads", "num_attention_heads", "hidden_size", "tie_word_embeddings"):
+        assert config[key] == full[key], key
+    assert models.tiny_config_folder(kv_heads=1, environ=env) == built  # once built, the checkpoint itself

@@ -118,6 +118,22 @@ def test_offline_hub_id_and_missing_folder():
         tl.tp_preflight("./nowhere", 4)
 
 
+def test_a_tiny_config_check_builds_no_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPU_LAB_CACHE", str(tmp_path))
+    report = tl.tp_preflight("tiny:qwen3-kv1", 2)
+    assert not report.ok and report.kv_heads == 1
+    made = [p.name for p in (tmp_path / "models").iterdir()]
+    assert len(made) == 1 and made[0].endswith("-config-only"), made  # a config, no weights built or trained
+
+
+def test_a_missing_folder_is_named_before_any_hub_check(monkeypatch):
+    import tpu_lab.models.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "hub_problem", lambda *a: pytest.fail("the hub was asked"))
+    with pytest.raises(tl.TpuLabError, match="No checkpoint folder at 'no_such_folder'"):
+        tl.tp_preflight("no_such_folder", 2)
+
+
 def test_report_renders():
     report = tl.tp_preflight("tiny:qwen3-kv2", 4)
     assert "WILL FAIL" in str(report) and "Suggested" in report._repr_mimebundle_()["text/html"]

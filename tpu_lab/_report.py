@@ -8,6 +8,7 @@ in a notebook. No widget or torch import here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -29,6 +30,12 @@ class Finding:
     """What applies here and why it matters."""
     fix: str
     """What to do about it."""
+
+    @property
+    def summary(self) -> str:
+        """The message's first clause, in words (``device_map="auto" would load the model on CPU here``):
+        what a one-line mention says instead of the code."""
+        return re.split(r": |; |\. ", self.message, maxsplit=1)[0].rstrip(".")
 
 
 def most_severe_first(findings: Iterable[Finding]) -> tuple[Finding, ...]:
@@ -70,14 +77,15 @@ def table(rows: Iterable[Sequence[Any]], header: Sequence[str] | None = None) ->
 
 
 def findings_html(items: Iterable[Finding]) -> str:
-    """Findings as coloured boxes: severity, code, message and fix."""
+    """Findings as coloured boxes: severity, message and fix (the code only as ``data-code``, for tools:
+    readers get words)."""
     boxes = []
     for f in items:
         colour = SEVERITY_COLOURS.get(f.severity, "#555")
         boxes.append(
             f"<div class='tpu-lab-finding tpu-lab-{escape(f.severity)}' data-code='{escape(f.code)}' "
             f"style='border-left:4px solid {colour};padding:2px 8px;margin:4px 0'>"
-            f"<b style='color:{colour}'>{escape(f.severity)}</b> <code>{escape(f.code)}</code>: "
+            f"<b style='color:{colour}'>{escape(f.severity)}</b>: "
             f"{escape(f.message)}<br><i>Fix:</i> {escape(f.fix)}</div>"
         )
     return "".join(boxes) or "<div class='tpu-lab-finding-none'>No findings: nothing to fix here.</div>"
@@ -86,7 +94,7 @@ def findings_html(items: Iterable[Finding]) -> str:
 def findings_text(items: Iterable[Finding]) -> list[str]:
     lines = []
     for f in items:
-        lines += [f"  [{f.severity}] {f.code}: {f.message}", f"      fix: {f.fix}"]
+        lines += [f"  [{f.severity}] {f.message}", f"      fix: {f.fix}"]
     return lines
 
 

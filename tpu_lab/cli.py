@@ -43,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
         distinct=args.distinct,
         max_new_tokens=args.max_new_tokens,
         max_buckets=args.max_buckets,
-        chart=None if args.no_chart else args.chart,
+        chart=None if args.no_chart else (args.chart or True),
         backend=args.backend,
         spell=_flag,
     )
@@ -85,8 +85,17 @@ def _preflight(args: argparse.Namespace) -> int:
 
 
 def _preflight_model(name: str) -> str:
-    """A config.json file stands for its folder; any other file is refused in the CLI's words."""
+    """A config.json file stands for its folder; any other file, or a folder that is not there, is refused
+    in the CLI's words before torch or transformers is imported."""
+    from tpu_lab.models.checkpoint import looks_like_folder
+
     path = Path(name).expanduser()
+    if not name.startswith("tiny:") and not path.exists() and looks_like_folder(name):
+        raise UsageError(
+            f"argument MODEL: there is no folder {name} (looked in {Path.cwd()}).",
+            "Check the path; pass a checkpoint folder, its config.json, a hub id as owner/name (e.g. "
+            "Qwen/Qwen3-8B) or tiny:<arch>[-kvN][-tied] (e.g. tiny:qwen3-kv2, offline).",
+        )
     if path.is_file():
         if path.name == "config.json":
             return str(path.parent)
@@ -136,10 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="tpu-lab", description="Run Hugging Face transformers on Google TPUs, and learn it on CPU.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    p = sub.add_parser("probe", help="what this machine sees, and which TPU traps apply here")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {description}")
+
+    p = command(
+        "probe",
+        "what this machine sees, and which TPU traps apply here",
+        "Versions, TPU chips on the PCI bus, what torch.accelerator reports, the device to use, and each trap "
+        "with its fix. Never initialises a device.",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON (the fields of DeviceReport)")
     p.set_defaults(run=_probe)
-    d = sub.add_parser("demo", help="mixed-length prompts without and with buckets: compiles per shape, and why")
+    d = command(
+        "demo",
+        "mixed-length prompts without and with buckets: compiles per shape, and why",
+        "Runs one workload twice without buckets and twice with them on a tiny offline model, prints what "
+        "compiled and why, and what buckets saved, and saves a chart.",
+    )
     d.add_argument("--model", default="tiny:qwen3", help="folder, hub id or tiny:<arch> (default: tiny:qwen3, offline)")
     for name, help_text in (
         ("prompts", "prompts in the workload"),
@@ -155,19 +178,40 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help=f"{help_text}, {low}-{high} (default {DEFAULTS[name]})",
         )
-    d.add_argument("--backend", default=None, help="torch.compile backend (default: per device, aot_eager on CPU)")
-    d.add_argument("--chart", default=DEFAULT_CHART, help=f"where to save the chart, a .png (default {DEFAULT_CHART})")
+    d.add_argument(
+        "--backend",
+        default=None,
+        metavar="NAME",
+        help="torch.compile backend: eager, aot_eager or inductor; cudagraphs with a GPU, tpu on a TPU VM "
+        "(default: per device, aot_eager on CPU; a wrong one is refused with the list that works here)",
+    )
+    d.add_argument(
+        "--chart",
+        default=None,
+        metavar="PATH",
+        help=f"where to save the chart, a .png (default: {DEFAULT_CHART} in a new temporary folder, named in the output)",
+    )
     d.add_argument("--no-chart", action="store_true", help="save no chart")
     d.set_defaults(run=_demo)
-    f = sub.add_parser("preflight", help="predict tensor-parallel sharding failures from the config, and the fix")
+    f = command(
+        "preflight",
+        "predict tensor-parallel sharding failures from the config, and the fix",
+        "Reads only the config (no weights): heads and KV heads against the tp_size, tp_plan keys, tied "
+        "embeddings and the rank counts this host's TPU allows. Exits with 1 when sharding would fail.",
+    )
     f.add_argument(
         "model",
         metavar="MODEL",
         help="checkpoint folder or its config.json, hub id (config only) or tiny:<arch>[-kvN][-tied]",
     )
     f.add_argument("--tp", type=_count(1, 4096), required=True, metavar="N", help="tp_size (ranks, one per chip)")
-    f.add_argument("--plan", help="tp_plan override as a JSON object")
-    f.add_argument("--json", action="store_true")
+    f.add_argument(
+        "--plan",
+        metavar="JSON",
+        help='tp_plan override, a JSON object of module path -> style, e.g. \'{"model.layers.*.self_attn.q_proj": '
+        '"replicated_with_grad_allreduce"}\'',
+    )
+    f.add_argument("--json", action="store_true", help="print the verdict, problems and suggested plan as JSON")
     f.set_defaults(run=_preflight)
     return parser
 

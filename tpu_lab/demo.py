@@ -5,13 +5,16 @@ compiled, why and what buckets saved, and save a chart where the user asked."""
 from __future__ import annotations
 
 import os
+import statistics
+import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.demo_report import INTRO, DemoResult, PassTotals, PolicyRun, run_text, summary_text
+from tpu_lab.demo_report import INTRO, TIMING_ROUNDS, DemoResult, PassTotals, PolicyRun, run_text, summary_text
 from tpu_lab.errors import InvalidArgument, TpuLabError
 
 LOW, HIGH = 4, 96
@@ -19,7 +22,10 @@ LOW, HIGH = 4, 96
 DEFAULTS = {"prompts": 12, "distinct": 8, "max_new_tokens": 8, "max_buckets": 3}
 LIMITS = {"prompts": (1, 200), "distinct": (1, HIGH - LOW + 1), "max_new_tokens": (1, 256), "max_buckets": (1, 16)}
 DEFAULT_CHART = "tpu_lab_demo.png"
+"""The chart's file name; by default it goes into a new temporary folder (never the current one)."""
 PASSES = 2
+# Backends that need a package or a device of their own: listed only where it is there.
+NEEDS = {"openxla": "torch_xla", "openxla_eval": "torch_xla", "tvm": "tvm", "tpu": "torch_tpu"}
 
 Spell = Callable[..., str]
 
@@ -36,7 +42,7 @@ def check_options(
     distinct: int,
     max_new_tokens: int,
     max_buckets: int,
-    chart: str | os.PathLike | None,
+    chart: str | os.PathLike | bool | None,
     backend: str | None,
     spell: Spell = kwarg,
 ) -> Path | None:
@@ -61,10 +67,13 @@ def check_options(
     return path
 
 
-def check_chart(chart: str | os.PathLike | None, spell: Spell = kwarg) -> Path | None:
-    """The chart's absolute path, once it is sure it can be written (so a bad one fails before the run)."""
-    if chart is None:
+def check_chart(chart: str | os.PathLike | bool | None, spell: Spell = kwarg) -> Path | None:
+    """The chart's absolute path, once it is sure it can be written (so a bad one fails before the run).
+    ``True``: a new temporary folder (made when the chart is saved); ``None``/``False``: no chart."""
+    if chart is None or chart is False:
         return None
+    if chart is True:
+        return Path(tempfile.gettempdir()) / f"tpu_lab_demo_{uuid.uuid4().hex[:8]}" / DEFAULT_CHART
     path = Path(chart).expanduser().absolute()
     if path.suffix.lower() != ".png":
         raise InvalidArgument(
@@ -94,13 +103,43 @@ def check_backend(backend: str | None, spell: Spell = kwarg) -> None:
         return
     from torch._dynamo import list_backends
 
-    if backend not in list_backends(exclude_tags=()):
-        # Name the useful ones; Dynamo's debug and test-only backends are accepted but not advertised.
-        useful = sorted({"eager", "aot_eager", *list_backends()})
+    usable = usable_backends()
+    if backend not in usable and (backend in NEEDS or backend not in list_backends(exclude_tags=())):
+        # Dynamo's debug and test-only backends are accepted but not advertised.
+        missing = NEEDS.get(backend)
         raise InvalidArgument(
-            f"{spell('backend')} {backend!r} is not a torch.compile backend here. Allowed: {', '.join(useful)}.",
+            f"{spell('backend')} {backend!r} "
+            + (
+                f"needs {missing}, which is not installed here (or no chip is visible)."
+                if missing
+                else "is not a torch.compile backend here."
+            )
+            + f" Those that work here: {', '.join(usable)}.",
             fix="Leave it out for the device's default (aot_eager on CPU: quick to compile, the same counts).",
         )
+
+
+def usable_backends() -> list[str]:
+    """The torch.compile backends worth offering here: Dynamo's registered ones, less those whose package
+    or device is missing (openxla without torch_xla, tvm without tvm, cudagraphs without a GPU, tpu
+    without a chip)."""
+    import importlib.util
+
+    import torch
+    from torch._dynamo import list_backends
+
+    names = {"eager", "aot_eager", *list_backends()}
+    if not torch.cuda.is_available():
+        names.discard("cudagraphs")
+    for name, package in NEEDS.items():
+        if name in names and importlib.util.find_spec(package) is None:
+            names.discard(name)
+    if "tpu" in names:
+        from tpu_lab.host.chips import scan_tpu_chips
+
+        if not scan_tpu_chips().count:
+            names.discard("tpu")
+    return sorted(names)
 
 
 def check_model(model: str, spell: Spell = kwarg) -> None:
@@ -122,12 +161,13 @@ def run_demo(
     distinct: int = DEFAULTS["distinct"],
     max_new_tokens: int = DEFAULTS["max_new_tokens"],
     max_buckets: int = DEFAULTS["max_buckets"],
-    chart: str | os.PathLike | None = DEFAULT_CHART,
+    chart: str | os.PathLike | bool | None = True,
     backend: str | None = None,
     say: Callable[[str], Any] = print,
     spell: Spell = kwarg,
 ) -> DemoResult:
-    """Run the demo, printing through ``say``; return its ``DemoResult``. ``chart=None``: no chart."""
+    """Run the demo, printing through ``say``; return its ``DemoResult``. ``chart``: a .png path, True
+    (the default: a new temporary folder, named in the output) or None (no chart)."""
     from tpu_lab.compile.buckets import recommend_buckets
     from tpu_lab.host.probe import probe
     from tpu_lab.models.workload import mixed_lengths
@@ -144,8 +184,11 @@ def run_demo(
     )
     say("\n".join(INTRO))
     report = probe()
-    codes = ", ".join(f.code for f in report.findings) or "none"
-    say(f"\ndevice: {report.device} (device_map={report.device_map!r}); probe findings: {codes}")
+    notes = "; ".join(f.summary for f in report.findings)
+    say(
+        f'\ndevice: {report.device} (models load with device_map="{report.device_map}")'
+        + (f"; the probe notes: {notes} (tpu-lab probe says why, and the fixes)." if notes else "; nothing to fix.")
+    )
     lengths = mixed_lengths(prompts=prompts, distinct=distinct, low=LOW, high=HIGH)
     buckets = recommend_buckets(lengths, max_buckets=max_buckets)
     plans: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -182,8 +225,9 @@ def run_demo(
             {r.name: r.cumulative for r in runs},
             {r.name: (r.real_tokens, r.padded_tokens) for r in runs},
             pass_length=prompts,
-        ).savefig(chart_path, dpi=100)
-        say(f"chart saved to {chart_path} (compiles over requests, and padding, per policy)")
+        ).savefig(_writable(chart_path), dpi=100)
+        where = " (a new temporary folder; --chart PATH saves it elsewhere)" if chart is True else ""
+        say(f"chart saved to {chart_path}{where}: compiles over requests, and padding, per policy")
     return result
 
 
@@ -199,21 +243,41 @@ def _run_policy(
     loaded = load_model(model, progress=lambda *_: None)
     workload = mixed_workload(loaded.tokenizer, lengths)
     passes = []
+    samples: dict[Any, list[float]] = {}
     with GenerationSession(
         loaded.model, loaded.tokenizer, backend=backend, max_new_tokens=max_new_tokens, recompile_limit=512, **options
     ) as session:
+
+        def generate(ids: Any) -> Any:
+            before = {r.signature: (r.calls, r.compiles) for r in session.compile_table}
+            record = session.generate(ids)
+            for row in session.compile_table:  # a call of a shape that compiled nothing: a cached call
+                calls, compiles = before.get(row.signature, (0, 0))
+                if row.calls > calls and row.compiles == compiles:
+                    samples.setdefault(row.signature, []).append(row.last_call_seconds)
+            return record
+
         for _ in range(PASSES):
             start = time.perf_counter()
-            records = [session.generate(ids) for ids in workload]
+            records = [generate(ids) for ids in workload]
             wall = time.perf_counter() - start
             passes.append(PassTotals(sum(r.compiles for r in records), sum(r.compile_seconds for r in records), wall))
+        distinct = list({len(ids): ids for ids in workload}.values())
+        timing = [generate(ids) for _ in range(TIMING_ROUNDS) for ids in distinct]
         return PolicyRun(
             name=name,
             title=title,
             backend=session.backend,
             table=session.compile_table,
             passes=tuple(passes),
-            cumulative=tuple(accumulate(r.compiles for r in session.records)),
+            cumulative=tuple(accumulate(r.compiles for r in session.records[: PASSES * len(workload)])),
             real_tokens=sum(lengths),
             padded_tokens=sum(r.padded_length for r in session.records[: len(workload)]),
+            cached_seconds={sig: (statistics.median(t), len(t)) for sig, t in samples.items()},
+            timing_compiles=sum(r.compiles for r in timing),
         )
+
+
+def _writable(path: Path) -> Path:
+    path.parent.mkdir(exist_ok=True)  # the temporary folder, made only now that there is a chart for it
+    return path

@@ -4,8 +4,10 @@ then one summary table and the sentence saying what buckets saved. Pure: no torc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tpu_lab._report import Report, table
 from tpu_lab.compile.table import CompileTable
@@ -24,6 +26,9 @@ NEXT = (
     "bucketed does not), or open notebooks/03_recompiles.ipynb to warm the buckets up and then assert that "
     "nothing recompiles."
 )
+
+TIMING_ROUNDS = 3
+"""After the passes, each distinct prompt runs this many more times, to time cached calls."""
 
 SUMMARY_HEAD = ("policy", "compiles (pass 1 + 2)", "compile s (pass 1 + 2)", "wall s (pass 1 / 2)", "padding")
 
@@ -46,7 +51,8 @@ class PolicyRun:
     title: str
     backend: str
     table: CompileTable
-    """Per shape, over every pass: its compiles add up to the passes' compiles."""
+    """Per shape, over every pass and the timing rounds: its compiles add up to the passes' compiles plus
+    ``timing_compiles``."""
     passes: tuple[PassTotals, ...]
     cumulative: tuple[int, ...]
     """Compiles so far after each request, over every pass."""
@@ -54,6 +60,11 @@ class PolicyRun:
     """Prompt tokens of one pass."""
     padded_tokens: int
     """Tokens prefilled in one pass (prompt + padding)."""
+    cached_seconds: Mapping[Any, tuple[float, int]] = field(default_factory=dict)
+    """Per shape signature: the median time of its cached calls (those that compiled nothing) and how many
+    there were, over the passes and the timing rounds after them."""
+    timing_compiles: int = 0
+    """Compiles during the timing rounds (0 when the passes compiled every shape)."""
 
     @property
     def compiles(self) -> int:
@@ -93,6 +104,11 @@ def short_reason(reason: str) -> str:
     return re.split(r"(?<!so far): |; ", reason, maxsplit=1)[0]
 
 
+def _cached_ms(run: PolicyRun, signature: Any) -> str:
+    median, n = run.cached_seconds.get(signature, (0.0, 0))
+    return f"{median * 1000:.1f} ({n})" if n else "-"
+
+
 def run_text(run: PolicyRun) -> str:
     cells = [
         (
@@ -101,12 +117,12 @@ def run_text(run: PolicyRun) -> str:
             str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
             f"{r.compile_seconds:.2f}",
             f"{r.first_call_seconds * 1000:.0f}",
-            f"{r.last_call_seconds * 1000:.0f}" if r.calls > r.compiles else "-",
+            _cached_ms(run, r.signature),
             short_reason(r.reason),
         )
         for r in run.table
     ]
-    head = ("shape", "calls", "compiles", "compile s", "first call ms", "cached call ms", "why it compiled")
+    head = ("shape", "calls", "compiles", "compile s", "first call ms", "cached call ms (n)", "why it compiled")
     widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(6)]
     lines = [f"\n== {run.name}: {run.title}"]
     for row in [head, *cells]:
@@ -115,6 +131,11 @@ def run_text(run: PolicyRun) -> str:
     lines.append(
         f"{run.name}: {_compiles(run)} compiles, {_compile_seconds(run)} s compiling; "
         f"pass 1 took {run.passes[0].wall_seconds:.1f} s, pass 2 {run.passes[-1].wall_seconds:.1f} s"
+    )
+    timing = f"; those rounds compiled {run.timing_compiles} more times" if run.timing_compiles else ""
+    lines.append(
+        f"  calls include {TIMING_ROUNDS} timing rounds after the passes (each distinct prompt again){timing}; "
+        "cached call ms: the median of the n calls of that shape that compiled nothing."
     )
     advice = {
         short_reason(r.reason): r.reason[len(short_reason(r.reason)) :].lstrip(":; ")

@@ -122,13 +122,14 @@ def rank_count_problem(nproc: int, chips: TpuChips) -> Finding | None:
     A host without chips runs any count on CPU."""
     if not chips.count:
         return None
-    allowed = list(chips.rank_counts)
+    fits = [n for n in chips.rank_counts if n <= chips.count]  # a count this host's chips can run
+    allowed = ", ".join(map(str, fits[:-1])) + (" or " if len(fits) > 1 else "") + str(fits[-1]) if fits else "none"
     if nproc > chips.count:
         return Finding(
             "more-ranks-than-chips",
             "error",
             f"{nproc} processes need {nproc} TPU chips (one process per chip) but this host has {chips.count}.",
-            f"Use a count in {allowed}, or a larger host / several hosts.",
+            f"Use {allowed} processes on this host, or a larger host / several hosts.",
         )
     if nproc not in chips.rank_counts:
         return Finding(
@@ -136,7 +137,7 @@ def rank_count_problem(nproc: int, chips: TpuChips) -> Finding | None:
             "error",
             f"torch_tpu has no {chips.generation} topology for {nproc} processes per host "
             f'("No TPU topology found for count: {nproc}").',
-            f"Use a count in {allowed}.",
+            f"Use {allowed} processes per host.",
         )
     return None
 

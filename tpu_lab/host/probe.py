@@ -89,13 +89,17 @@ class DeviceReport(Report):
             else "none visible"
         )
         rows = [
-            ("device to use", f"{self.device!r}  (device_map={self.device_map!r})"),
+            ("device to use", f'{self.device} (load with device_map="{self.device_map}")'),
             ("TPU chips", chip_line),
             (
                 "torch.accelerator",
                 "torch not installed"
                 if acc is None
-                else f"type={acc.type}, available={acc.available}, count={acc.count}",
+                else (
+                    f"{acc.type}, {'available' if acc.available else 'not available'}, {acc.count} device(s)"
+                    if acc.type
+                    else "no accelerator (CPU only)"
+                ),
             ),
             ("holds the TPU", {True: "yes", False: "no", None: "n/a (torch_tpu not loaded)"}[self.holds_tpu]),
             ("memory", f"{self.memory_gib:.1f} GiB" if self.memory_gib else "unknown"),

@@ -28,7 +28,7 @@ def resolve_source(
     """``(path_or_id, source, local_files_only)``; checks local folders (only config.json with
     ``config_only``) and hub reachability first."""
     if name.startswith("tiny:"):
-        return str(tiny_preset(name)), "tiny", True
+        return str(tiny_preset(name, config_only=config_only)), "tiny", True
     path = Path(name).expanduser()
     if path.exists():
         if config_only:
@@ -36,11 +36,12 @@ def resolve_source(
         else:
             check_checkpoint(path, trust_remote_code=trust_remote_code)
         return str(path), "local", True
-    if not HUB_ID.match(name) or name.startswith((".", "~")):
+    if looks_like_folder(name):
         raise ModelLoadError(
-            f"No checkpoint folder at {name!r}.",
-            cause="a typo in the path, or the folder was never written",
-            fix="Check the path, or build an offline model with tl.tiny_model() (or pass 'tiny:qwen3').",
+            f"No checkpoint folder at {name!r} (looked in {Path.cwd()}).",
+            cause="a typo in the path, or the folder was never written; a hub id has the form owner/name",
+            fix="Check the path, or build an offline model with tl.tiny_model() (or pass 'tiny:qwen3'); for a hub "
+            "model give its full id, e.g. 'Qwen/Qwen3-0.6B'.",
         )
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "")
     problem = "HF_HUB_OFFLINE is set" if offline else hub_problem()
@@ -48,14 +49,22 @@ def resolve_source(
         if _in_hub_cache(name, revision):
             return name, "hub cache", True
         raise HubUnreachable(
-            f"Cannot download {name!r}: the Hugging Face Hub is not reachable from here ({problem}) and the "
-            "model is not in the local hub cache.",
+            f"There is no folder {name!r} here ({Path.cwd()}), and as a hub id it cannot be downloaded: the Hugging "
+            f"Face Hub is not reachable from here ({problem}) and the model is not in the local hub cache.",
             cause="no network (an offline machine, a firewall, a workshop without internet), a proxy that does "
             "not answer, or HF_HUB_OFFLINE=1",
             fix="Use a local checkpoint folder, or tl.tiny_model() / 'tiny:qwen3' for an offline model; or "
             "download it where there is a network (hf download NAME) and copy the cache here.",
         )
     return name, "hub", False
+
+
+def looks_like_folder(name: str) -> bool:
+    """A name that can only be a folder (a path, or one word: hub ids are ``owner/name``). A one-word name
+    found in the local hub cache (a legacy id such as ``gpt2``) is not one."""
+    if not HUB_ID.match(name) or name.startswith((".", "~")):
+        return True
+    return "/" not in name and not _in_hub_cache(name, None)
 
 
 def needs_network(name: str) -> bool:
@@ -142,9 +151,11 @@ def _in_hub_cache(repo_id: str, revision: str | None) -> bool:
     return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
 
 
-def tiny_preset(name: str) -> Path:
-    """``tiny:<arch>[-kv<N>][-tied]`` -> a tiny checkpoint folder (built offline if needed)."""
-    from tpu_lab.models.tiny import tiny_model
+def tiny_preset(name: str, *, config_only: bool = False) -> Path:
+    """``tiny:<arch>[-kv<N>][-tied]`` -> a tiny checkpoint folder (built offline if needed); with
+    ``config_only`` a folder with its config.json alone (no weights built or trained: a config check
+    must not wait for them)."""
+    from tpu_lab.models.tiny import tiny_config_folder, tiny_model
 
     match = re.fullmatch(r"tiny:(\w+?)(?:-kv(\d+))?(-tied)?", name)
     if not match:
@@ -152,7 +163,8 @@ def tiny_preset(name: str) -> Path:
             f"Cannot read the tiny model name {name!r}.", fix="Use tiny:<arch>[-kv<N>][-tied], e.g. tiny:qwen3-kv2."
         )
     arch, kv, tied = match.groups()
-    return tiny_model(arch=arch, kv_heads=int(kv) if kv else None, tie_embeddings=bool(tied))
+    build = tiny_config_folder if config_only else tiny_model
+    return build(arch=arch, kv_heads=int(kv) if kv else None, tie_embeddings=bool(tied))
 
 
 def check_config(path: Path, *, trust_remote_code: bool = False) -> dict:

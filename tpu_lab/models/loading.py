@@ -173,7 +173,8 @@ def resolve_device(requested: str | None, findings: list[Finding] | None = None)
     kind, _, index = requested.partition(":")
     if kind not in ("tpu", "cuda", "cpu") or (index and not index.isdigit()):
         raise InvalidArgument(
-            f"Unknown device {requested!r}.", fix='Use "tpu", "cuda", "cuda:N", "cpu", or None for the probe\'s pick.'
+            f"Unknown device {requested!r}.",
+            fix='Use "tpu", "cuda", "cuda:N" or "cpu", or leave device out for the probe\'s pick.',
         )
     if kind == "tpu":
         chips = scan_tpu_chips()
@@ -181,7 +182,7 @@ def resolve_device(requested: str | None, findings: list[Finding] | None = None)
             raise DeviceUnavailable(
                 "device 'tpu' was requested but no TPU chip is visible on this machine.",
                 cause="this is not a TPU VM (or the chips are not passed into this container)",
-                fix="Use device='cpu' (or None) here; run on a TPU VM for the TPU.",
+                fix="Use device='cpu' here (or leave device out for the probe's pick); run on a TPU VM for the TPU.",
             )
         if not installed_versions()["torch_tpu"]:
             raise DeviceUnavailable(
@@ -202,7 +203,7 @@ def resolve_device(requested: str | None, findings: list[Finding] | None = None)
             raise DeviceUnavailable(
                 f"device {requested!r} was requested but this process sees {count} CUDA GPU(s).",
                 cause="no GPU on this machine, a CPU-only torch, or CUDA_VISIBLE_DEVICES hides it",
-                fix="Use device='cpu' (or None for the probe's pick).",
+                fix="Use device='cpu', or leave device out for the probe's pick.",
             )
         device = f"cuda:{index or 0}"
         return device, device
@@ -216,7 +217,8 @@ def resolve_dtype(dtype: Any, device: str) -> str:
     name = str(dtype).removeprefix("torch.")
     if name not in DTYPES:
         raise InvalidArgument(
-            f"Unknown dtype {dtype!r}.", fix="Use 'bfloat16', 'float16' or 'float32' (or None for the device default)."
+            f"Unknown dtype {dtype!r}.",
+            fix="Use 'bfloat16', 'float16' or 'float32', or leave dtype out for the device's default.",
         )
     return DTYPES[name]
 

@@ -11,10 +11,11 @@ from tpu_lab._report import Finding, Report, has_error, report_html, report_text
 
 GENERATE_KWARGS = {"tpu": {"cache_implementation": "static"}, "cuda": {"cache_implementation": "static"}, "cpu": {}}
 GENERATION_ADVICE = {
-    "tpu": "Keep generate() inputs on CPU (no .to(model.device)) and use a static cache: generate moves only "
-    "what forward consumes and auto-compiles decode steps with the tpu backend. SDPA is the default.",
-    "cuda": "A static cache lets generate() auto-compile the decode steps.",
-    "cpu": "Nothing is compiled by default on CPU; tl.GenerationSession compiles to show the TPU's behaviour.",
+    "tpu": 'pass cache_implementation="static" and keep the inputs on CPU (no .to(model.device)): generate '
+    "moves only what forward consumes and auto-compiles the decode steps with the tpu backend. SDPA is the default.",
+    "cuda": 'pass cache_implementation="static": with a static cache generate() auto-compiles the decode steps.',
+    "cpu": "as usual, no extra arguments: nothing is compiled by default on CPU (tl.GenerationSession compiles "
+    "to show what a TPU pays).",
 }
 
 
@@ -69,14 +70,14 @@ class LoadReport(Report):
         tied = "no" if not self.tied_embeddings else ("yes, one tensor" if self.tied_shared else "SPLIT")
         return [
             ("model", f"{self.name_or_path} ({self.source})"),
-            ("device", f"{self.device} (device_map={self.device_map!r})"),
+            ("device", f'{self.device} (loaded with device_map="{self.device_map}")'),
             ("placement", placement + ("" if not self.misplaced else f"  <- {len(self.misplaced)} MISPLACED")),
             ("dtypes", ", ".join(f"{d}: {n}" for d, n in self.dtypes.items())),
             ("parameters", f"{self.parameters:,} ({self.bytes / 2**20:.1f} MiB with buffers)"),
             ("tied embeddings", tied),
-            ("attention", str(self.attn_implementation)),
+            ("attention", self.attn_implementation or "the model's default"),
             ("load time", f"{self.load_seconds:.2f} s"),
-            ("generate with", f"{self.generate_kwargs or '{}'}: {self.generation_advice}"),
+            ("generate", self.generation_advice),
         ]
 
     def to_text(self) -> str:

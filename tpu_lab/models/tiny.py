@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tpu_lab._checks import boolean
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
@@ -242,17 +243,8 @@ def _build(folder: Path, spec: dict) -> None:
     from tpu_lab.models.tiny_train import train_briefly, unprintable_token_ids
 
     tokenizer = _train_tokenizer()
-    config_cls, _ = ARCHS[spec["arch"]]
-    vocab = -(-len(tokenizer) // 64) * 64  # a multiple of 64 shards evenly at any tp_size up to 64
-    config = getattr(transformers, config_cls)(
-        **SHAPE,
-        num_key_value_heads=spec["kv_heads"],
-        vocab_size=vocab,
-        tie_word_embeddings=spec["tie_embeddings"],
-        bos_token_id=tokenizer.eos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = _config(spec, tokenizer)
+    vocab = config.vocab_size
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config)
     if spec["trained"]:
@@ -269,6 +261,53 @@ def _build(folder: Path, spec: dict) -> None:
         if was_enabled:
             bars.enable_progress_bar()
     tokenizer.save_pretrained(folder)
+
+
+def _config(spec: dict, tokenizer: Any) -> Any:
+    import transformers
+
+    config_cls, _ = ARCHS[spec["arch"]]
+    return getattr(transformers, config_cls)(
+        **SHAPE,
+        num_key_value_heads=spec["kv_heads"],
+        vocab_size=-(-len(tokenizer) // 64) * 64,  # a multiple of 64 shards evenly at any tp_size up to 64
+        tie_word_embeddings=spec["tie_embeddings"],
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def tiny_config_folder(
+    *,
+    arch: str = "qwen3",
+    kv_heads: int | None = None,
+    tie_embeddings: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Path:
+    """A folder whose config.json is the tiny model's, for checks that read only the config (the
+    preflight): the built checkpoint when it is cached, else a config written in a fraction of a second
+    (the tokenizer is trained for its size; no weights are made or trained)."""
+    spec = _validate(arch, kv_heads, tie_embeddings)
+    root = cache_dir(environ) / "models"
+    built = root / _cache_key(spec)
+    if _matches(built, spec, root):
+        return built
+    target = root / f"{_cache_key(spec)}-config-only"
+    if (target / "config.json").is_file():  # the key names the recipe: a config written once stays right
+        return target
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        partial = target / f".config.json.{os.getpid()}"
+        partial.write_text(_config(spec, _train_tokenizer()).to_json_string())
+        os.replace(partial, target / "config.json")  # never a half-written config.json
+    except OSError as e:
+        raise ModelBuildError(
+            f"Cannot write a tiny model's config to {target}: {e.strerror or e}.",
+            cause="the folder (or one above it) is read-only, is a file, or the disk is full",
+            fix=f"Set {CACHE_ENV} to a writable directory.",
+        ) from e
+    return target
 
 
 def _train_tokenizer():

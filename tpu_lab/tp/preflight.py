@@ -71,7 +71,7 @@ class PreflightReport(Report):
             ("verdict", verdict),
             ("model", f"{self.model}, tp_size={self.tp_size}"),
             ("heads / kv heads", f"{self.heads} / {self.kv_heads}"),
-            ("intermediate / vocab", f"{self.intermediate_size} / {self.vocab_size}"),
+            ("intermediate / vocab", f"{self.intermediate_size or 'unknown'} / {self.vocab_size or 'unknown'}"),
             ("tied embeddings", "yes" if self.tied_embeddings else "no"),
         ]
 
@@ -258,8 +258,7 @@ def _check_shards(plan: dict[str, str], shape: _Shape, tp: int) -> list[Finding]
                     f"{', '.join(split[what])} split {n} {what} over {tp} ranks: {n / tp:g} per rank is not a whole "
                     f"head. Loading works; the first forward then fails on every rank with \"shape '[..., -1, "
                     f"head_dim]' is invalid\".",
-                    f"Replicate the attention projections ({REPLICATE}) in tp_plan (suggested), or use a tp_size that "
-                    f"divides {n}.",
+                    f"Replicate the attention projections ({REPLICATE}) in tp_plan (suggested)" + _or_tp_sizes(n) + ".",
                 )
             )
     for leaf, size, label in (
@@ -272,10 +271,18 @@ def _check_shards(plan: dict[str, str], shape: _Shape, tp: int) -> list[Finding]
                     "uneven-shards",
                     "warning",
                     f"The {label} ({size}) does not divide by {tp}: ranks get unequal shards.",
-                    f"Prefer a tp_size that divides {size}.",
+                    "Nothing breaks" + _or_tp_sizes(size, "for equal shards, use") + ".",
                 )
             )
     return out
+
+
+def _or_tp_sizes(n: int, lead: str = "or use") -> str:
+    """``, or use tp_size 2 or 4`` (the sizes above 1 that divide ``n``, up to 8), or "" when none does."""
+    sizes = [str(d) for d in range(2, min(n, 8) + 1) if n % d == 0]
+    if not sizes:
+        return ""
+    return f", {lead} tp_size " + (", ".join(sizes[:-1]) + " or " if len(sizes) > 1 else "") + sizes[-1]
 
 
 def _check_ranks(tp: int, chips: TpuChips) -> list[Finding]:
