@@ -23,7 +23,9 @@ CODES = frozenset(
 PATTERNS = {
     # an empty container or None shown as a value: "generate with  {}: ...", "vocab None"
     "an empty Python container": re.compile(r"(?<![=\w`'\"(\[{])(\{\}|\[\]|\(\))(?![\w`'\"])"),
-    "None shown as a value": re.compile(r"(?<![=\w`'\"(.])None(?![\w=`'\"(])"),
+    # "at line None", "vocab: None", "None / 1024": None where a value belongs (naming the Python value, as in
+    # "or None for the default", is fine in a Python API's message)
+    "None shown as a value": re.compile(r"(?:[:=]\s+|\bline |\bat |/\s*|^\s*)None\b(?![\w=`'\"(])|\bNone\s+/", re.M),
     # "Use a count in [1, 4]": a range or choice written as a Python list
     "a Python list used as a range or choice": re.compile(r"\b(?:in|of|from|one of)\s+\[\d+(?:, \d+)+\]"),
     # {'cache_implementation': 'static'} or ('a', 'b') outside an argument
@@ -36,7 +38,8 @@ PATTERNS = {
     "float noise": re.compile(r"\d\.\d*(?:0000000|9999999)\d"),
     # "use a tp_size that divides 1": advice no value can follow
     "advice that cannot be followed": re.compile(r"\b(?:divides|dividing) 1\b(?!\d)|\bbetween (\d+) and \1\b"),
-    "a bool shown as a value": re.compile(r"(?<![=\w`'\"(])(?:True|False)(?=,|\)|$)(?![=`'\"])", re.M),
+    # "session hit the limit: True", "ties embeddings: True | still one tensor: False"
+    "a bool shown as a value": re.compile(r"(?:[:=]\s+|\|\s*)(?:True|False)\s*(?:$|\|)", re.M),
 }
 
 
@@ -58,8 +61,10 @@ def _strip_code(line: str) -> str:
 
 
 def repeated_clause(line: str) -> str | None:
-    """A clause of 4+ words said twice in one line ("new batch size 3 ...; ...; new batch size 3 ...")."""
-    clauses = [c.strip().lower() for c in re.split(r"[;:.]\s+|\(|\)", line) if len(c.split()) >= 4]
+    """A clause of 4+ words (3 of them words, not numbers) said twice in one line ("new batch size 3 ...;
+    ...; new batch size 3 ...")."""
+    parts = re.split(r"[;:.]\s+|\(|\)", line)
+    clauses = [c.strip().lower() for c in parts if len(c.split()) >= 4 and len(re.findall(r"[a-z]{2,}", c)) >= 3]
     seen = set()
     for c in clauses:
         if c in seen:

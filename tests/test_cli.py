@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _user_text import defects
 
 from tpu_lab.cli import main
 
@@ -175,6 +176,7 @@ def test_demo_tells_one_story_and_saves_the_chart_where_asked(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("What this shows:\n  - A compile:") and "Buckets pad" in out
+    assert defects(out) == [], defects(out)  # words, not Python values or codes
     assert "Loading weights" not in out + proc.stderr and "it/s" not in out + proc.stderr  # no progress bar
     for name in ("naive", "bucketed"):
         section = out.split(f"== {name}:")[1].split("\n== ")[0]
@@ -183,7 +185,7 @@ def test_demo_tells_one_story_and_saves_the_chart_where_asked(tmp_path):
         own, summary = _numbers(out, name)
         assert own == summary and own[0] + own[1] == own[2] == per_shape, (name, own, summary, per_shape)
         assert "first call ms" in section and "cached call ms (n)" in section
-        assert "cached call ms: the median of the n calls of that shape that compiled nothing" in section
+        assert "cached call ms: the median over the n prompts that ran that shape without compiling it" in section
         medians = [int(n) for n in re.findall(r" \d+\.\d \((\d+)\) ", section)]
         # bucketed: every shape serves every pass, so each distinct prompt's 3 timing calls at least; naive
         # keeps rows of cache sizes it outgrew, with the calls they had

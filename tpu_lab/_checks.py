@@ -99,7 +99,7 @@ def string_args(value: Any, name: str = "args") -> tuple[str, ...]:
     ):
         raise InvalidArgument(
             f"{name} must be a list of strings (or numbers/paths), got {_short(value)}.",
-            cause="None, booleans and other objects have no unambiguous command-line form",
+            cause="an item that is None, a boolean or another object has no unambiguous command-line form",
             fix=f'Pass e.g. {name}=["--steps", "10"].',
         )
     return tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in items)

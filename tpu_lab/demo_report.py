@@ -135,7 +135,8 @@ def run_text(run: PolicyRun) -> str:
     timing = f"; those rounds compiled {run.timing_compiles} more times" if run.timing_compiles else ""
     lines.append(
         f"  calls include {TIMING_ROUNDS} timing rounds after the passes (each distinct prompt again){timing}; "
-        "cached call ms: the median of the n calls of that shape that compiled nothing."
+        "cached call ms: the median over the n prompts that ran that shape without compiling it (its last "
+        "call in each)."
     )
     advice = {
         short_reason(r.reason): r.reason[len(short_reason(r.reason)) :].lstrip(":; ")
