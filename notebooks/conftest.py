@@ -30,15 +30,15 @@ def pytest_runtest_call(item):
         return runs[-1]
 
     NotebookRun.execute = keep
+    name = Path(item.filename).name
     try:
         result = yield
     finally:
         NotebookRun.execute = execute
-    name = Path(item.filename).name
-    if runs and os.environ.get("TPU_LAB_NOTEBOOK_OUTPUTS"):
-        folder = Path(os.environ["TPU_LAB_NOTEBOOK_OUTPUTS"])
-        folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(runs[-1].nb, str(folder / name))
+        if runs and os.environ.get("TPU_LAB_NOTEBOOK_OUTPUTS"):  # a failed run's outputs too
+            folder = Path(os.environ["TPU_LAB_NOTEBOOK_OUTPUTS"])
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(runs[-1].nb, str(folder / name))
     if runs and name in CHECKED:
         found = notebook_defects(runs[-1].nb)
         if found:

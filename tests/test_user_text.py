@@ -6,7 +6,7 @@ the outputs of the notebooks nbmake runs; test_bad_inputs.py applies it to every
 import argparse
 
 import pytest
-from _user_text import CODES, defects, html_text
+from _user_text import CODES, defects, html_text, notebook_defects
 
 import tpu_lab as tl
 from tpu_lab.host.chips import TpuChips
@@ -126,3 +126,20 @@ def test_every_command_and_flag_has_help_in_words():
         assert defects(text) == [], (name, defects(text))
     backend = next(t for n, t in _actions(build_parser()) if n == "demo --backend")
     assert "openxla" not in backend and "tvm" not in backend
+
+
+def test_notebook_outputs_and_markdown_are_checked_but_a_cells_own_value_is_not():
+    import nbformat.v4 as nbf
+    from _user_text import notebook_defects
+
+    nb = nbf.new_notebook()
+    nb.cells = [
+        nbf.new_markdown_cell("Use a count in [1, 4].\n\n```python\nsession.warmup([16, 48])\n```"),
+        nbf.new_code_cell(
+            "print(...)", outputs=[nbf.new_output("stream", name="stdout", text="hit the limit: True\n")]
+        ),
+        nbf.new_code_cell("buckets", outputs=[nbf.new_output("execute_result", data={"text/plain": "{}"})]),
+        nbf.new_code_cell("report", outputs=[nbf.new_output("display_data", data={"text/html": "<p>vocab: None</p>"})]),
+    ]
+    found = notebook_defects(nb)
+    assert [f.split(":")[0] for f in found] == ["cell 1", "cell 2", "cell 4"], found

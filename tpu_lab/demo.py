@@ -226,7 +226,7 @@ def run_demo(
             {r.name: (r.real_tokens, r.padded_tokens) for r in runs},
             pass_length=prompts,
         ).savefig(_writable(chart_path), dpi=100)
-        where = " (a new temporary folder; --chart PATH saves it elsewhere)" if chart is True else ""
+        where = f" (a new temporary folder; {spell('chart', 'PATH')} saves it elsewhere)" if chart is True else ""
         say(f"chart saved to {chart_path}{where}: compiles over requests, and padding, per policy")
     return result
 
