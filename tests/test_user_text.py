@@ -130,7 +130,6 @@ def test_every_command_and_flag_has_help_in_words():
 
 def test_notebook_outputs_and_markdown_are_checked_but_a_cells_own_value_is_not():
     import nbformat.v4 as nbf
-    from _user_text import notebook_defects
 
     nb = nbf.new_notebook()
     nb.cells = [
