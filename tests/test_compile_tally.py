@@ -2,11 +2,12 @@
 
 from types import SimpleNamespace
 
-from tpu_lab.compile.explain import explain
 from tpu_lab.compile.records import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
+
+from tpu_lab.compile.explain import explain
 from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.sources import CompileEvent, TpuCacheSource, new_items, read_tpu_stats
 from tpu_lab.compile.tally import ForwardCall, ShapeTally
+from tpu_lab.compile.tpu_source import CompileEvent, TpuCacheSource, new_items, read_tpu_stats
 
 
 def fold(calls):
