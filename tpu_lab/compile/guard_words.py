@@ -280,13 +280,6 @@ def _value(raw: str, value: str, g: str) -> Cause:
             g,
             "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
         )
-    if value in ("True", "False"):
-        return Cause(
-            "flag",
-            f"the flag {name} was {value} (each value is its own graph)",
-            g,
-            "expected once per value; pass a constant if it should not change",
-        )
     kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]", value) else "int"
     if raw.startswith("G["):
         return Cause(
@@ -294,6 +287,13 @@ def _value(raw: str, value: str, g: str) -> Cause:
             f"the global {name} changed (was {value}; its value is baked into the graph)",
             g,
             "pass it as an argument (a tensor if it changes often) instead of reading a global",
+        )
+    if value in ("True", "False"):
+        return Cause(
+            "flag",
+            f"the flag {name} was {value} (each value is its own graph)",
+            g,
+            "expected once per value; pass a constant if it should not change",
         )
     if "cell_contents" in raw:
         name = "a closure variable"
