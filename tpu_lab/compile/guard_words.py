@@ -39,6 +39,7 @@ class Cause:
 
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
+_PLACE = re.compile(r"(?P<file>[^\s/]+\.py):(?P<line>\d+) in ")
 _FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in')
 _TENSOR = re.compile(
     r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
@@ -93,10 +94,12 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
         m = _ID.match(head)
         graph, text = (m["id"], head[m.end() :]) if m else ("", head)
         where = _user_line(stack)
-        for part in text.split("; ") if "GLOBAL_STATE" not in text else [text]:
-            guard, _, comment = part.partition("  # ")
-            code = comment.split("  # ")[0].strip()
-            out.append(Failure(graph, guard.strip(), code, where))
+        # one failed guard per graph (Dynamo stops at the first unless recompiles_verbose is on)
+        guard, _, comment = text.partition("  # ")
+        code, _, place = comment.partition("  # ")
+        if not where and (m := _PLACE.search(place)):
+            where = f"{m['file']}:{m['line']}"
+        out.append(Failure(graph, guard.strip(), code.strip(), where))
     return out
 
 
