@@ -85,6 +85,12 @@ def remove_listener(listener: Listener) -> None:
             _listeners.pop(threading.get_ident(), None)
 
 
+def ensure_installed() -> None:
+    """Put the callback back if something removed it (called per poll, never per call)."""
+    with _lock:
+        _install()
+
+
 def _install() -> None:
     from torch._dynamo.callback import callback_handler
 
@@ -102,7 +108,10 @@ def _install() -> None:
             callback_handler.register_start_callback(_on_compile_start)
 
         clear_keeping_ours._tpu_lab = True  # type: ignore[attr-defined]
-        callback_handler.clear = clear_keeping_ours  # type: ignore[method-assign]
+        try:
+            callback_handler.clear = clear_keeping_ours  # type: ignore[method-assign]
+        except (AttributeError, TypeError):  # a torch whose handler takes no attributes: re-installed per poll
+            pass
     logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
 
 

@@ -146,6 +146,7 @@ class Watch:
     def poll(self) -> list[CompileEvent]:
         """Fold what happened since the last poll into the table; returns the new compile events."""
         with self._lock:
+            dynamo.ensure_installed()
             records = dynamo.records_since(self._last_record)
             if records:
                 self._last_record = records[-1]
