@@ -48,6 +48,8 @@ class Capture(NamedTuple):
     """Every recompile reason: one failed guard per graph Dynamo already held for this code."""
     graphs: tuple[tuple[str, Signature], ...] = ()
     """(compile id, inputs) of those graphs, where this process saw them compile."""
+    static: bool = False
+    """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
 
 
 class GraphBreak(NamedTuple):
@@ -113,6 +115,17 @@ def _install() -> None:
         except (AttributeError, TypeError):  # a torch whose handler takes no attributes: re-installed per poll
             pass
     logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).addFilter(_break_warning_filter)
+
+
+QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_convert")
+
+
+def _break_warning_filter(record: logging.LogRecord) -> bool:
+    # Inside a watch Dynamo's graph-break warnings (e.g. from Tensor.item()) become rows of its table.
+    watching = threading.get_ident() in _listeners
+    return not (watching and record.levelno >= logging.WARNING and "Graph break" in str(record.msg))
 
 
 def _limit_warning_filter(record: logging.LogRecord) -> bool:
@@ -135,6 +148,8 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
         LIMIT_TRIGGER,
         None,
         reasons,
+        (),
+        _static(),
     )
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
@@ -163,6 +178,7 @@ def _on_compile_start(args: Any) -> None:
         _last_seen.get(key) if reasons else None,  # no reason: Dynamo holds no graph for this code
         reasons,
         tuple((i, _graphs[i][1]) for i in ids if i in _graphs),
+        _static(),
     )
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
@@ -197,6 +213,12 @@ def _compiling_frame() -> tuple[Any, tuple[str, ...]]:
     frame = local.get("frame")
     ok = hasattr(frame, "f_code") and hasattr(frame, "f_locals")
     return (frame if ok else None), _reasons(local)
+
+
+def _static() -> bool:
+    import torch._dynamo.config as config  # torch.compile(dynamic=False) patches it around the compile
+
+    return not getattr(config, "automatic_dynamic_shapes", True)
 
 
 def function_of(compile_id: str) -> FunctionKey | None:

@@ -37,7 +37,12 @@ def explain(reason: str | None, *, limit_hit: bool = False) -> str:
 
 
 def causes_of(
-    reasons: Sequence[str], graphs: Sequence[tuple[str, Signature]], signature: Signature, *, tpu: bool = False
+    reasons: Sequence[str],
+    graphs: Sequence[tuple[str, Signature]],
+    signature: Signature,
+    *,
+    tpu: bool = False,
+    static: bool = False,
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds and gives one failure per graph; a guard failing only
@@ -53,7 +58,7 @@ def causes_of(
     out: dict[str, Cause] = {}
     for f in failures:
         if f.graph == best:
-            cause = guard_words.words(f, tpu=tpu)
+            cause = guard_words.words(f, tpu=tpu, static=static)
             out.setdefault(cause.words, cause)
     return list(out.values())
 

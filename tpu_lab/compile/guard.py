@@ -46,7 +46,7 @@ class NoRecompiles:
         if ok:
             self.allowed += 1
             return
-        causes = causes_of(capture.reasons, capture.graphs, capture.signature)
+        causes = causes_of(capture.reasons, capture.graphs, capture.signature, static=capture.static)
         if causes:
             changed = "; ".join(dict.fromkeys(c.words for c in causes))
         else:

@@ -116,12 +116,12 @@ def _local(source: str) -> str:
     return re.sub(r"\._modules\['([^']+)'\]", r".\1", s)
 
 
-def words(f: Failure, *, tpu: bool = False) -> Cause:
+def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
     """One failed guard in words, with the fix for this backend."""
     g, at = f.guard, f.where
     if m := _TENSOR.search(g):
         return (
-            _size(m, g, tpu)
+            _size(m, g, tpu, static)
             if m["what"] == "size"
             else Cause(
                 "stride",
@@ -246,7 +246,7 @@ def words(f: Failure, *, tpu: bool = False) -> Cause:
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
 
 
-def _size(m: re.Match, g: str, tpu: bool) -> Cause:
+def _size(m: re.Match, g: str, tpu: bool, static: bool) -> Cause:
     name, i, a, b = _local(m["name"]), m["i"], m["a"], m["b"]
     bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
     if ("cache" in name or "keys" in name or "values" in name) and i == "2":
@@ -262,14 +262,18 @@ def _size(m: re.Match, g: str, tpu: bool) -> Cause:
         words = f"attention mask length changed {a} -> {b}"
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
-    fix = (
-        bucket
-        if tpu
-        else (
-            f"mark it dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i})); for a short last batch "
-            "use DataLoader(drop_last=True) or pad it"
-        )
-    )
+    dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    if tpu:
+        fix = bucket
+    elif i == "0" and int(b) < int(a):
+        fix = f"for a short last batch, DataLoader(drop_last=True) or pad it to {a}; else {dynamic}"
+    else:
+        fix = f"{dynamic}, or pad to a few sizes"
+    if static and not tpu:
+        words += " (compiled with dynamic=False: every size is its own graph)"
+        fix = f"pad to a few sizes, or {dynamic}: it is honoured under dynamic=False too"
+    if not tpu:
+        fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
     return Cause("size", words, g, fix)
 
 

@@ -157,7 +157,7 @@ class Watch:
             now = time.perf_counter()
             for cap in self._pending:
                 if cap.trigger == LIMIT_TRIGGER:
-                    events.append(self._fold_limit(cap.function, cap.signature, cap.reason, cap.compile_id))
+                    events.append(self._fold_limit(cap.function, cap.signature, cap.reason, cap.compile_id, cap.static))
                     continue
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
@@ -182,7 +182,7 @@ class Watch:
         self._forward_of[cap.compile_id] = cap
         causes = [
             RowCause(c.words, c.guard, c.fix, c.kind)
-            for c in causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu)
+            for c in causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
         ]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
@@ -220,13 +220,15 @@ class Watch:
         self.timeline.append((cap.at - self._started, str(key), self._calls[key]))
         return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
-    def _fold_limit(self, key: FunctionKey, signature: tuple, reason: str | None, compile_id: str) -> CompileEvent:
+    def _fold_limit(
+        self, key: FunctionKey, signature: tuple, reason: str | None, compile_id: str, static: bool = False
+    ) -> CompileEvent:
         self._handled.add(compile_id)
         self._limited.add(key)
         row = self._row(key, signature)
         row.limit_hit = True
         row.uncompiled += 1
-        last = causes_of([reason] if reason else [], (), signature, tpu=self.on_tpu)
+        last = causes_of([reason] if reason else [], (), signature, tpu=self.on_tpu, static=static)
         words = f"{last[0].words} (refused: recompile limit)" if last else LIMIT_TEXT
         row.add(RowCause(words, reason or "", last[0].fix if last else "", "limit", 0))
         return CompileEvent("dynamo", reason, 0.0, limit_hit=True, cause=words)
