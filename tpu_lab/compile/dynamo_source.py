@@ -148,7 +148,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
         LIMIT_TRIGGER,
         None,
         reasons,
-        (),
+        _graphs_of(reasons),
         _static(),
     )
     for listener in listeners:
@@ -167,7 +167,6 @@ def _on_compile_start(args: Any) -> None:
         key = FunctionKey(f"<{str(getattr(args, 'callback_trigger', 'compile')).split('.')[-1].lower()}>", "", 0)
         signature = ()
     compile_id = str(getattr(args, "compile_id", ""))
-    ids = [r.split(":", 1)[0] for r in reasons]
     capture = Capture(
         compile_id,
         key,
@@ -177,7 +176,7 @@ def _on_compile_start(args: Any) -> None:
         str(getattr(args, "callback_trigger", "")),
         _last_seen.get(key) if reasons else None,  # no reason: Dynamo holds no graph for this code
         reasons,
-        tuple((i, _graphs[i][1]) for i in ids if i in _graphs),
+        _graphs_of(reasons),
         _static(),
     )
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
@@ -213,6 +212,12 @@ def _compiling_frame() -> tuple[Any, tuple[str, ...]]:
     frame = local.get("frame")
     ok = hasattr(frame, "f_code") and hasattr(frame, "f_locals")
     return (frame if ok else None), _reasons(local)
+
+
+def _graphs_of(reasons: tuple[str, ...]) -> tuple[tuple[str, Signature], ...]:
+    """(compile id, inputs) of the graphs Dynamo checked, where this process saw them compile."""
+    ids = [r.split(":", 1)[0] for r in reasons]
+    return tuple((i, _graphs[i][1]) for i in ids if i in _graphs)
 
 
 def _static() -> bool:

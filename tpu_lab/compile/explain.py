@@ -63,13 +63,18 @@ def causes_of(
     return list(out.values())
 
 
-def _distance(old: Signature, new: Signature) -> int:
-    """How many shape, dtype and value tokens differ between two input signatures."""
+def _distance(old: Signature, new: Signature) -> float:
+    """How many shape, dtype and value tokens differ between two input signatures; among numbers that
+    differ, nearer ones count a little less (a prompt of 96 is nearer the graph for 48 than for 1)."""
     a, b = dict(old), dict(new)
-    total = 0
+    total = 0.0
     for name in a.keys() | b.keys():
         ta, tb = re.findall(r"[\w.?-]+", a.get(name, "")), re.findall(r"[\w.?-]+", b.get(name, ""))
-        total += sum(x != y for x, y in zip(ta, tb, strict=False)) + abs(len(ta) - len(tb))
+        total += abs(len(ta) - len(tb))
+        for x, y in zip(ta, tb, strict=False):
+            if x != y:
+                near = x.isdigit() and y.isdigit() and max(int(x), int(y)) > 0
+                total += 1 - (min(int(x), int(y)) / max(int(x), int(y))) * 0.5 if near else 1
     return total
 
 

@@ -114,7 +114,10 @@ class GenerationSession(Report):
         except Exception as e:
             if self._strict:
                 if isinstance(inner := innermost(e), RecompileError):
-                    raise RecompileError(f"Shape {sig}: {inner.what}", fix=inner.fix) from None
+                    raise RecompileError(
+                        f"Shape {sig}: {inner.what}",
+                        fix="Warm this shape up first (session.warmup([...])) or pad it to a warmed bucket.",
+                    ) from None
                 raise RecompileError(
                     f"{sig} would compile inside no_recompiles(): {innermost_message(e)}",
                     cause="a prompt length, bucket or cache size that was not warmed up",

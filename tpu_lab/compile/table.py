@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpu_lab._report import banner_html
-from tpu_lab.compile.table_base import CompileTableBase, cut
+from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 from tpu_lab.compile.tally import ShapeRow
 
 LIMIT_BANNER = (
@@ -38,7 +38,8 @@ class CompileTable(CompileTableBase):
             (
                 str(r.signature),
                 str(r.calls),
-                str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
+                compiled_words(r.compiles, r.cached)
+                + (f" ({r.uncompiled_calls} ran uncompiled)" if r.uncompiled_calls else ""),
                 f"{r.compile_seconds:.2f}",
                 f"{r.first_call_seconds * 1000:.1f}",
                 f"{r.last_call_seconds * 1000:.1f}",

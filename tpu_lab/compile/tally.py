@@ -41,6 +41,8 @@ class ShapeRow:
     """Dynamo's own text for the guard that failed, when there is one."""
     uncompiled_calls: int = 0
     """Calls that ran uncompiled because the recompile limit was hit."""
+    cached: int = 0
+    """Compiles served from a persistent compile cache."""
 
 
 @dataclass
@@ -55,6 +57,7 @@ class _Running:
     reason: str = ""
     guard: str = ""
     uncompiled_calls: int = 0
+    cached: int = 0
 
 
 class ShapeTally:
@@ -82,6 +85,7 @@ class ShapeTally:
         row.compile_seconds += sum(e.seconds for e in compiles)
         row.last_call_seconds = call.seconds
         row.uncompiled_calls += not call.compiled
+        row.cached += sum(e.cached for e in compiles)
         if call.events:
             row.reason, row.guard = reason, call.events[-1].reason or ""
         if compiles and call.signature not in self.compiled:

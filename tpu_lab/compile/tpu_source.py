@@ -25,6 +25,8 @@ class CompileEvent:
     """Dynamo refused to compile: the recompile limit was reached and the call ran uncompiled."""
     cause: str | None = None
     """The cause in words when the watcher knew more than the guard text (the inputs that changed)."""
+    cached: bool = False
+    """Served from a persistent compile cache (inductor's FX graph cache, AOTAutograd's)."""
 
     @property
     def explanation(self) -> str:

@@ -157,7 +157,7 @@ class Watch:
             now = time.perf_counter()
             for cap in self._pending:
                 if cap.trigger == LIMIT_TRIGGER:
-                    events.append(self._fold_limit(cap.function, cap.signature, cap.reason, cap.compile_id, cap.static))
+                    events.append(self._fold_limit(cap))
                     continue
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
@@ -169,7 +169,9 @@ class Watch:
                 for record in left:
                     key = dynamo.record_function(record)
                     if dynamo.is_limit_refusal(record) and key and str(record.compile_id) not in self._handled:
-                        events.append(self._fold_limit(key, (), record.recompile_reason, str(record.compile_id)))
+                        reasons = (record.recompile_reason,) if record.recompile_reason else ()
+                        cap = Capture(str(record.compile_id), key, (), None, now, LIMIT_TRIGGER, None, reasons)
+                        events.append(self._fold_limit(cap))
             self._poll_breaks()
             events += self._poll_tpu()
             if events:
@@ -201,10 +203,11 @@ class Watch:
         for c in causes:
             row.add(c)
         row.dynamic = dynamic or row.dynamic
-        row.cached += bool(record is not None and dynamo.served_from_cache(record))
+        cached = record is not None and dynamo.served_from_cache(record)
+        row.cached += cached
         self._handled.add(cap.compile_id)
         self.timeline.append((cap.at - self._started, str(cap.function), self._calls[cap.function]))
-        return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words)
+        return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
 
     def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
         # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
@@ -220,18 +223,16 @@ class Watch:
         self.timeline.append((cap.at - self._started, str(key), self._calls[key]))
         return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
-    def _fold_limit(
-        self, key: FunctionKey, signature: tuple, reason: str | None, compile_id: str, static: bool = False
-    ) -> CompileEvent:
-        self._handled.add(compile_id)
-        self._limited.add(key)
-        row = self._row(key, signature)
+    def _fold_limit(self, cap: Capture) -> CompileEvent:
+        self._handled.add(cap.compile_id)
+        self._limited.add(cap.function)
+        row = self._row(cap.function, cap.signature)
         row.limit_hit = True
         row.uncompiled += 1
-        last = causes_of([reason] if reason else [], (), signature, tpu=self.on_tpu, static=static)
+        last = causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
         words = f"{last[0].words} (refused: recompile limit)" if last else LIMIT_TEXT
-        row.add(RowCause(words, reason or "", last[0].fix if last else "", "limit", 0))
-        return CompileEvent("dynamo", reason, 0.0, limit_hit=True, cause=words)
+        row.add(RowCause(words, last[0].guard if last else "", last[0].fix if last else "", "limit", 0))
+        return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
     def _poll_breaks(self) -> None:
         found, self._break_marker = dynamo.graph_breaks_since(self._break_marker)
