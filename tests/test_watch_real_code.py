@@ -235,6 +235,10 @@ def test_graph_breaks_on_data_dependent_branching_are_counted(dynamo):
     assert b.words.startswith("data-dependent branching") and "torch.cond" in b.fix
     assert b.where.startswith("test_watch_real_code.py:")
     assert "torch.cond" in str(w.table)
+    # each branch resumes in its own function: one row per resume location, never merged
+    resumed = [r.function for r in w.table if "after the graph break" in r.function]
+    assert len(resumed) == 2 and len({f.split("resuming at line ")[1] for f in resumed}) == 2, resumed
+    assert all(c.words == "first compile" for r in w.table for c in r.causes)  # no invented cause
 
 
 def test_recompile_limit_names_the_function_and_counts_uncompiled_calls(dynamo, capsys):
@@ -263,6 +267,10 @@ def test_reset_inside_a_watch_keeps_counting(dynamo):
         f(torch.ones(2))
         f(torch.ones(2, 2))
     assert w.table.total_compiles == 3 and w.table.resets == 1
+    assert [c.words for r in w.table for c in r.causes][:2] == [
+        "first compile",
+        "first compile after torch._dynamo.reset()",
+    ]
     assert "torch._dynamo.reset() ran 1 time" in str(w)
 
 

@@ -50,6 +50,8 @@ class Capture(NamedTuple):
     """(compile id, inputs) of those graphs, where this process saw them compile."""
     static: bool = False
     """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
+    resets: int = 0
+    """torch._dynamo.reset() calls seen when this compile started."""
 
 
 class GraphBreak(NamedTuple):
@@ -150,6 +152,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
         reasons,
         _graphs_of(reasons),
         _static(),
+        resets,
     )
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
@@ -178,6 +181,7 @@ def _on_compile_start(args: Any) -> None:
         reasons,
         _graphs_of(reasons),
         _static(),
+        resets,
     )
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()

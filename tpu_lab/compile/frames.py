@@ -34,19 +34,24 @@ def where_label(filename: str, line: int) -> str:
     return f"{filename.rsplit('/', 1)[-1]}:{line}" if filename else "?"
 
 
+RESUME = "torch_dynamo_resume_in_"
+
+
 class FunctionKey(NamedTuple):
     """A compiled function: its name and where it is defined."""
 
     name: str
     filename: str
     line: int
+    resumes_at: int = 0
+    """For the part of a function after a graph break: the line it resumes at (one branch's target)."""
 
     def __str__(self) -> str:
         where = where_label(self.filename, self.line)
-        prefix = "torch_dynamo_resume_in_"
-        if self.name.startswith(prefix):  # the part of fn after a graph break, as Dynamo names it
-            fn, _, line = self.name[len(prefix) :].rpartition("_at_")
-            return f"{fn} after the graph break at line {line} ({where})"
+        if self.name.startswith(RESUME):  # the part of fn after a graph break, as Dynamo names it
+            fn, _, line = self.name[len(RESUME) :].rpartition("_at_")
+            at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
+            return f"{fn} after the graph break at line {line}{at} ({where})"
         return f"{self.name} ({where})"
 
 
@@ -67,6 +72,9 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:
                 return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
+    if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
+        later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
+        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
     return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 

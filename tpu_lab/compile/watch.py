@@ -188,7 +188,7 @@ class Watch:
         ]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
-            after_reset = again and dynamo.resets > self._resets_before
+            after_reset = again and cap.resets > self._resets_before
             words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
             causes = [RowCause(words, kind="first")]
         dynamic = dynamo.dynamic_inputs(record, cap.signature)
