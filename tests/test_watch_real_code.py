@@ -297,6 +297,7 @@ def test_benchmark_timer_thread_count(dynamo):
         (lambda: torch.ones(4, 4, requires_grad=True), "requires_grad", "requires_grad changed False -> True"),
         (lambda: torch.nn.Parameter(torch.ones(4, 4)), "tensor_type", "is now a Parameter"),
         (lambda: torch.ones(4, 4, 1), "rank", "has 3 dimensions, was 2"),
+        (lambda: torch.ones(4, 4, device="meta"), "device", "moved device: CPU -> Meta"),
     ],
 )
 def test_tensor_guard_families(dynamo, second, kind, words):
@@ -363,3 +364,72 @@ def test_forward_hooks_added_and_removed(dynamo):
     check_against_dynamo(w, dynamo)  # whether Dynamo recompiles here depends on torch: the count follows it
     for cause in only_causes(w, "Linear.forward"):
         assert cause.kind == "hooks" and "hook was added to or removed" in cause.words, cause
+
+
+@pytest.mark.parametrize(
+    ("switch", "words"),
+    [
+        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "autocast was switched on or off"),
+        (lambda: torch._dynamo.config.patch(), None),  # nothing changes: no recompile, no cause
+    ],
+)
+def test_global_state_families(dynamo, switch, words):
+    f = torch.compile(lambda x: x * 2, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        with switch():
+            f(torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    got = [c.words for c in only_causes(w, "<lambda>")]
+    if words is None:
+        assert got == [] and w.table.total_compiles == 1
+    else:
+        assert len(got) == 1 and words in got[0]
+
+
+@pytest.mark.parametrize(
+    ("set_state", "words"),
+    [
+        (torch.use_deterministic_algorithms, "use_deterministic_algorithms() was switched"),
+        (lambda on: torch.set_default_dtype(torch.float64 if on else torch.float32), "default dtype changed"),
+    ],
+)
+def test_process_wide_state(dynamo, set_state, words):
+    f = torch.compile(lambda x: x * 2 + torch.ones(2), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        set_state(True)
+        try:
+            f(torch.ones(2))
+        finally:
+            set_state(False)
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "<lambda>")
+    assert cause.kind == "global_state" and words in cause.words and "once" in cause.fix
+
+
+def test_an_optimizer_recreated_per_step_is_a_freed_object(dynamo):
+    model = torch.nn.Linear(2, 2)
+    with tl.watch() as w:
+        for _ in range(2):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)  # a new optimizer each step: the old one is freed
+            model(torch.ones(2)).sum().backward()
+            torch.compile(opt.step, backend=BACKEND)()
+            del opt
+    check_against_dynamo(w, dynamo)
+    freed = [c for r in w.table for c in r.causes if c.kind == "deallocated"]
+    assert freed and "was freed and a new object made" in freed[0].words and "reuse" in freed[0].fix
+
+
+def test_html_folds_long_tables_and_keeps_whole_text_on_hover(dynamo):
+    f = torch.compile(lambda x: x + 1, backend=BACKEND, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=64), tl.watch() as w:
+        for n in range(1, 16):
+            f(torch.ones(n))
+    html = w.table.to_html()
+    assert html.count("white-space:nowrap") == len(w.table.HEADER)  # headers never wrap
+    assert "<details class='tpu-lab-more'><summary>3 more rows" in html  # 15 rows: 12 shown, worst first
+    assert "<td style='text-align:left' title='pad to a few sizes, or mark the dimension dynamic" in html  # cut cell
+    assert "…</td>" in html
+    full = w.to_dict()["rows"]
+    assert all("\u2026" not in c["guard"] for r in full for c in r["causes"])  # the whole text in to_dict
