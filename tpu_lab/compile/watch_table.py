@@ -8,7 +8,7 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
 from tpu_lab.compile.explain import LIMIT_TEXT
@@ -74,6 +74,16 @@ class WatchRow:
         return dataclasses.replace(self, causes=[dataclasses.replace(c) for c in self.causes])
 
 
+class Point(NamedTuple):
+    """One compile on the chart's timeline."""
+
+    seconds: float
+    """Since the watch began."""
+    function: str
+    calls: int
+    """The function's counted calls so far (0 where calls are not counted)."""
+
+
 @dataclass(frozen=True)
 class BreakRow:
     """Graph breaks at one place for one reason."""
@@ -92,8 +102,8 @@ class WatchTable(CompileTableBase):
     breaks: tuple[BreakRow, ...] = ()
     resets: int = 0
     """torch._dynamo.reset() calls inside the watch."""
-    timeline: tuple[tuple[float, str, int], ...] = ()
-    """(seconds since the watch began, function, its counted calls so far) per compile."""
+    timeline: tuple[Point, ...] = ()
+    """One point per compile."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
 
     @property
