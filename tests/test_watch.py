@@ -274,7 +274,8 @@ def test_generate_auto_compile_names_the_growing_static_cache():
             model.generate(**ids, max_new_tokens=4, cache_implementation="static", compile_config=config)
     rows = w.table.by_function("Qwen3ForCausalLM.forward")
     assert [r.compiles for r in rows] == [1, 1] and "modeling_qwen3.py" in rows[0].function
-    assert rows[1].cause.startswith("static cache length changed") and "max_cache_len" in rows[1].cause
+    (cause,) = rows[1].causes
+    assert cause.words.startswith("static cache length changed") and "max_cache_len" in cause.fix
 
 
 def test_compiled_module_forward_and_lazy_backward_are_separate_rows():
