@@ -63,14 +63,22 @@ def dynamo():
 
 
 def check_against_dynamo(w, log):
-    """The watch's count equals Dynamo's records; each recompile Dynamo logged has its guard in a row."""
+    """The watch's count equals Dynamo's records; every recompile Dynamo logged is explained by one of the
+    guards it logged failing (the watch picks the graph nearest the new inputs, not always the first),
+    no row names a guard Dynamo did not log, and every graph break it logged is counted."""
     table = w.table
     assert table.total_compiles - sum(r.compiles for r in table if "(backward)" in r.function) == log.compiles()
-    guards = " ".join(r.guard for r in table)
+    logged = []
     for message in log.recompile_reasons():
         failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
-        first = failed[0].split(": ", 1)[1].split("  #")[0].strip()
-        assert first.split("  ")[0][:40] in guards or any(first[:30] in r.guard for r in table), (first, guards)
+        logged.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
+    ours = [c.guard for r in table for c in r.causes if c.guard]
+    for failures in logged:
+        assert any(g in failures for g in ours), (failures, ours)
+    explained = sum(c.count or (c.kind == "limit") for r in table for c in r.causes if c.guard)
+    assert explained == len(logged)  # one cause from a failed guard per recompile Dynamo logged
+    every = {f for failures in logged for f in failures}
+    assert all(g in every for g in ours), (ours, every)
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
 
 
@@ -433,3 +441,26 @@ def test_html_folds_long_tables_and_keeps_whole_text_on_hover(dynamo):
     assert "…</td>" in html
     full = w.to_dict()["rows"]
     assert all("\u2026" not in c["guard"] for r in full for c in r["causes"])  # the whole text in to_dict
+
+
+def attend(x, mask=None, mode="sum"):
+    y = x if mask is None else x * mask
+    return y.sum() if mode == "sum" else y.mean()
+
+
+def test_optional_mask_aliasing_and_string_mode(dynamo):
+    # transformers-style optional arguments: a mask that is sometimes None, a mode string, the same
+    # tensor passed twice
+    f = torch.compile(attend, backend=BACKEND)
+    x = torch.ones(3)
+    with tl.watch() as w:
+        f(x)
+        f(x, mask=torch.ones(3))
+        f(x, mode="mean")
+        f(x, mask=x)
+    check_against_dynamo(w, dynamo)
+    kinds = {c.kind: c for c in only_causes(w, "attend")}
+    assert "mask is now a value, was None" in kinds["none"].words
+    assert kinds["string"].words.startswith("Python string mode changed (was 'sum'")
+    assert "x and mask are now the same tensor" in kinds["aliasing"].words
+    assert "verbatim" not in kinds

@@ -128,6 +128,8 @@ def describe(value: Any) -> str:
         return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, value.shape))}]{grad}{extra}"
     if isinstance(value, bool) or value is None:
         return repr(value)
+    if isinstance(value, str) and len(value) <= 24:
+        return f"str {value!r}"
     if isinstance(value, (int, float)):
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, torch.nn.Module):

@@ -51,6 +51,8 @@ _DEVICE = re.compile(
     r"tensor '(?P<name>.+?)' (?:dispatch key set|device) mismatch.*?expected \w*\(?(?P<a>\w+).*?actual \w*\(?(?P<b>\w+)"
 )
 _TYPE = re.compile(r"expected type of '(?P<name>.+?)' to be a tensor type, ' but found <class '(?P<cls>[\w.]+)'>")
+_DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
+_NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _LEN = re.compile(r"^len\((?P<name>.+?)\) == (?P<n>\d+)$")
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
@@ -160,7 +162,14 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             g,
             "expected once per device; move inputs to one device before the call",
         )
-    if m := _TYPE.search(g):
+    if (m := _TYPE.search(g)) and m["cls"] == "NoneType":
+        return Cause(
+            "none",
+            f"{_local(m['name'])} is now None, was a tensor (each case is its own graph)",
+            g,
+            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
+        )
+    if m:
         return Cause(
             "tensor_type",
             f"{_local(m['name'])} is now a {m['cls'].rsplit('.', 1)[-1]}, not the plain tensor "
@@ -201,12 +210,21 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             g,
             "reuse one backend object (or functools.partial) for every torch.compile call",
         )
-    if "Duplicate tensor found" in g or "aliasing" in g.lower():
+    if m := _DUPLICATE.search(g):
+        names = " and ".join(_local(n) for n in re.findall(r'"([^"]+)"', m["names"])) or "two inputs"
         return Cause(
             "aliasing",
-            "two inputs are now the same tensor (or no longer are)",
+            f"{names} are now the same tensor (or no longer are)",
             g,
             "pass distinct tensors (or the same one) consistently",
+        )
+    if m := _NONE.match(g):
+        now = "a value" if m["not"] is None else "None"
+        return Cause(
+            "none",
+            f"{_local(m['name'])} is now {now}, was {'None' if now != 'None' else 'a value'} (each case is its own graph)",
+            g,
+            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
     if m := _LEN.match(g):
         return Cause(
@@ -242,7 +260,7 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             "reuse one instance across calls",
         )
     if m := _VALUE.match(g):
-        return _value(m["name"], m["value"], g)
+        return _value(m["name"], m["value"], g, tpu or static)
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
 
 
@@ -277,7 +295,7 @@ def _size(m: re.Match, g: str, tpu: bool, static: bool) -> Cause:
     return Cause("size", words, g, fix)
 
 
-def _value(raw: str, value: str, g: str) -> Cause:
+def _value(raw: str, value: str, g: str, static: bool) -> Cause:
     name = _local(raw)
     if "param_groups" in name and "'lr'" in name:
         return Cause(
@@ -304,13 +322,16 @@ def _value(raw: str, value: str, g: str) -> Cause:
         )
     if "cell_contents" in raw:
         name = "a closure variable"
-    fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
-    return Cause(
-        "value",
-        f"Python {kind} {name} changed (was {value}; its value is baked into the graph)",
-        g,
-        fix if kind != "string" else "expected once per value",
-    )
+    words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
+    if kind == "string":
+        return Cause("string", words, g, "expected once per value")
+    if kind == "float" or static:
+        fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
+        if kind == "int":
+            fix += ", or keep it to a few values (each is a graph: dynamic=False or a TPU)"
+    else:
+        fix = "usually none: after a second value Dynamo makes an int dynamic; where it is data, pass a tensor"
+    return Cause("value", words, g, fix)
 
 
 def _state(g: str) -> Cause:
@@ -334,6 +355,33 @@ def short_guard(guard: str, width: int = 60) -> str:
     g = " ".join(guard.split())
     return g if len(g) <= width else g[: width - 1] + "…"
 
+
+KIND_LABELS = {
+    "size": "a tensor size changed",
+    "stride": "a tensor's memory layout changed",
+    "rank": "a tensor's number of dimensions changed",
+    "dtype": "a dtype changed",
+    "device": "a device changed",
+    "requires_grad": "requires_grad changed",
+    "tensor_type": "nn.Parameter vs plain tensor",
+    "length": "a list or tuple length changed",
+    "dict_keys": "dict keys changed",
+    "value": "a Python value baked into the graph changed",
+    "flag": "a Python flag changed",
+    "string": "a Python string changed",
+    "global": "a global baked into the graph changed",
+    "lr": "the optimizer's learning rate changed",
+    "deallocated": "an object was freed and recreated",
+    "identity": "a different object",
+    "global_state": "global state changed",
+    "training": "train/eval switched",
+    "hooks": "hooks added or removed",
+    "specialised": "a size crossed a bound set by a branch",
+    "cache_length": "the static cache length changed",
+    "none": "None vs a value",
+    "aliasing": "inputs aliasing changed",
+}
+"""A short label per guard family, for the summary under a table."""
 
 _UNHELPFUL = ("Please report an issue", "fundamental", "Please file an issue")
 

@@ -192,10 +192,13 @@ class Watch:
             words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
             causes = [RowCause(words, kind="first")]
         dynamic = dynamo.dynamic_inputs(record, cap.signature)
-        if dynamic and dynamic != self._dynamic.get(cap.function):
+        seen = self._dynamic.get(cap.function, "")
+        new = [d for d in dynamic.split(", ") if d and d not in seen.split(", ")]
+        if new:  # said once per function: the first graph that made it dynamic
             fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes reuse this graph"
-            causes.append(RowCause(f"Dynamo made {dynamic} dynamic (automatic dynamic shapes)", "", fix, "dynamic", 0))
-            self._dynamic[cap.function] = dynamic
+            words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
+            causes.append(RowCause(words, "", fix, "dynamic", 0))
+            self._dynamic[cap.function] = ", ".join(filter(None, [seen, *new]))
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         row = self._row(cap.function, cap.signature)
         row.compiles += 1

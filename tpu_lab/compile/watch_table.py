@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
 from tpu_lab.compile.explain import LIMIT_TEXT
+from tpu_lab.compile.guard_words import KIND_LABELS
 from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 
 CALLS_NOTE = (
@@ -163,14 +164,12 @@ class WatchTable(CompileTableBase):
         for r in self.rows:
             for c in r.causes:
                 if c.kind not in ("first", "backward", "dynamic") and (c.count or c.guard):
-                    fixes[(c.kind, c.fix)] += c.count
-                    said.setdefault((c.kind, c.fix), c.words)
+                    key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
+                    fixes[key] += max(c.count, 1)
+                    said.setdefault(key, KIND_LABELS.get(c.kind, c.words))
         if fixes:
             lines.append("causes and fixes:")
-            lines += [
-                f"  {said[k]}" + (f" (x{n}, and alike)" if n > 1 else "") + f": {k[1] or 'no fix needed'}"
-                for k, n in fixes.items()
-            ]
+            lines += [f"  {said[k]} ({n} compile{'s' * (n > 1)}): {k[1] or 'no fix needed'}" for k, n in fixes.items()]
         return lines
 
     def to_text(self) -> str:
