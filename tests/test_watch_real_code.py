@@ -464,3 +464,21 @@ def test_optional_mask_aliasing_and_string_mode(dynamo):
     assert kinds["string"].words.startswith("Python string mode changed (was 'sum'")
     assert "x and mask are now the same tensor" in kinds["aliasing"].words
     assert "verbatim" not in kinds
+
+
+def embed(input_ids, attention_mask=None):
+    return input_ids * 2 if attention_mask is None else input_ids * attention_mask
+
+
+def forward(**kwargs):  # a wrapper forwarding **kwargs, as transformers' generic wrappers do
+    return embed(**kwargs)
+
+
+def test_a_dropped_keyword_argument(dynamo):
+    f = torch.compile(forward, backend=BACKEND)
+    with tl.watch() as w:
+        f(input_ids=torch.ones(2), attention_mask=torch.ones(2))
+        f(input_ids=torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "forward")
+    assert cause.kind == "kwargs" and "keyword argument was added or dropped" in cause.words

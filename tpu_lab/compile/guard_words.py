@@ -226,7 +226,14 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             g,
             "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
-    if m := _LEN.match(g):
+    if (m := _LEN.match(g)) and _local(m["name"]) == "kwargs":
+        return Cause(
+            "kwargs",
+            f"a keyword argument was added or dropped (there were {m['n']})",
+            g,
+            "pass the same keyword arguments every call (e.g. always attention_mask)",
+        )
+    if m:
         return Cause(
             "length",
             f"{_local(m['name'])} has a different length (was {m['n']})",
@@ -365,6 +372,7 @@ KIND_LABELS = {
     "requires_grad": "requires_grad changed",
     "tensor_type": "nn.Parameter vs plain tensor",
     "length": "a list or tuple length changed",
+    "kwargs": "keyword arguments added or dropped",
     "dict_keys": "dict keys changed",
     "value": "a Python value baked into the graph changed",
     "flag": "a Python flag changed",
