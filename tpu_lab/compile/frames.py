@@ -37,6 +37,9 @@ def where_label(filename: str, line: int) -> str:
 RESUME = "torch_dynamo_resume_in_"
 
 
+Signature = tuple[tuple[str, str], ...]
+
+
 class FunctionKey(NamedTuple):
     """A compiled function: its name and where it is defined."""
 
@@ -53,6 +56,31 @@ class FunctionKey(NamedTuple):
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
             return f"{fn} after the graph break at line {line}{at} ({where})"
         return f"{self.name} ({where})"
+
+
+class Capture(NamedTuple):
+    """One compile Dynamo started, as seen from the start callback."""
+
+    compile_id: str
+    """Dynamo's id (``"frame/attempt"``), the key of its compilation record."""
+    function: FunctionKey
+    signature: Signature
+    """(input name, description) pairs, e.g. ``(("x", "f32[4, 3]"), ("n", "int 2"))``."""
+    reason: str | None
+    """Dynamo's first recompile reason, None for a first compile."""
+    at: float
+    """time.perf_counter() when the compile started."""
+    trigger: str
+    previous: Signature | None = None
+    """The inputs this function last compiled for (None: not seen compiling before)."""
+    reasons: tuple[str, ...] = ()
+    """Every recompile reason: one failed guard per graph Dynamo already held for this code."""
+    graphs: tuple[tuple[str, Signature], ...] = ()
+    """(compile id, inputs) of those graphs, where this process saw them compile."""
+    static: bool = False
+    """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
+    resets: int = 0
+    """torch._dynamo.reset() calls seen when this compile started."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile import dynamo_source
-from tpu_lab.compile.dynamo_source import Capture
 from tpu_lab.compile.explain import causes_of
+from tpu_lab.compile.frames import Capture
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 

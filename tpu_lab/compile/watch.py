@@ -21,10 +21,10 @@ from typing import Any
 
 from tpu_lab.compile import dynamo_source as dynamo
 from tpu_lab.compile import frames
-from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER, Capture
+from tpu_lab.compile.break_words import graph_break_words
+from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
-from tpu_lab.compile.frames import FunctionKey
-from tpu_lab.compile.guard_words import graph_break_words
+from tpu_lab.compile.frames import Capture, FunctionKey
 from tpu_lab.compile.tpu_source import CompileEvent
 from tpu_lab.compile.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
