@@ -21,8 +21,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.frames import Capture, FunctionKey, Signature, describe_inputs, function_key
 
-LIMIT_TRIGGER = "recompile_limit"
-"""A Capture's trigger when Dynamo refused to compile (its recompile limit): the call runs uncompiled."""
+LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
 
 class GraphBreak(NamedTuple):
@@ -40,6 +39,7 @@ _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
 resets = 0
 """torch._dynamo.reset() calls seen since tpu_lab first listened."""
+_filtering = False
 
 
 def add_listener(listener: Listener) -> None:
@@ -87,9 +87,12 @@ def _install() -> None:
             callback_handler.clear = clear_keeping_ours  # type: ignore[method-assign]
         except (AttributeError, TypeError):  # a torch whose handler takes no attributes: re-installed per poll
             pass
-    logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).addFilter(_break_warning_filter)
+    global _filtering
+    if not _filtering:  # once: a decorated function enters its watch per call
+        _filtering = True
+        logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).addFilter(_break_warning_filter)
 
 
 QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_convert")
