@@ -44,7 +44,7 @@ class WatchPanel(w.VBox):
         self._stop.set()
         self.watch.__exit__(*exc)
         self.redraw(chart=True)
-        self.status.value = f"done: {self.watch.table.total_compiles} compile(s)"
+        self.status.value = "done: " + self.watch.table.total_line().removeprefix("total: ")
 
     def _follow(self) -> None:
         while not self._stop.wait(REFRESH_SECONDS):
