@@ -1,0 +1,233 @@
+"""Dynamo's failed guards in words, each with the fix that fits it and the backend. Pure: strings in,
+``Cause`` out. The guard texts are Dynamo's (torch 2.13-2.14); one this module does not know is shown
+verbatim and marked so, never guessed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from tpu_lab.compile.cause import Cause, local_name
+from tpu_lab.compile.guard_values import size_words, state_words, value_words
+
+
+class Failure(NamedTuple):
+    """One failed guard, parsed from one of Dynamo's recompile reasons."""
+
+    graph: str
+    """The compiled graph it was checked against (Dynamo's compile id, e.g. ``"0/1"``)."""
+    guard: str
+    """The guard itself, without Dynamo's trailing source comment."""
+    code: str
+    """The user's line behind the guard, when Dynamo names one (``if x.size(0) > 30:``)."""
+    where: str
+    """That line's file:line, e.g. ``train.py:81``."""
+
+
+_ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
+_PLACE = re.compile(r"(?P<file>[^\s/]+\.py):(?P<line>\d+) in ")
+_FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in')
+_TENSOR = re.compile(
+    r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
+)
+_RANK = re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
+_DTYPE = re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
+_GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
+_DEVICE = re.compile(
+    r"tensor '(?P<name>.+?)' (?:dispatch key set|device) mismatch.*?expected \w*\(?(?P<a>\w+).*?actual \w*\(?(?P<b>\w+)"
+)
+_TYPE = re.compile(r"expected type of '(?P<name>.+?)' to be a tensor type, ' but found <class '(?P<cls>[\w.]+)'>")
+_DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
+_NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
+_LEN = re.compile(r"^len\((?P<name>.+?)\) == (?P<n>\d+)$")
+_KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
+_CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
+_VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
+_BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
+_DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
+_OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
+
+
+def parse(reasons: Sequence[str]) -> list[Failure]:
+    """Dynamo's recompile reasons (one per compiled graph it checked) as failures, one per failed guard."""
+    out = []
+    for reason in reasons:
+        head, _, stack = reason.partition("\nUser stack trace:")
+        m = _ID.match(head)
+        graph, text = (m["id"], head[m.end() :]) if m else ("", head)
+        where = _user_line(stack)
+        # one failed guard per graph (Dynamo stops at the first unless recompiles_verbose is on)
+        guard, _, comment = text.partition("  # ")
+        code, _, place = comment.partition("  # ")
+        if not where and (m := _PLACE.search(place)):
+            where = f"{m['file']}:{m['line']}"
+        out.append(Failure(graph, guard.strip(), code.strip(), where))
+    return out
+
+
+def _user_line(stack: str) -> str:
+    frames = [(f["file"], f["line"]) for f in _FILE.finditer(stack)]
+    mine = [f for f in frames if "/torch/" not in f[0] and "/site-packages/" not in f[0]] or frames
+    return f"{mine[-1][0]}:{mine[-1][1]}" if mine else ""
+
+
+def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
+    """One failed guard in words, with the fix for this backend."""
+    g, at = f.guard, f.where
+    if m := _TENSOR.search(g):
+        return (
+            size_words(m, g, tpu, static)
+            if m["what"] == "size"
+            else Cause(
+                "stride",
+                f"{local_name(m['name'])}'s memory layout changed (stride {m['i']}: {m['a']} -> {m['b']}; "
+                "a transposed, sliced or channels_last tensor)",
+                g,
+                "call .contiguous() on it before the compiled call",
+            )
+        )
+    if m := _RANK.search(g):
+        return Cause(
+            "rank",
+            f"{local_name(m['name'])} has {m['b']} dimensions, was {m['a']}",
+            g,
+            "expected once per rank; reshape inputs to one rank if this keeps changing",
+        )
+    if m := _DTYPE.search(g):
+        return Cause(
+            "dtype",
+            f"{local_name(m['name'])} dtype changed {m['a']} -> {m['b']}",
+            g,
+            "expected once per dtype; cast inputs to one dtype before the call",
+        )
+    if m := _GRAD.search(g):
+        was = m["a"] == "1"
+        return Cause(
+            "requires_grad",
+            f"{local_name(m['name'])}.requires_grad changed {was} -> {not was}",
+            g,
+            "expected once per setting; detach() inputs (or set requires_grad) the same way every call",
+        )
+    if m := _DEVICE.search(g):
+        return Cause(
+            "device",
+            f"{local_name(m['name'])} moved device: {m['a']} -> {m['b']}",
+            g,
+            "expected once per device; move inputs to one device before the call",
+        )
+    if (m := _TYPE.search(g)) and m["cls"] == "NoneType":
+        return Cause(
+            "none",
+            f"{local_name(m['name'])} is now None, was a tensor (each case is its own graph)",
+            g,
+            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
+        )
+    if m:
+        return Cause(
+            "tensor_type",
+            f"{local_name(m['name'])} is now a {m['cls'].rsplit('.', 1)[-1]}, not the plain tensor "
+            "compiled for (nn.Parameter vs Tensor)",
+            g,
+            "pass the same kind each time (p.detach() for a plain tensor)",
+        )
+    if m := _DEALLOC.search(g):
+        return Cause(
+            "deallocated",
+            f"{local_name(m['name'])} was freed and a new object made (a graph is tied to the "
+            "object it was compiled for: an optimizer or module recreated per step)",
+            g,
+            "create the object once and reuse it",
+        )
+    if "GLOBAL_STATE" in g:
+        return state_words(g)
+    if any(h in g for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")):
+        name = local_name(g.split("._", 1)[0].split("(")[-1])
+        return Cause(
+            "hooks",
+            f"a hook was added to or removed from {name}",
+            g,
+            "register hooks once, before the first compiled call",
+        )
+    if ".training" in g:
+        name = local_name(g.split(".training")[0].split("(")[-1])
+        return Cause(
+            "training",
+            f"train/eval switched: {name}.training was {g.rsplit(' ', 1)[-1]}",
+            g,
+            "expected once per mode (one train graph, one eval graph)",
+        )
+    if "BACKEND_MATCH" in g:
+        return Cause(
+            "backend",
+            "compiled again with a different backend callable",
+            g,
+            "reuse one backend object (or functools.partial) for every torch.compile call",
+        )
+    if m := _DUPLICATE.search(g):
+        names = " and ".join(local_name(n) for n in re.findall(r'"([^"]+)"', m["names"])) or "two inputs"
+        return Cause(
+            "aliasing",
+            f"{names} are now the same tensor (or no longer are)",
+            g,
+            "pass distinct tensors (or the same one) consistently",
+        )
+    if m := _NONE.match(g):
+        now = "a value" if m["not"] is None else "None"
+        return Cause(
+            "none",
+            f"{local_name(m['name'])} is now {now}, was {'None' if now != 'None' else 'a value'} (each case is its own graph)",
+            g,
+            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
+        )
+    if (m := _LEN.match(g)) and local_name(m["name"]) == "kwargs":
+        return Cause(
+            "kwargs",
+            f"a keyword argument was added or dropped (there were {m['n']})",
+            g,
+            "pass the same keyword arguments every call (e.g. always attention_mask)",
+        )
+    if m:
+        return Cause(
+            "length",
+            f"{local_name(m['name'])} has a different length (was {m['n']})",
+            g,
+            "keep the list/tuple the same length, or pass one stacked tensor",
+        )
+    if (m := _KEY.search(g)) or (m := _CONTAINS.search(g)):
+        return Cause(
+            "dict_keys",
+            f"dict {local_name(m['name'])}'s keys changed (added, dropped or reordered; had {m['key']})",
+            g,
+            "pass the dict with the same keys in the same order every call",
+        )
+    if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
+        line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
+        return Cause(
+            "specialised",
+            f"a size crossed a bound the graph assumed ({g}), set{line}",
+            g,
+            "expected once per side of that branch; if sizes cross it often, pad them to one side "
+            "or express the branch with torch.cond",
+            at,
+        )
+    if m := _OBJ.search(g):
+        name = local_name(m["name"] or m["name2"] or "an input")
+        return Cause(
+            "identity",
+            f"{name} is a different object than the one compiled for (another module "
+            "instance, function or Python object)",
+            g,
+            "reuse one instance across calls",
+        )
+    if m := _VALUE.match(g):
+        return value_words(m["name"], m["value"], g, tpu or static)
+    return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+
+
+def _short(where: str) -> str:
+    """``/a/b/train.py:81`` -> ``train.py:81``; a notebook cell -> its cell."""
+    from tpu_lab.compile.frames import where_label
+
+    path, _, line = where.rpartition(":")
+    return where_label(path, int(line)) if line.isdigit() else where
