@@ -22,7 +22,7 @@ from tpu_lab.tp.run_state import RankState
 from tpu_lab.tp.runner import Runner
 from tpu_lab.widgets._common import error_html
 
-LOG_LINES = 40
+LOG_LINES = 12  # the newest lines of each rank, all in view (the result keeps 200)
 REFRESH_SECONDS = 0.25  # redraw at most this often: a chatty rank must not flood the frontend
 TICK_SECONDS = 0.5  # and at least this often while the run goes on
 STATE_COLOURS = {
@@ -130,7 +130,7 @@ class LaunchPanel(w.VBox):
             view.value = (
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
-                f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
+                f"<pre style='font-size:11px;margin:2px 0;overflow-x:auto'>{escape(chr(10).join(lines))}</pre></div>"
             )
 
     def _on(self, rank: int) -> str:
