@@ -88,9 +88,11 @@ class Torchrun:
         self.proc: subprocess.Popen[str] | None = None
         self.failure: str | None = None
         self.failed_at: float | None = None
-        """Wall-clock lower bound of when ``failure`` happened (torchrun's output ended just after)."""
+        """Wall-clock lower bound of when ``failure`` happened (torchrun was last seen alive then)."""
         self.stopping = False
+        """True once we stopped torchrun while it was still running (its end is then ours, not a failure)."""
         self._ended_at: float | None = None
+        self._alive_at: float | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._logs = {spec.first_rank + i: _RankLog(spec.first_rank + i) for i in range(spec.nproc)}
         self._reader_done = False
@@ -110,6 +112,8 @@ class Torchrun:
 
     def poll(self, on_output: OutputCallback, seconds: float) -> bool:
         """Pass on what arrived within ``seconds``; True once torchrun has ended and every line is out."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._alive_at = time.time()  # a lower bound for when it dies, however late we are scheduled
         try:
             item = self._lines.get(timeout=seconds)
             while True:
@@ -174,7 +178,7 @@ class Torchrun:
             self.failed_at = 0.0
         elif code and not self.stopping and not rank_failed:
             pid = self.proc.pid
-            self.failed_at = self._ended_at
+            self.failed_at = self._alive_at or self._ended_at
             self.failure = (
                 f"the torchrun process (pid {pid}) was killed by {signal_name(code)}, and its ranks with it"
                 if code < 0
@@ -183,7 +187,9 @@ class Torchrun:
 
     def stop(self) -> None:
         with self._lock:
-            self.stopping = True
+            if self.proc is not None and not self.stopping:
+                # A torchrun already dead when the stop came (killed from outside) still counts as a failure.
+                self.stopping = self.proc.poll() is None
             if self.proc is not None:
                 terminate_then_kill(self.proc, self.spec.run_id, STOP_GRACE_S)
 
