@@ -38,9 +38,14 @@ dist.destroy_process_group()
 SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(120)"
 
 
-def multihost_pids() -> list[int]:
-    """Every process of any multi-host launch on this machine (every "host"): ssh clients, host runners,
-    torchruns and ranks, found by their run marker (``<run>-local-`` or ``<run>-node<k>-``)."""
+def multihost_pids(sshd) -> list[int]:
+    """Every process of this test session's multi-host launches on this machine (every "host"): ssh
+    clients, host runners, torchruns and ranks, found by their run marker (``<run>-local-`` or
+    ``<run>-node<k>-``). The machine may be shared with other sessions that use the same markers (a Ray
+    runner's nodes, say), so a process counts when it is a client carrying this session's marker or was
+    started through this session's sshd (``SSH_CONNECTION`` ends with its port)."""
+    session = f"TPU_LAB_TEST_SESSION={os.environ['TPU_LAB_TEST_SESSION']}".encode()
+    through = f" {sshd.port}".encode()
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -49,7 +54,9 @@ def multihost_pids() -> list[int]:
         except OSError:
             continue
         marks = [e for e in env if e.startswith(b"TPU_LAB_RUN_ID=")]
-        if marks and re.search(rb"-(local|node\d+)-$", marks[0]) and stat[stat.rindex(")") + 2] != "Z":
+        ssh = [e for e in env if e.startswith(b"SSH_CONNECTION=")]
+        ours = session in env if marks and marks[0].endswith(b"-local-") else bool(ssh) and ssh[0].endswith(through)
+        if marks and re.search(rb"-(local|node\d+)-$", marks[0]) and ours and stat[stat.rindex(")") + 2] != "Z":
             found.append(int(entry.name))
     return found
 
@@ -60,9 +67,9 @@ def run_folders() -> set[str]:
 
 def no_process_left(sshd, within: float = 0.0) -> None:
     deadline = time.monotonic() + within
-    while (multihost_pids() or sshd.children()) and time.monotonic() < deadline:
+    while (multihost_pids(sshd) or sshd.children()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert multihost_pids() == [], "processes of the launch left on a host"
+    assert multihost_pids(sshd) == [], "processes of the launch left on a host"
     assert sshd.children() == [], "ssh sessions left open"
 
 
@@ -77,7 +84,7 @@ def test_two_hosts_by_two_ranks_equal_four_ranks_on_one_host(sshd, capsys):
         (HOSTS[0], 0, (0, 1), "ok"),
         (HOSTS[1], 1, (2, 3), "ok"),
     ]
-    assert "--node-rank=1" in two.hosts[1].argv and f"--rdzv-endpoint={HOSTS[0]}:" in " ".join(two.hosts[1].argv)
+    assert "--rdzv-conf=rank=1" in two.hosts[1].argv and f"--rdzv-endpoint={HOSTS[0]}:" in " ".join(two.hosts[1].argv)
     out = capsys.readouterr().out
     total = round(sum(one.values[0]["sum"]), 4)
     for rank, host in ((0, HOSTS[0]), (3, HOSTS[1])):
@@ -98,7 +105,9 @@ def test_a_crash_on_host_1_is_reported_fast_naming_host_and_rank(sshd):
     message = str(e.value)
     crashed = float(re.search(r"boom at ([0-9.]+)", message)[1])
     assert reported - crashed < 5, f"reported {reported - crashed:.1f} s after the crash"
-    assert message.startswith("Rank 2 on host 127.0.0.3 (node 1) failed; every process on every host was stopped")
+    assert message.startswith(
+        "Rank 2 on host 127.0.0.3 (node 1) failed (exit 1); every process on every host was stopped"
+    )
     assert "rank 2 on 127.0.0.3: failed (exit 1)" in message and "ValueError: boom" in message
     result = e.value.result
     assert [h.state for h in result.hosts] == ["stopped", "failed"]
@@ -168,7 +177,7 @@ def test_fifty_interrupts_leave_no_process_on_any_host(sshd):
                 tl.launch(SLEEP, nproc=2, hosts=HOSTS, remote=sshd.remote, on_output=lambda rank, line: None)
         finally:
             timer.cancel()
-        assert multihost_pids() == [], f"processes left on a host after interrupt {i}"
+        assert multihost_pids(sshd) == [], f"processes left on a host after interrupt {i}"
     no_process_left(sshd, within=5)
 
 

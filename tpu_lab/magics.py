@@ -36,7 +36,7 @@ class TpuLabMagics(Magics):
             raise UsageError(
                 "%%tp_run has nothing to run: the cell is empty.\nFix: put the code for every rank in the cell."
             )
-        hosts = args.hosts if args.hosts in (None, "TPU_WORKER_HOSTNAMES") else args.hosts.split(",")
+        hosts = _hosts(args.hosts)
         if args.remote is not None and args.remote not in self.shell.user_ns:
             raise UsageError(
                 f"--remote {args.remote}: no such variable. Define it first: {args.remote} = tl.Remote(...)"
@@ -83,6 +83,16 @@ class TpuLabMagics(Magics):
         with w:
             self.shell.run_cell(cell)
         return w.table
+
+
+def _hosts(value: str | None) -> str | list[str] | None:
+    """--hosts as typed: "a,b", "'a, b'" (IPython keeps the quotes) or TPU_WORKER_HOSTNAMES."""
+    if value is None:
+        return None
+    value = value.strip().strip("'\"").strip()
+    if value == "TPU_WORKER_HOSTNAMES":
+        return value
+    return [h.strip().strip("'\"").strip() for h in value.split(",")]
 
 
 def load_ipython_extension(ipython) -> None:

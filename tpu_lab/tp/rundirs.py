@@ -12,10 +12,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tpu_lab.errors import EnvironmentProblem
 from tpu_lab.host.processes import env_values
 from tpu_lab.tp.command import RUN_ID_ENV
 
 PREFIX = "tpu_lab_run_"
+HOST_PREFIX = "tpu_lab_host_"
+"""A host runner's folders (one per host of a multi-host launch): ``tpu_lab_host_<host marker>.XXXX``."""
 KEEP_RUNS = 5
 """How many finished run directories are kept (newest first); README documents it."""
 
@@ -23,14 +26,23 @@ KEEP_RUNS = 5
 def new_run_dir(run_id: str, root: str | os.PathLike | None = None) -> Path:
     """A fresh, private (0700) directory for run ``run_id``; older runs beyond KEEP_RUNS are removed first."""
     root = Path(root or tempfile.gettempdir())
-    prune_run_dirs(root, keep=KEEP_RUNS - 1)
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
+    try:
+        prune_run_dirs(root, keep=KEEP_RUNS - 1)
+        return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
+    except OSError as e:
+        raise EnvironmentProblem(
+            f"Cannot create the launch's run folder under {root}: {e.strerror or e}.",
+            cause="the temporary folder is missing, read-only, full, or not yours",
+            fix="Point TMPDIR at a writable folder with free space (e.g. TMPDIR=$HOME/tmp) and restart the kernel.",
+        ) from e
 
 
-def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS) -> list[Path]:
-    """Remove all but the ``keep`` newest run directories of this user under ``root``; returns the removed."""
+def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS, prefix: str = PREFIX) -> list[Path]:
+    """Remove all but the ``keep`` newest run directories of this user under ``root`` whose run has no
+    live process; returns the removed. ``prefix=HOST_PREFIX``: a host runner's folders (keep=0 there:
+    the runner removes its own, so any left were left by a runner that was killed)."""
     mine = []
-    for path in Path(root).glob(f"{PREFIX}*"):
+    for path in Path(root).glob(f"{prefix}*"):
         try:
             st = path.lstat()
         except OSError:
@@ -44,7 +56,7 @@ def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS) -> list[Pa
     live = env_values(RUN_ID_ENV)  # runs in progress, from any kernel
     removed = []
     for path in old:
-        if run_id_of(path) in live:
+        if run_id_of(path, prefix) in live:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
@@ -56,5 +68,5 @@ def remove_run_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run_id_of(path: Path) -> str:
-    return path.name[len(PREFIX) :].partition(".")[0]
+def run_id_of(path: Path, prefix: str = PREFIX) -> str:
+    return path.name[len(prefix) :].partition(".")[0]

@@ -1,7 +1,7 @@
 """LaunchPanel: a tensor-parallel run with a live log and a state per rank, elapsed time, and Stop.
 
-A view: the running launch (``tp.process.RunningLaunch``) holds every line and every rank's state;
-the panel only redraws them.
+A view: the launch's run state (``tp.run_state.RunState``, filled by whichever runner runs it) holds
+every line and every rank's state; the panel only redraws it.
 """
 
 from __future__ import annotations
@@ -10,21 +10,28 @@ import os
 import threading
 import time
 from html import escape
-from typing import Any
 
 import ipywidgets as w
 
 from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
-from tpu_lab.tp.multihost import HostLaunch
-from tpu_lab.tp.process import RunningLaunch
-from tpu_lab.tp.remote_command import resolve_hosts
+from tpu_lab.tp.outcome import stopped_by_user
+from tpu_lab.tp.remote_command import Hosts, Remote, resolve_hosts
 from tpu_lab.tp.results import LaunchResult
+from tpu_lab.tp.run_state import RankState
+from tpu_lab.tp.runner import Runner
 from tpu_lab.widgets._common import error_html
 
-LOG_LINES = 40
+LOG_LINES = 12  # the newest lines of each rank, all in view (the result keeps 200)
 REFRESH_SECONDS = 0.25  # redraw at most this often: a chatty rank must not flood the frontend
-STATE_COLOURS = {"running": "#1565c0", "ok": "#2e7d32", "stopped": "#555", "waiting": "#555"}
+TICK_SECONDS = 0.5  # and at least this often while the run goes on
+STATE_COLOURS = {
+    RankState.WAITING: "#555",
+    RankState.RUNNING: "#1565c0",
+    RankState.OK: "#2e7d32",
+    RankState.FAILED: "#c62828",
+    RankState.STOPPED: "#555",
+}
 
 
 class LaunchPanel(w.VBox):
@@ -32,10 +39,18 @@ class LaunchPanel(w.VBox):
     blocks until it ends. ``.result`` is the LaunchResult, ``.error`` the LaunchError if it failed."""
 
     def __init__(
-        self, code: str, *, nproc: int, timeout: float | None = None, hosts: Any = None, remote: Any = None
+        self,
+        code: str,
+        *,
+        nproc: int,
+        timeout: float | None = None,
+        hosts: Hosts | None = None,
+        remote: Remote | None = None,
+        cluster: object | None = None,
     ) -> None:
         self.code, self.nproc, self.timeout, self.hosts, self.remote = code, nproc, timeout, hosts, remote
-        self.run: RunningLaunch | HostLaunch | None = None
+        self.cluster = cluster
+        self.run: Runner | None = None
         self.result: LaunchResult | None = None
         self.error: Exception | None = None
         self._thread: threading.Thread | None = None
@@ -56,7 +71,7 @@ class LaunchPanel(w.VBox):
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
             positive_seconds(self.timeout)  # NaN or infinity would never fire
-            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote)
+            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote, cluster=self.cluster)
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e
             self.message.value = error_html(e)
@@ -73,53 +88,69 @@ class LaunchPanel(w.VBox):
         return self.result
 
     def stop(self) -> None:
-        """Stop every process of the run."""
+        """Stop every process of the run (in the background: hosts may take seconds to confirm, and the
+        kernel stays free meanwhile)."""
         if self.run is not None:
-            self.run.stop("Stop button")
+            threading.Thread(
+                target=self.run.stop, args=("Stop button",), name="tpu_lab-launch-stop", daemon=True
+            ).start()
 
     def _wait(self) -> None:
         assert self.run is not None
+        ticker = threading.Thread(target=self._tick, name="tpu_lab-launch-panel-tick", daemon=True)
+        ticker.start()  # the clock and the logs move even while no rank prints
         try:
             self.result = self.run.wait(self.timeout, on_output=self._on_output)
         except Exception as e:
             self.error = e
             self.result = getattr(e, "result", None)
-            self.message.value = error_html(e)
+            stopped = isinstance(self.result, LaunchResult) and stopped_by_user(self.result)
+            self.message.value = _stopped_html(self.result) if stopped else error_html(e)
         self.stop_button.disabled = True
         self._draw()
+
+    def _tick(self) -> None:
+        while self.run is not None and self.run.state.finished is None:
+            time.sleep(TICK_SECONDS)
+            self._draw()
 
     def _on_output(self, rank: int | None, line: str) -> None:
         if time.monotonic() - self._last_draw > REFRESH_SECONDS:
             self._draw()
 
-    def _states(self) -> list[str]:
-        if self.result is not None:
-            return [r.state for r in self.result.ranks]
-        if self.run is None:
-            return ["waiting"] * len(self.rank_views)
-        return [self.run.rank_state(rank) for rank in range(len(self.rank_views))]
-
     def _draw(self) -> None:
         self._last_draw = time.monotonic()
-        states = self._states()
-        elapsed = f"{self.run.elapsed:.1f} s" if self.run else "not started"
-        counts = {s: sum(x.split(" ")[0] == s for x in states) for s in ("running", "ok", "failed", "stopped")}
-        summary = " &middot; ".join(f"{n} {s}" for s, n in counts.items() if n)
-        self.header.value = f"<b>{len(states)} rank(s)</b> &middot; {summary or 'waiting'} &middot; {elapsed}"
-        for rank, (view, state) in enumerate(zip(self.rank_views, states, strict=True)):
-            colour = STATE_COLOURS.get(state.split(" ")[0], "#c62828")
-            lines = self.run.rank_lines(rank)[-LOG_LINES:] if self.run else []
+        state = self.run.state if self.run else None
+        ranks = state.ranks if state else []
+        counts = state.counts() if state else {}
+        summary = " &middot; ".join(f"{n} {s.value}" for s, n in counts.items() if n and s is not RankState.WAITING)
+        elapsed = f"{state.elapsed:.1f} s" if state else "not started"
+        self.header.value = f"<b>{len(self.rank_views)} rank(s)</b> &middot; {summary or 'waiting'} &middot; {elapsed}"
+        for rank, view in enumerate(self.rank_views):
+            status = ranks[rank] if rank < len(ranks) else None
+            label, colour = (status.label, STATE_COLOURS[status.state]) if status else ("waiting", "#555")
+            lines = state.lines(rank)[-LOG_LINES:] if state and status else []
             view.value = (
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
-                f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(state)}</span>"
-                f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
+                f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
+                f"<pre style='font-size:11px;margin:2px 0;overflow-x:auto'>{escape(chr(10).join(lines))}</pre></div>"
             )
 
     def _on(self, rank: int) -> str:
         return f" on {escape(self.host_names[rank // self.nproc])}" if self.host_names else ""
 
 
-def _host_names(hosts: Any) -> list[str]:
+def _stopped_html(result: LaunchResult | None) -> str:
+    """A run you stopped: a calm note, not an error box (each rank's last lines stay in its view)."""
+    seconds = f" after {result.seconds:.1f} s" if result is not None else ""
+    return (
+        f"<div class='tpu-lab-stopped' style='border-left:4px solid #555;padding:2px 8px;color:#333'>"
+        f"<b>Stopped by you{seconds}.</b> Every process of the run was stopped; each rank's last lines are "
+        "above. Run the cell again when you are ready.</div>"
+    )
+
+
+def _host_names(hosts: Hosts | None) -> list[str]:
     """The hosts, for labelling the rank views (a bad value shows its error when the run starts)."""
     if hosts is None:
         return []

@@ -1,0 +1,7 @@
+"""runners: one module per way to run a launch, each a ``tp.runner.Runner`` filling one ``RunState``.
+
+``local`` (this machine; also the torchrun driver every host uses), ``ssh`` (hosts reached over OpenSSH:
+``ssh`` in the kernel, ``ssh_host`` on each host, ``ssh_wire`` what they say to each other,
+``ssh_results`` how their checks and results are worded) and, later, ``ray`` (a Ray cluster).
+``tp.launch.select_runner`` picks one.
+"""
