@@ -100,11 +100,13 @@ def launch(
     on_output: OutputCallback | None = None,
     hosts: Any = None,
     remote: Any = None,
+    cluster: Any = None,
 ) -> LaunchResult:
     """Run ``code_or_path`` (Python source, or a .py file) on ``nproc`` ranks under torchrun.
 
     ``hosts``: a list of hosts (or ``"TPU_WORKER_HOSTNAMES"``) runs ``nproc`` ranks on each, one torchrun
     per host over ssh, the rendezvous on the first host; ``remote`` (a ``tl.Remote``) says how to reach them.
+    ``cluster`` (a Ray address or a ``tl.RayCluster``) runs ``nproc`` ranks on each host of a Ray cluster.
 
     Each rank's output is streamed live, labelled by rank (``on_output(rank, line)``; rank None is
     torchrun itself). Ranks hand values back with ``tl.report(value)``. Raises LaunchError naming each
@@ -112,6 +114,18 @@ def launch(
     """
     timeout = positive_seconds(timeout)
     optional_callable(on_output, "on_output")
+    if cluster is not None:
+        from tpu_lab.tp.runners.ray import launch_ray
+
+        if hosts is not None or remote is not None:
+            raise InvalidArgument(
+                "cluster= and hosts=/remote= are two ways to reach hosts; pass one.",
+                fix="Use cluster= for a Ray cluster, or hosts= (and remote=) for ssh.",
+            )
+
+        return launch_ray(
+            code_or_path, nproc=nproc, cluster=cluster, timeout=timeout, on_output=on_output, env=env, args=args
+        )
     if hosts is not None:
         from tpu_lab.tp.launch_hosts import launch_hosts
 
