@@ -18,9 +18,9 @@ from typing import Any
 from tpu_lab.errors import InvalidArgument, LaunchError
 
 NOTHING = "Nothing was started on any host."
-# Where Ray resolves the driver's own address by "the interface that routes to the cluster", a loopback
-# cluster must still be joined on loopback (seen: a 5-minute retry loop otherwise; FACTS.md, Ray).
 _LOOPBACK_NODE = "127.0.0.1"
+_CLUSTER_MODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+_ATTACHED: dict[str, str] = {}  # the address tpu_lab attached this process to
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,24 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
+def _stay_on_loopback() -> None:
+    """A cluster started on loopback listens only there, but on Linux Ray rewrites a loopback address to
+    this machine's interface address (``ray._private.services.resolve_ip_for_localhost``) and then retries
+    that address forever (measured: FACTS.md, Ray). Its "cluster mode" switch turns the rewrite off; it is
+    read at import (the variable) and at each call (the constant), so set both."""
+    os.environ[_CLUSTER_MODE_ENV] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def connect(cluster: RayCluster) -> bool:
-    """Attach this process to the cluster (a bounded wait). Returns False when it was already attached."""
+    """Attach this process to the cluster (a bounded wait). Returns False when it was already attached
+    there (``"auto"`` takes whatever cluster this process is attached to)."""
     import ray
 
-    if ray.is_initialized():
-        return False
     target = _host_port(cluster.address)
-    if target is not None:
+    if target is not None and cluster.address not in (_ATTACHED.get("address"), "auto"):
         try:
             socket.create_connection(target, timeout=cluster.connect_timeout).close()
         except OSError as e:
@@ -103,11 +113,24 @@ def connect(cluster: RayCluster) -> bool:
                 cause="the cluster is not running, the address or port is wrong, or a firewall is in the way",
                 fix="Start it (`ray start --head`) or check the address: GCS port 6379, Ray Client ray://HEAD:10001.",
             ) from e
+    if ray.is_initialized():
+        current = _ATTACHED.get("address")
+        if cluster.address in ("auto", current):
+            return False
+        if current is None:
+            raise LaunchError(
+                f"This kernel is already attached to another Ray cluster (by ray.init()), not {cluster.address}.",
+                cause="one process can be attached to one Ray cluster at a time",
+                fix="Pass cluster='auto' to use that one, or call ray.shutdown() first.",
+            )
+        ray.shutdown()  # tpu_lab attached it for an earlier launch: move to the one asked for now
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
     if target is not None and _is_loopback(target[0]) and not cluster.address.startswith("ray://"):
+        _stay_on_loopback()
         kwargs["_node_ip_address"] = _LOOPBACK_NODE
     try:
         ray.init(address=cluster.address, **kwargs)
+        _ATTACHED["address"] = cluster.address
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise LaunchError(
             f"Launch refused: could not attach to the Ray cluster at {cluster.address}: {e} {NOTHING}",
