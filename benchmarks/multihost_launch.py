@@ -22,7 +22,7 @@ from pathlib import Path
 from _side_by_side import measure, report
 
 import tpu_lab as tl
-from tpu_lab.loopback import start_sshd
+from tpu_lab.testing.loopback import start_sshd
 from tpu_lab.tp.remote_command import BATCH_OPTIONS
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"

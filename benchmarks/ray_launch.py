@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _ray_cluster import HOST_RESOURCE, LocalRayCluster  # noqa: E402  (before ray: stay on loopback)
-from _side_by_side import measure, report  # noqa: E402
+from _ray_cluster import HOST_RESOURCE, LocalRayCluster
+from _side_by_side import measure, report
 
-import tpu_lab as tl  # noqa: E402
+import tpu_lab as tl
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
 CRASH = (
@@ -86,14 +86,20 @@ def main() -> None:
             assert codes == [0, 0]
 
         times = measure({"torchrun in Ray actors by hand": by_hand, "tl.launch(cluster=...)": lab}, args.rounds)
-        report(f"trivial worker, 2 hosts x 2 ranks on a 3-node Ray cluster, median of {args.rounds} rounds", times, unit="s")
+        report(
+            f"trivial worker, 2 hosts x 2 ranks on a 3-node Ray cluster, median of {args.rounds} rounds",
+            times,
+            unit="s",
+        )
         delays = []
         for _ in range(3):
             try:
                 tl.launch(CRASH, nproc=2, cluster=cluster, timeout=120, on_output=lambda rank, line: None)
             except tl.LaunchError as e:
                 delays.append(time.time() - float(re.search(r"boom at ([0-9.]+)", str(e))[1]))
-        print(f"crash on host 2 to LaunchError: median {statistics.median(delays):.2f} s of {len(delays)} (target <= 5 s)")
+        print(
+            f"crash on host 2 to LaunchError: median {statistics.median(delays):.2f} s of {len(delays)} (target <= 5 s)"
+        )
     finally:
         local.stop()
     os.environ.pop("RAY_ADDRESS", None)

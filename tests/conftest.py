@@ -27,7 +27,7 @@ def sshd(tmp_path_factory):
     """A real sshd on 127.0.0.1-3 (throwaway keys); skips with the reason where it cannot start."""
     from _processes import INFRASTRUCTURE
 
-    from tpu_lab.loopback import start_sshd
+    from tpu_lab.testing.loopback import start_sshd
 
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     if isinstance(server, str):

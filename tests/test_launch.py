@@ -21,8 +21,8 @@ def test_build_command_argv():
     argv, _ = build_command(spec(args=("--x", "1")), {})
     assert argv[:3] == [sys.executable, "-m", "tpu_lab.tp._torchrun"]  # torchrun's main, loopback rendezvous
     assert "--nproc-per-node=2" in argv and "--rdzv-endpoint=127.0.0.1:29555" in argv
-    assert "--rdzv-backend=tpu_lab-loopback" in argv and "--shutdown-timeout=2" in argv
-    assert "--rdzv-id=abc" in argv and "--max-restarts=0" in argv and "--tee=3" in argv
+    assert "--rdzv-backend=tpu_lab-bound" in argv and "--shutdown-timeout=2" in argv and "--nnodes=1" in argv
+    assert "--rdzv-id=abc" in argv and "--max-restarts=0" in argv and "--redirects=3" in argv
     assert argv[-5:] == ["-m", "tpu_lab.tp._worker", "/r/worker.py", "--x", "1"]
 
 
@@ -43,7 +43,7 @@ def test_build_command_env_drops_stale_and_marks_the_run():
     assert env["HOME"] == "/root" and env["FOO"] == "bar"
     assert env[RUN_ID_ENV] == "abc" and env["TPU_LAB_RESULT_DIR"] == "/r" and env["PYTHONUNBUFFERED"] == "1"
     assert env["GLOO_SOCKET_IFNAME"] == "lo"  # the ranks' own gloo sockets stay on loopback too
-    _, across = build_command(spec(nnodes=2), {"HOME": "/root"})
+    _, across = build_command(spec(nnodes=2, master="10.0.0.2"), {"HOME": "/root"})
     assert "GLOO_SOCKET_IFNAME" not in across  # across hosts gloo must listen where the others reach it
 
 
@@ -175,7 +175,7 @@ def test_report_outside_a_launch_warns(monkeypatch):
 
 def test_tpu_host_rank_checks():
     from tpu_lab.host.chips import TpuChips
-    from tpu_lab.tp.launch import check_tpu_ranks
+    from tpu_lab.tp.launch_env import check_tpu_ranks
 
     v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
     with pytest.raises(InvalidArgument, match=r"nproc=8: 8 processes need 8 TPU chips .* but this host has 4") as e:

@@ -77,7 +77,7 @@ def test_two_hosts_by_two_ranks_equal_four_ranks_on_one_host(sshd, capsys):
         (HOSTS[0], 0, (0, 1), "ok"),
         (HOSTS[1], 1, (2, 3), "ok"),
     ]
-    assert "--node-rank=1" in two.hosts[1].argv and f"--rdzv-endpoint={HOSTS[0]}:" in " ".join(two.hosts[1].argv)
+    assert "--rdzv-conf=rank=1" in two.hosts[1].argv and f"--rdzv-endpoint={HOSTS[0]}:" in " ".join(two.hosts[1].argv)
     out = capsys.readouterr().out
     total = round(sum(one.values[0]["sum"]), 4)
     for rank, host in ((0, HOSTS[0]), (3, HOSTS[1])):
@@ -98,7 +98,9 @@ def test_a_crash_on_host_1_is_reported_fast_naming_host_and_rank(sshd):
     message = str(e.value)
     crashed = float(re.search(r"boom at ([0-9.]+)", message)[1])
     assert reported - crashed < 5, f"reported {reported - crashed:.1f} s after the crash"
-    assert message.startswith("Rank 2 on host 127.0.0.3 (node 1) failed; every process on every host was stopped")
+    assert message.startswith(
+        "Rank 2 on host 127.0.0.3 (node 1) failed (exit 1); every process on every host was stopped"
+    )
     assert "rank 2 on 127.0.0.3: failed (exit 1)" in message and "ValueError: boom" in message
     result = e.value.result
     assert [h.state for h in result.hosts] == ["stopped", "failed"]

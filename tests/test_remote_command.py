@@ -1,5 +1,5 @@
 """How a multi-host launch reaches its hosts, as pure functions: hosts, the ssh argv, the quoted remote
-command, each node's torchrun argv, and the check of a host's Python against the kernel's."""
+command, each node's torchrun argv (the one builder), and the check of a host's Python against the kernel's."""
 
 import shlex
 from pathlib import Path
@@ -8,16 +8,15 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument
-from tpu_lab.tp import wire
 from tpu_lab.tp.command import LaunchSpec, build_command
 from tpu_lab.tp.remote_command import (
     client_argv,
     forwarded_env,
     host_python,
-    node_argv,
     remote_argv,
     resolve_hosts,
 )
+from tpu_lab.tp.runners import ssh_wire as wire
 
 
 def test_hosts_explicit_or_from_the_tpu_worker_list():
@@ -38,7 +37,11 @@ def test_hosts_explicit_or_from_the_tpu_worker_list():
         (["a b"], "not a host name"),
         (["h;rm -rf /"], "not a host name"),
         ([3], "not a host name"),
-        (["10.0.0.2", "10.0.0.2"], "names a host twice"),
+        (["10.0.0.2", "10.0.0.2"], "names one host twice"),
+        (["10.0.0.2", "root@10.0.0.2"], "names one host twice"),  # issue 20 item 6: two names, one host
+        (["Host-A", "host-a"], "names one host twice"),
+        (["10.0.0.2\n"], "not a host name"),  # a trailing newline
+        (["10.0.0.2\n; touch /tmp/x"], "not a host name"),
     ],
 )
 def test_bad_hosts(hosts, match):
@@ -61,7 +64,7 @@ def test_ssh_argv_is_batch_mode_and_quotes_the_remote_command():
         "TPU_LAB_RUN_ID=r-node1-",
         "/opt/my env/bin/python",
         "-m",
-        "tpu_lab.tp._remote",
+        "tpu_lab.tp.runners.ssh_host",
     ]
 
 
@@ -85,15 +88,32 @@ def test_remote_checks_and_per_host_python():
     assert forwarded_env({"PYTHONPATH": "/a", "HOME": "/root", "HF_HOME": ""}) == {"PYTHONPATH": "/a"}
 
 
-def test_node_argv_puts_the_rendezvous_on_the_first_host():
-    spec = LaunchSpec(script=Path("/r/w.py"), nproc=2, run_dir=Path("/r"), run_id="x-node1-", port=1, args=("a",))
-    single, _ = build_command(spec, {})
-    argv = node_argv(single, nnodes=2, node_rank=1, master="10.0.0.2", port=29511, rdzv_id="x")
-    assert "--nnodes=2" in argv and "--node-rank=1" in argv and "--rdzv-backend=static" in argv
-    assert "--rdzv-endpoint=10.0.0.2:29511" in argv and "--rdzv-id=x" in argv
-    assert not any(a.startswith(("--rdzv-endpoint=127.0.0.1", "--nnodes=1", "--rdzv-backend=c10d")) for a in argv)
-    assert "--log-line-prefix-template=[default${rank}]:" in argv  # lines carry the global rank
-    assert argv[-4:] == ["-m", "tpu_lab.tp._worker", "/r/w.py", "a"]
+# Flag shapes torchrun itself uses (issue 20 item 1): every one must reach the script untouched.
+USER_ARGS = [
+    ["--master-weights=fp32", "--rdzv-timeout=5", "--standalone", "--lr=0.1"],
+    ["--master-weights", "fp32"],
+    ["--nnodes=3", "--node-rank", "2", "--nproc-per-node=8"],
+    ["--rdzv-endpoint", "10.9.9.9:1", "--rdzv_backend=c10d", "--log-line-prefix-template=x"],
+    ["-m", "tpu_lab.tp._worker", "--", "--tee=3", "--redirects", "1"],
+    ["", " ", "a b", "$HOME", "'q'", "é\u00a0"],
+]
+
+
+@pytest.mark.parametrize("args", USER_ARGS)
+@pytest.mark.parametrize("nnodes", [1, 3])
+def test_one_builder_for_any_node_count_passes_user_arguments_untouched(args, nnodes):
+    node = nnodes - 1
+    spec = LaunchSpec(
+        script=Path("/r/w.py"), nproc=2, run_dir=Path("/r"), run_id="x-node2-", port=29511, args=tuple(args),
+        nnodes=nnodes, node_rank=node, master="10.0.0.2" if nnodes > 1 else "127.0.0.1", rdzv_id="x",
+    )  # fmt: skip
+    argv, env = build_command(spec, {})
+    at = argv.index("tpu_lab.tp._worker")
+    assert argv[at + 1 :] == ["/r/w.py", *args]  # byte for byte, whatever they look like
+    own = argv[:at]
+    assert f"--nnodes={nnodes}" in own and f"--rdzv-conf=rank={node}" in own and "--rdzv-id=x" in own
+    assert own.count("--nnodes=" + str(nnodes)) == 1 and not any(a.startswith("--log-line-prefix") for a in own)
+    assert ("GLOO_SOCKET_IFNAME" in env) == (nnodes == 1)  # loopback master: gloo on loopback too
 
 
 def test_wire_framing():

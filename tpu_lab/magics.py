@@ -1,4 +1,4 @@
-"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--timeout S]
+"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--cluster ADDR|VAR] [--timeout S]
 [--panel]`` (run the cell on N ranks, on each host) and
 ``%%watch [--panel]`` (run the cell and show every compilation in it, per function and input signature)."""
 
@@ -21,6 +21,11 @@ class TpuLabMagics(Magics):
     @argument("--panel", action="store_true", help="show a LaunchPanel (live logs, Stop button) instead")
     @argument("--hosts", default=None, help="comma-separated hosts (N ranks on each), or TPU_WORKER_HOSTNAMES")
     @argument("--remote", default=None, help="name of a tl.Remote variable: how to reach the hosts")
+    @argument(
+        "--cluster",
+        default=None,
+        help="a Ray cluster: its address (ray://HEAD:10001, HEAD:6379, auto) or a tl.RayCluster variable",
+    )
     @cell_magic
     def tp_run(self, line: str, cell: str):
         """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
@@ -36,20 +41,23 @@ class TpuLabMagics(Magics):
             raise UsageError(
                 "%%tp_run has nothing to run: the cell is empty.\nFix: put the code for every rank in the cell."
             )
-        hosts = args.hosts if args.hosts in (None, "TPU_WORKER_HOSTNAMES") else args.hosts.split(",")
+        hosts = _hosts(args.hosts)
         if args.remote is not None and args.remote not in self.shell.user_ns:
             raise UsageError(
                 f"--remote {args.remote}: no such variable. Define it first: {args.remote} = tl.Remote(...)"
             )
         remote = None if args.remote is None else self.shell.user_ns[args.remote]
+        cluster = self.shell.user_ns.get(args.cluster, args.cluster) if args.cluster else None
         if args.panel:
             from tpu_lab.widgets import LaunchPanel
 
-            panel = LaunchPanel(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote)
+            panel = LaunchPanel(
+                cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, cluster=cluster
+            )
             panel.start()
             return panel
         try:
-            result = launch(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote)
+            result = launch(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, cluster=cluster)
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result
             raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab
@@ -83,6 +91,16 @@ class TpuLabMagics(Magics):
         with w:
             self.shell.run_cell(cell)
         return w.table
+
+
+def _hosts(value: str | None) -> str | list[str] | None:
+    """--hosts as typed: "a,b", "'a, b'" (IPython keeps the quotes) or TPU_WORKER_HOSTNAMES."""
+    if value is None:
+        return None
+    value = value.strip().strip("'\"").strip()
+    if value == "TPU_WORKER_HOSTNAMES":
+        return value
+    return [h.strip().strip("'\"").strip() for h in value.split(",")]
 
 
 def load_ipython_extension(ipython) -> None:

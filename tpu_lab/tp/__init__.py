@@ -1,15 +1,17 @@
-"""tp: tensor parallel from a notebook. ``preflight`` predicts sharding failures from the config;
-``command`` builds torchrun's argv and environment (pure); ``process`` is the one module that spawns,
-signals and reaps processes; ``launch`` is the API that checks, then starts; ``rundirs`` keeps the last
-run folders; ``results`` holds what comes back (values, statuses, RankResult, LaunchResult); ``_torchrun``
-runs torchrun's main with a loopback-only rendezvous; ``_worker`` is what each rank runs; ``skeleton``
-gives the preflight a config and a meta-device model.
+"""tp: tensor parallel from a notebook.
 
-Across hosts: ``remote_command`` builds the ssh argv, the quoted remote command and each node's
-torchrun argv (pure); ``wire`` is what the kernel and a host runner say to each other; ``launch_hosts``
-checks and starts; ``multihost`` drives one torchrun per host (``HostLaunch``); ``host_results`` words
-its checks and results; ``_remote`` is what runs on each host; ``preflight_hosts`` checks tp_size
-against the chips of several hosts.
+Before a launch: ``preflight`` (and ``preflight_hosts``) predict sharding failures from the config;
+``skeleton`` gives them a config and a meta-device model.
+
+A launch: ``launch`` is the API (checks, then picks a runner: ``select_runner``); ``job`` checks what to
+run; ``runner`` declares the one interface every runner implements (start, stream, stop, wait, result)
+and ``run_state`` the one live state they fill (per rank: host, state, output tail, exit); ``runners/``
+holds one module per way to run (``local``, ``ssh`` + ``ssh_host`` on each host, later ``ray``);
+``command`` builds any node's torchrun argv and environment (pure); ``launch_env`` computes torch_tpu's
+launch environment in a short-lived child; ``process`` is the one module that spawns, signals and reaps
+processes; ``remote_command`` says how hosts are reached (``tl.Remote``, pure); ``results`` holds what
+comes back and ``outcome`` the error a failed launch raises; ``rundirs`` keeps the last run folders;
+``_torchrun`` runs torchrun's main with a store bound to one address; ``_worker`` is what each rank runs.
 
 May import: ``tpu_lab.host``, ``tpu_lab.models`` (config resolution for the preflight) and the base.
 Never compile or widgets.

@@ -1,24 +1,31 @@
-"""What a single-host launch runs in place of bare ``python -m torch.distributed.run``: torchrun's own
-``main()`` (the engine stays torchrun), with two things added from outside it.
+"""What every launch runs in place of bare ``python -m torch.distributed.run``: torchrun's own ``main()``
+(the engine stays torchrun), with three things added from outside it.
 
-- Rendezvous backend ``tpu_lab-loopback``: torchrun's c10d backend makes two TCPStores that listen on
-  every interface (``*:PORT``), and TCPStore binds every interface whatever host it is given, with no
-  authentication. This handler instead hands TCPStore a socket already listening on 127.0.0.1
-  (``master_listen_fd``); the ranks use the same store (torchrun's agent-store sharing), so the launch
-  listens on loopback only. Registered with torchrun's handler registry before its main runs, so it
-  works without any installed entry point.
+- Rendezvous backend ``tpu_lab-bound``: torchrun's c10d and static backends make TCPStores that listen
+  on every interface (``*:PORT``) with no authentication, whatever host they are given. This handler
+  hands TCPStore a socket already listening on node 0's address only (``master_listen_fd``): 127.0.0.1
+  on one host or a simulated slice, the first host's address on a real pod. Other nodes connect to it
+  as clients, and the ranks use the same store (torchrun's agent-store sharing). Node k's rank comes in
+  ``--rdzv-conf=rank=k``. Registered with torchrun's handler registry before its main runs.
 - This process is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a rank's child that starts its
   own session and outlives its rank is re-parented here, not to init, so it is still found through the
   process tree, and every descendant is ended when torchrun returns.
+- When ranks fail, torchrun's own record of them (global rank, exit code or signal, time) is written to
+  ``torchrun.failures.json`` in the run folder, so the runner never parses torchrun's printed summary.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
+import signal
 import socket
 import sys
+import time
+from pathlib import Path
+from typing import Any
 
 from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.elastic.rendezvous import (
@@ -29,21 +36,24 @@ from torch.distributed.elastic.rendezvous import (
     rendezvous_handler_registry,
 )
 
-from tpu_lab.tp.command import LAUNCHER_PID_ENV, LOOPBACK_BACKEND
+from tpu_lab.tp.command import BOUND_BACKEND, FAILURES_FILE, LAUNCHER_PID_ENV, RESULT_DIR_ENV
 from tpu_lab.tp.process import end_descendants
+from tpu_lab.tp.results import write_atomic
 
-LOOPBACK = "127.0.0.1"
 
+class BoundRendezvous(RendezvousHandler):
+    """A fixed set of nodes; one store on node 0, listening on the master address only."""
 
-class LoopbackRendezvous(RendezvousHandler):
-    """One node, one store, listening on 127.0.0.1 only."""
-
-    def __init__(self, run_id: str, port: int, timeout: datetime.timedelta) -> None:
-        self.run_id, self.port, self.timeout = run_id, port, timeout
+    def __init__(
+        self, run_id: str, master: str, port: int, rank: int, nnodes: int, timeout: datetime.timedelta
+    ) -> None:
+        self.run_id, self.master, self.port, self.rank, self.nnodes, self.timeout = (
+            run_id, master, port, rank, nnodes, timeout
+        )  # fmt: skip
         self._store: TCPStore | None = None
 
     def get_backend(self) -> str:
-        return LOOPBACK_BACKEND
+        return BOUND_BACKEND
 
     @property
     def use_agent_store(self) -> bool:
@@ -51,23 +61,28 @@ class LoopbackRendezvous(RendezvousHandler):
 
     def next_rendezvous(self) -> RendezvousInfo:
         if self._store is None:
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind((LOOPBACK, self.port))
-            listener.listen(128)
-            self.port = listener.getsockname()[1]
-            # TCPStore takes the descriptor over; the Python object must not close it.
-            fd = listener.detach()
-            self._store = TCPStore(
-                LOOPBACK,
-                self.port,
-                is_master=True,
-                wait_for_workers=False,
-                multi_tenant=True,
-                timeout=self.timeout,
-                master_listen_fd=fd,
-            )
-        return RendezvousInfo(PrefixStore(self.run_id, self._store), 0, 1, RendezvousStoreInfo(LOOPBACK, self.port))
+            if self.rank == 0:
+                family = socket.AF_INET6 if ":" in self.master else socket.AF_INET
+                listener = socket.socket(family, socket.SOCK_STREAM)
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind((self.master, self.port))
+                listener.listen(128)
+                self.port = listener.getsockname()[1]
+                fd = listener.detach()  # TCPStore takes the descriptor over; the Python object must not close it
+                self._store = TCPStore(
+                    self.master,
+                    self.port,
+                    world_size=self.nnodes if self.nnodes > 1 else None,
+                    is_master=True,
+                    wait_for_workers=False,
+                    multi_tenant=True,
+                    timeout=self.timeout,
+                    master_listen_fd=fd,
+                )
+            else:
+                self._store = TCPStore(self.master, self.port, is_master=False, timeout=self.timeout)
+        store = PrefixStore(self.run_id, self._store)
+        return RendezvousInfo(store, self.rank, self.nnodes, RendezvousStoreInfo(self.master, self.port))
 
     def is_closed(self) -> bool:
         return False
@@ -87,10 +102,57 @@ class LoopbackRendezvous(RendezvousHandler):
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     host, _, port = params.endpoint.rpartition(":")
-    if params.max_nodes != 1 or host not in ("", LOOPBACK):
-        raise ValueError(f"{LOOPBACK_BACKEND} is for one host on {LOOPBACK}; got {params.endpoint!r}")
+    nnodes, rank = params.max_nodes, int(params.config.get("rank", 0))
+    if params.min_nodes != nnodes or not host or not 0 <= rank < nnodes:
+        raise ValueError(f"{BOUND_BACKEND} needs a fixed node count, a host and rank < nnodes; got {params.endpoint!r}")
+    if not port and nnodes > 1:
+        raise ValueError(f"{BOUND_BACKEND} across nodes needs a port; got {params.endpoint!r}")
     timeout = datetime.timedelta(seconds=int(params.config.get("timeout", 600)))
-    return LoopbackRendezvous(params.run_id, int(port or 0), timeout)
+    return BoundRendezvous(params.run_id, host.strip("[]"), int(port or 0), rank, nnodes, timeout)
+
+
+# Local ranks torchrun found failed BEFORE it stopped the others, with a lower bound of when each died.
+# torchrun's own record also lists the ranks it killed itself while stopping ("for bookkeeping"), which
+# must not be blamed. Its failure timestamps are whole seconds taken when it noticed.
+_FOUND: dict[int, float] = {}
+MONITOR_S = 0.2  # --monitor-interval in tp.command
+
+
+def _note_failures_before_stop() -> None:
+    from torch.distributed.elastic.multiprocessing import api
+
+    context = getattr(api, "SubprocessContext", None)
+    close = getattr(context, "close", None)
+    if context is None or close is None:
+        return
+
+    def noting_close(self: Any, *args: Any, **kwargs: Any) -> Any:
+        failures = getattr(self, "_failures", None)
+        if isinstance(failures, dict) and not getattr(self, "_tpu_lab_closed", False):
+            self._tpu_lab_closed = True  # later closes see the ranks this one stopped
+            died_by = time.time() - MONITOR_S - 0.05  # it died after the previous look, at the earliest
+            for local_rank in failures:
+                _FOUND.setdefault(int(local_rank), died_by)
+        return close(self, *args, **kwargs)
+
+    context.close = noting_close
+
+
+def _record_failures(error: BaseException) -> None:
+    """torchrun's record of the failed ranks, for the runner (see the module docstring)."""
+    folder, failures = os.environ.get(RESULT_DIR_ENV), getattr(error, "failures", None)
+    if not folder or not isinstance(failures, dict):
+        return
+    record = {
+        str(rank): {
+            "exitcode": f.exitcode,
+            "timestamp": _FOUND.get(f.local_rank, f.timestamp),
+            "before_stop": f.local_rank in _FOUND if _FOUND else f.exitcode != -signal.SIGTERM,
+        }
+        for rank, f in failures.items()
+    }
+    with contextlib.suppress(OSError):
+        write_atomic(Path(folder) / FAILURES_FILE, json.dumps(record))
 
 
 def _become_subreaper() -> None:
@@ -104,11 +166,15 @@ def _become_subreaper() -> None:
 def main() -> None:
     _become_subreaper()
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # ranks check they still have this parent
-    rendezvous_handler_registry.register(LOOPBACK_BACKEND, create_handler)
+    rendezvous_handler_registry.register(BOUND_BACKEND, create_handler)
+    _note_failures_before_stop()
     from torch.distributed.run import main as torchrun_main
 
     try:
         torchrun_main()
+    except BaseException as e:
+        _record_failures(e)
+        raise
     finally:
         end_descendants()
 

@@ -37,13 +37,16 @@ def _status(code: int, error: str | None = None) -> None:
     folder = os.environ.get(RESULT_DIR_ENV)
     if folder:
         import json
+        import time
 
-        text = json.dumps({"exit_code": code, "error": error})
+        text = json.dumps({"exit_code": code, "error": error, "time": time.time()})
         write_atomic(Path(folder) / f"rank{os.environ.get('RANK', '0')}.status.json", text)
 
 
 def main() -> None:
     _die_with_parent()
+    # torchrun writes this rank's stdout and stderr to two files; one stream keeps their order.
+    os.dup2(1, 2)
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     try:

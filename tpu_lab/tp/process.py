@@ -1,164 +1,31 @@
-"""The one module that spawns, signals and reaps processes: a torchrun run in progress.
+"""The one module that spawns, signals and reaps processes, for every runner and helper: torchrun, the
+clients that reach other hosts (ssh), short-lived probes (torch_tpu's launch environment), and
+servers started for tests and notebooks (the loopback sshd).
 
-torchrun runs in its own session, never through a shell, its output drained by a thread. torchrun starts
-each rank in a session of its own, so stopping a run means: SIGTERM to torchrun (it stops its ranks within
-its 2 s shutdown timeout), then the rest is frozen and killed: every process below torchrun in the process
-tree (torchrun is a child subreaper, so a rank's detached child stays in its tree) and every process that
-carries this run's id in its environment. Ranks die with torchrun (PR_SET_PDEATHSIG in the worker
-runner), and torchrun with this process. Starting torchrun holds back a cell interrupt until the run is
-tracked, so no interrupt can land between the start and the wait.
+Every long-lived child runs in its own session (a cell interrupt reaches only the kernel), gets SIGTERM
+when this process dies (PR_SET_PDEATHSIG), and never runs through a shell. torchrun starts each rank in
+a session of its own, so stopping a run means: SIGTERM to torchrun (it stops its ranks within its 2 s
+shutdown timeout), then the rest is frozen and killed (``kill_run``): every process below torchrun in the
+process tree (torchrun is a child subreaper) and every process that carries the run's id in its
+environment. ``interrupts_held`` holds back a cell interrupt while a process starts, so none is ever
+started but untracked.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from tpu_lab.host.processes import descendants, pids_with_env
-from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec
-from tpu_lab.tp.results import LaunchResult, RankResult, raise_for_failure, read_json
-
-TAIL_LINES = 200
-STOP_GRACE_SECONDS = 3.0
-OutputCallback = Callable[["int | None", str], None]
-_RANK_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
-
-
-class RunningLaunch:
-    """A torchrun run in progress. ``wait()`` streams output and returns the LaunchResult; ``stop()``
-    ends every process of the run (safe from any thread)."""
-
-    def __init__(
-        self, spec: LaunchSpec, argv: list[str], env: dict[str, str], track: list[RunningLaunch] | None = None
-    ) -> None:
-        """Start torchrun. ``track`` gets this run appended as soon as torchrun exists, so a caller can stop
-        it even when an interrupt arrives before this constructor returns."""
-        self.spec, self.argv = spec, argv
-        self.started = time.monotonic()
-        self.finished: float | None = None
-        self.tails: dict[int | None, deque[str]] = {}
-        self.stop_reason: str | None = None
-        self._lines: queue.Queue[tuple[int | None, str] | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, name=f"tpu_lab-launch-{spec.run_id[:8]}", daemon=True)
-        with interrupts_held():
-            self.proc = _spawn(argv, env, stdin=subprocess.DEVNULL)
-            _LIVE.add(self)
-            if track is not None:
-                track.append(self)
-            self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:  # drained continuously, so a chatty rank never blocks on a full pipe
-            line = raw.rstrip("\n")
-            m = _RANK_PREFIX.match(line)
-            rank, text = (int(m[1]), m[2]) if m else (None, line)
-            self.tails.setdefault(rank, deque(maxlen=TAIL_LINES)).append(text)
-            self._lines.put((rank, text))
-        self._lines.put(None)
-
-    @property
-    def elapsed(self) -> float:
-        return (self.finished or time.monotonic()) - self.started
-
-    def running(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, reason: str = "stopped") -> None:
-        """SIGTERM torchrun (it stops its ranks), then freeze and SIGKILL whatever of the run is left."""
-        with self._lock:
-            self.stop_reason = self.stop_reason or reason
-            if self.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(STOP_GRACE_SECONDS)
-            kill_run(self.spec.run_id, root=self.proc.pid if self.proc.poll() is None else None)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(STOP_GRACE_SECONDS)
-
-    def wait(self, timeout: float | None = None, on_output: OutputCallback | None = None) -> LaunchResult:
-        """Stream output until the run ends; raise LaunchError when a rank failed or time ran out.
-        KeyboardInterrupt (a cell interrupt) stops every process of the run, then propagates."""
-        on_output = on_output or _print_line
-        deadline = None if timeout is None else self.started + timeout
-        try:
-            done = False
-            while not done:
-                try:
-                    item = self._lines.get(timeout=0.1)
-                    if item is None:  # the reader saw torchrun's output end
-                        done = True
-                    else:
-                        on_output(*item)
-                except queue.Empty:
-                    pass
-                if deadline is not None and time.monotonic() > deadline and self.running():
-                    self.stop(f"timed out after {timeout:g} s")
-            self.proc.wait()
-        except BaseException:
-            self.stop("interrupted")
-            raise
-        finally:
-            kill_run(self.spec.run_id)
-            _LIVE.discard(self)
-            self.finished = time.monotonic()
-        result = self._collect()
-        raise_for_failure(result)
-        return result
-
-    def rank_lines(self, rank: int | None) -> list[str]:
-        """The latest output lines of one rank (None: torchrun's own), up to TAIL_LINES."""
-        return list(self.tails.get(rank, ()))
-
-    def rank_state(self, rank: int) -> str:
-        """ "running", "ok", "failed (exit N)" or "stopped", from the rank's status file while the run goes on."""
-        status = read_json(self.spec.run_dir / f"rank{rank}.status.json")
-        if status is not None:
-            code = status.get("exit_code")
-            return "ok" if code == 0 else f"failed (exit {code})"
-        return "running" if self.finished is None and self.stop_reason is None else "stopped"
-
-    def _collect(self) -> LaunchResult:
-        launcher = "\n".join(self.tails.get(None, ()))
-        torchrun_codes = {
-            int(r): int(c) for r, c in re.findall(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", launcher)
-        }
-        ranks = []
-        for rank in range(self.spec.first_rank, self.spec.first_rank + self.spec.nproc):
-            status = read_json(self.spec.run_dir / f"rank{rank}.status.json") or {}
-            code = status.get("exit_code", torchrun_codes.get(rank))
-            sig = None
-            if code is not None and code < 0:
-                sig, code = signal.Signals(-code).name, None
-            elif code is None and self.stop_reason:
-                sig = "SIGTERM"
-            error = status.get("error")
-            if code not in (0, None) and not error:
-                error = "\n".join(list(self.tails.get(rank, ()))[-30:])
-            ranks.append(
-                RankResult(
-                    rank=rank,
-                    exit_code=code,
-                    signal=sig,
-                    value=read_json(self.spec.run_dir / f"rank{rank}.value.json"),
-                    output="\n".join(self.tails.get(rank, ())),
-                    error=error,
-                )
-            )
-        return LaunchResult(tuple(self.argv), self.spec.run_dir, self.elapsed, tuple(ranks), launcher, self.stop_reason)
+from tpu_lab.tp.command import RUN_ID_ENV
 
 
 def kill_run(run_id: str, root: int | None = None) -> int:
@@ -192,6 +59,47 @@ def _freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> int:
 def run_pids(run_id: str | None = None) -> list[int]:
     """Live processes started by tl.launch (of one run, or of any run), found by their environment marker."""
     return pids_with_env(f"{RUN_ID_ENV}={run_id}".encode() if run_id else f"{RUN_ID_ENV}=".encode())
+
+
+def spawn_launcher(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """torchrun: its own session, SIGTERM when this process dies, no stdin, stdout and stderr piped."""
+    return _spawn(argv, env, stdin=subprocess.DEVNULL)
+
+
+def spawn_server(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """A server for tests and notebooks (e.g. sshd): its own session, SIGTERM when this process dies
+    (so a kernel that ends, however it ends, ends it too), output appended to ``log``."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_term_with_parent,
+        )  # fmt: skip
+
+
+def stop_session(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the session of ``proc``, SIGKILL it after ``grace`` seconds, and reap it."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def terminate_then_kill(proc: subprocess.Popen, run_id: str, grace: float) -> None:
+    """Stop a torchrun: SIGTERM its session, give it ``grace`` s to stop its ranks, then freeze and kill
+    whatever of the run is left (its tree and every process with the run's id)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    kill_run(run_id, root=proc.pid if proc.poll() is None else None)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
 
 
 def spawn_client(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -264,20 +172,3 @@ def _term_with_parent() -> None:
 
         with contextlib.suppress(OSError):
             ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-
-
-def _print_line(rank: int | None, line: str) -> None:
-    # torchrun's own lines (its logging and, on failure, its own traceback) stay out of the live view;
-    # they are in LaunchResult.launcher_output and in a LaunchError when no rank explains the failure.
-    if rank is not None and line.strip():
-        print(f"[rank {rank}] {line}", flush=True)
-
-
-_LIVE: set[RunningLaunch] = set()
-
-
-@atexit.register
-def _stop_all() -> None:
-    """The kernel is exiting: leave no rank behind."""
-    for run in list(_LIVE):
-        run.stop("kernel exiting")

@@ -1,26 +1,25 @@
-"""How a multi-host launch reaches its hosts, as pure functions (no process, no file, no clock): the
-host list, the client argv for one host (OpenSSH in batch mode, or another tool through a prefix), the
-remote command (shlex-quoted: no remote shell expands anything in it), and each node's torchrun argv,
-derived from the single-host one with the rendezvous on the first host.
+"""How a multi-host launch reaches its hosts, as pure functions (no process, no clock): the host list,
+``tl.Remote`` and its checks, the client argv for one host (OpenSSH in batch mode, or another tool
+through a prefix) and the remote command (shlex-quoted: no remote shell expands anything in it). Each
+node's torchrun command is built on its host by ``tp.command.build_command``.
 
 User code and user arguments never pass through a remote shell: they travel as JSON on the client's
-stdin (``tp._remote`` reads them); the command line only names the interpreter and its environment.
+stdin (``tp.runners.ssh_host`` reads them); the command line only names the interpreter and its environment.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
+import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Literal
 
 from tpu_lab._checks import positive_int
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument
-from tpu_lab.tp.command import LaunchSpec, build_command
 
 WORKER_HOSTNAMES_ENV = "TPU_WORKER_HOSTNAMES"
 # What the host runner and the ranks need from this kernel's environment (sshd starts a bare one).
@@ -35,9 +34,9 @@ BATCH_OPTIONS = (
     "-T",
 )  # fmt: skip
 # user@ optional, then a DNS name or an IPv4 address; never starting with "-" (an option to the client)
-_HOST = re.compile(r"^(?:[A-Za-z0-9._][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
-# the rendezvous flags of a single-host torchrun argv, replaced by the node's own
-_RDZV_FLAGS = ("--nnodes", "--node-rank", "--node_rank", "--rdzv", "--standalone", "--master", "--log-line-prefix")
+_HOST = re.compile(r"(?:[A-Za-z0-9._][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*")
+Hosts = Sequence[str] | Literal["TPU_WORKER_HOSTNAMES"]
+"""What ``hosts=`` takes: a list of host names or addresses, or "TPU_WORKER_HOSTNAMES" (the TPU VM's list)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,9 @@ class Remote:
     """The rendezvous port on the first host (None: a free one, chosen there at each launch)."""
 
 
-def check_remote(remote: Any) -> Remote:
-    """``remote`` as a Remote (None: the defaults), or a clear InvalidArgument."""
+def check_remote(remote: Remote | None, which: Callable[[str], str | None] = shutil.which) -> Remote:
+    """``remote`` as a Remote (None: the defaults), or a clear InvalidArgument. ``which`` finds the
+    client program here (injected for tests)."""
     if remote is None:
         return Remote()
     if not isinstance(remote, Remote):
@@ -77,12 +77,37 @@ def check_remote(remote: Any) -> Remote:
             )
     if not remote.prefix:
         raise InvalidArgument("Remote.prefix is empty.", fix='Leave the default ("ssh",) or name your tool.')
+    tool = remote.prefix[0]
+    if which(tool) is None:
+        raise InvalidArgument(
+            f"Remote.prefix[0]={tool!r} is not a program this kernel can run.",
+            cause="it does not exist, is a folder, or is not executable (nor on PATH)",
+            fix='Install it (e.g. apt-get install openssh-client for "ssh") or name the full path of your tool.',
+        )
     if remote.rdzv_port is not None:
         positive_int(remote.rdzv_port, "Remote.rdzv_port", example=29500)
+        if remote.rdzv_port > 65535:
+            raise InvalidArgument(
+                f"Remote.rdzv_port={remote.rdzv_port} is not a TCP port.", fix="Use 1-65535, e.g. 29500, or None."
+            )
+    _check_python(remote.python)
     return remote
 
 
-def resolve_hosts(hosts: Any, environ: Mapping[str, str]) -> tuple[str, ...]:
+def _check_python(python: object) -> None:
+    paths = list(python.values()) if isinstance(python, Mapping) else [python]
+    keys_ok = not isinstance(python, Mapping) or all(isinstance(k, str) for k in python)
+    if python is None:
+        return
+    if not keys_ok or not all(isinstance(p, str) and p.strip() and "\0" not in p for p in paths):
+        raise InvalidArgument(
+            f"Remote.python={python!r} must be a path on the hosts (a non-empty string) or a {{host: path}} dict.",
+            cause="an empty string would silently mean this kernel's interpreter",
+            fix='Use e.g. python="/opt/venv/bin/python", or leave it out for this kernel\'s path.',
+        )
+
+
+def resolve_hosts(hosts: Hosts, environ: Mapping[str, str]) -> tuple[str, ...]:
     """The launch's hosts: a list of names or addresses, or ``"TPU_WORKER_HOSTNAMES"`` for the TPU VM's
     worker list in that variable (comma-separated). Checked: non-empty, distinct, plain names."""
     if hosts == WORKER_HOSTNAMES_ENV:
@@ -99,14 +124,22 @@ def resolve_hosts(hosts: Any, environ: Mapping[str, str]) -> tuple[str, ...]:
             f"hosts={hosts!r} must be a non-empty list of host names or addresses, or {WORKER_HOSTNAMES_ENV!r}.",
             fix="Use e.g. hosts=['10.0.0.2', '10.0.0.3'] (the first one hosts the rendezvous).",
         )
-    bad = [h for h in hosts if not isinstance(h, str) or not _HOST.match(h)]
+    bad = [h for h in hosts if not isinstance(h, str) or not _HOST.fullmatch(h)]
     if bad:
         raise InvalidArgument(
             f"hosts contains {bad!r}, which is not a host name, an IPv4 address or user@host.",
             fix="Use plain names or addresses; put ssh options (ports, keys) in tl.Remote(ssh_options=...).",
         )
-    if len(set(hosts)) != len(hosts):
-        raise InvalidArgument(f"hosts={list(hosts)!r} names a host twice.", fix="List each host once.")
+    seen: dict[str, str] = {}
+    for h in hosts:  # user@h and h, or H and h, are one machine
+        key = address(h).lower()
+        if key in seen:
+            raise InvalidArgument(
+                f"hosts={list(hosts)!r} names one host twice ({seen[key]!r} and {h!r}).",
+                cause="torchrun would start two nodes on one machine, each expecting its own chips",
+                fix="List each host once.",
+            )
+        seen[key] = h
     return tuple(hosts)
 
 
@@ -125,7 +158,7 @@ def host_python(remote: Remote, host: str, default: str = sys.executable) -> str
 def remote_argv(python: str, forwarded: Mapping[str, str], marker: str) -> list[str]:
     """What runs on a host: the host runner under ``env`` with the forwarded variables and the run's marker."""
     assignments = [f"{k}={v}" for k, v in forwarded.items()]
-    return ["env", *assignments, marker, python, "-m", "tpu_lab.tp._remote"]
+    return ["env", *assignments, marker, python, "-m", "tpu_lab.tp.runners.ssh_host"]
 
 
 def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -148,31 +181,3 @@ def client_argv(remote: Remote, host: str, worker: int, command: Sequence[str]) 
     if not names_command:
         argv.append(text)
     return argv
-
-
-def node_argv(argv: Sequence[str], *, nnodes: int, node_rank: int, master: str, port: int, rdzv_id: str) -> list[str]:
-    """A node's torchrun argv from the single-host one: static rendezvous on ``master:port`` (node ranks
-    as given, so global rank = node_rank * nproc + local rank), lines labelled with the global rank."""
-    kept = [a for a in argv if not a.startswith(_RDZV_FLAGS)]
-    at = next(i for i, a in enumerate(kept) if a.startswith("--nproc-per-node")) + 1
-    kept[at:at] = [
-        f"--nnodes={nnodes}",
-        f"--node-rank={node_rank}",
-        "--rdzv-backend=static",
-        f"--rdzv-endpoint={master}:{port}",
-        f"--rdzv-id={rdzv_id}",
-        "--log-line-prefix-template=[default${rank}]:",
-    ]
-    return kept
-
-
-def go_message(
-    spec: LaunchSpec, *, nnodes: int, node_rank: int, master: str, port: int, rdzv_id: str
-) -> dict[str, Any]:
-    """What a host runner gets to start its torchrun: the argv, built here from ``spec``, and the spec's
-    fields (torch_tpu's launch environment is added there, on the host)."""
-    single, _ = build_command(spec, {})
-    argv = node_argv(single, nnodes=nnodes, node_rank=node_rank, master=master, port=port, rdzv_id=rdzv_id)
-    fields = {k: v for k, v in dataclasses.asdict(spec).items() if k != "tpu_env"}
-    fields.update(script=str(spec.script), run_dir=str(spec.run_dir))
-    return {"kind": "go", "argv": argv, "spec": fields}

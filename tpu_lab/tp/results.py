@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
 
 from tpu_lab._report import Report, table
-from tpu_lab.errors import InvalidArgument, LaunchError, TpuLabWarning
+from tpu_lab.errors import InvalidArgument, TpuLabWarning
+from tpu_lab.tp.run_state import RankState, RunState
 
 # Duplicated from tp.command on purpose: workers import this module, and it must stay this light.
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
@@ -63,9 +65,9 @@ class RankResult:
 
     rank: int
     exit_code: int | None
-    """0 on success; None when the rank was stopped before it could say (see ``signal``)."""
+    """0 on success; None when a signal ended it or it was stopped before it could say (see ``signal``)."""
     signal: str | None
-    """The signal that ended it (e.g. "SIGTERM" when the launcher stopped it), if known."""
+    """The signal that ended it (e.g. "SIGKILL"), if known."""
     value: Any
     """What it passed to ``tl.report()`` (None if nothing)."""
     output: str
@@ -74,18 +76,34 @@ class RankResult:
     """Its traceback when it failed."""
     host: str | None = None
     """The host it ran on (multi-host launches; None on one host)."""
+    status: RankState | None = None
+    """How it ended: OK, FAILED (a non-zero exit, or a signal nobody in the launch sent) or STOPPED.
+    None: worked out from ``exit_code``."""
+    failed_at: float | None = None
+    """Wall-clock time of its failure (the first failure is the one blamed)."""
+
+    @property
+    def outcome(self) -> RankState:
+        if self.status is not None:
+            return self.status
+        if self.exit_code == 0:
+            return RankState.OK
+        return RankState.STOPPED if self.exit_code is None else RankState.FAILED
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0
+        return self.outcome is RankState.OK
 
     @property
     def state(self) -> str:
-        if self.exit_code == 0:
-            return "ok"
-        if self.exit_code is None:
-            return "stopped"
-        return f"failed (exit {self.exit_code})"
+        """ "ok", "failed (exit 1)", "failed (SIGKILL)" or "stopped"."""
+        if self.outcome is RankState.FAILED:
+            return (
+                f"failed ({self.signal})"
+                if self.exit_code is None and self.signal
+                else f"failed (exit {self.exit_code})"
+            )
+        return self.outcome.value
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,8 @@ class LaunchResult(Report):
     """Why the launcher stopped the run ("interrupted", "timed out after 60 s", ...); None when it ended by itself."""
     hosts: tuple[HostResult, ...] = ()
     """Per host, in node order (multi-host launches; empty on one host)."""
+    failure: str | None = None
+    """What failed when no rank did (torchrun itself killed, a host lost), in words."""
 
     @property
     def ok(self) -> bool:
@@ -140,7 +160,8 @@ class LaunchResult(Report):
     def verdict(self) -> str:
         if self.ok:
             return "ok"
-        return f"STOPPED ({self.stop_reason})" if self.stop_reason else "FAILED"
+        failed = self.failure or any(r.outcome is RankState.FAILED for r in self.ranks)
+        return f"STOPPED ({self.stop_reason})" if self.stop_reason and not failed else "FAILED"
 
     def to_text(self) -> str:
         on = f" on {len(self.hosts)} host(s)" if self.hosts else ""
@@ -163,52 +184,21 @@ class LaunchResult(Report):
         )
 
 
-def _failing_rank(result: LaunchResult) -> RankResult:
-    failed = [r for r in result.ranks if r.exit_code not in (0, None)]
-    return failed[0] if failed else next(r for r in result.ranks if not r.ok)
-
-
-def _describe(result: LaunchResult) -> str:
-    lines = ["argv: " + " ".join(result.argv)]
-    lines += [f"rank {r.rank}: {r.state}" for r in result.ranks]
-    failing = next((r for r in result.ranks if r.error), None)
-    if failing is not None and failing.error:
-        tail = "\n".join(failing.error.strip().splitlines()[-12:])
-        lines.append(f"rank {failing.rank} traceback (tail):\n{tail}")
-    elif result.launcher_output:
-        lines.append("torchrun said (tail):\n" + "\n".join(result.launcher_output.splitlines()[-12:]))
-    return "\n".join(lines)
-
-
-def stopped_error(result: LaunchResult, described: str, where: str = "every process of the run") -> LaunchError | None:
-    """The error for a run the launcher stopped (a timeout, or you), None when it ended by itself."""
-    reason = result.stop_reason
-    if not reason:
-        return None
-    if reason.startswith("timed out"):
-        return LaunchError(
-            f"The launch {reason}; {where} was stopped.\n{described}",
-            result=result,
-            cause="a rank waiting forever (a hang, a deadlock, a collective another rank never joined) or a "
-            "timeout shorter than loading takes",
-            fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
+def rank_results(
+    state: RunState, values: Mapping[int, Any], errors: Mapping[int, str | None]
+) -> tuple[RankResult, ...]:
+    """Each rank's result from the run state of a finished launch and what the ranks handed back."""
+    return tuple(
+        RankResult(
+            rank=r.rank,
+            exit_code=r.exit_code,
+            signal=r.signal,
+            value=values.get(r.rank),
+            output="\n".join(state.lines(r.rank)),
+            error=errors.get(r.rank),
+            host=r.host,
+            status=r.state if r.state.final else RankState.STOPPED,
+            failed_at=r.failed_at,
         )
-    return LaunchError(
-        f"The launch was stopped by you ({reason}); {where} was stopped.\n{described}",
-        result=result,
-        fix="Nothing to fix: run the cell again when you are ready.",
+        for r in state.ranks
     )
-
-
-def raise_for_failure(result: LaunchResult) -> None:
-    """Raise the LaunchError a stopped or failed run deserves: argv, each rank's state, the traceback."""
-    error = stopped_error(result, _describe(result))
-    if error is not None:
-        raise error
-    if not result.ok:
-        failing = _failing_rank(result)
-        raise LaunchError(
-            f"Rank {failing.rank} failed; torchrun stopped the others.\n{_describe(result)}",
-            result=result,
-            fix="Fix the error in the traceback above (the same code runs on every rank).",
-        )

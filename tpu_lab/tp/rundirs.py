@@ -16,6 +16,8 @@ from tpu_lab.host.processes import env_values
 from tpu_lab.tp.command import RUN_ID_ENV
 
 PREFIX = "tpu_lab_run_"
+HOST_PREFIX = "tpu_lab_host_"
+"""A host runner's folders (one per host of a multi-host launch): ``tpu_lab_host_<host marker>.XXXX``."""
 KEEP_RUNS = 5
 """How many finished run directories are kept (newest first); README documents it."""
 
@@ -27,10 +29,12 @@ def new_run_dir(run_id: str, root: str | os.PathLike | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
 
 
-def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS) -> list[Path]:
-    """Remove all but the ``keep`` newest run directories of this user under ``root``; returns the removed."""
+def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS, prefix: str = PREFIX) -> list[Path]:
+    """Remove all but the ``keep`` newest run directories of this user under ``root`` whose run has no
+    live process; returns the removed. ``prefix=HOST_PREFIX``: a host runner's folders (keep=0 there:
+    the runner removes its own, so any left were left by a runner that was killed)."""
     mine = []
-    for path in Path(root).glob(f"{PREFIX}*"):
+    for path in Path(root).glob(f"{prefix}*"):
         try:
             st = path.lstat()
         except OSError:
@@ -44,7 +48,7 @@ def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS) -> list[Pa
     live = env_values(RUN_ID_ENV)  # runs in progress, from any kernel
     removed = []
     for path in old:
-        if run_id_of(path) in live:
+        if run_id_of(path, prefix) in live:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
@@ -56,5 +60,5 @@ def remove_run_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def run_id_of(path: Path) -> str:
-    return path.name[len(PREFIX) :].partition(".")[0]
+def run_id_of(path: Path, prefix: str = PREFIX) -> str:
+    return path.name[len(prefix) :].partition(".")[0]

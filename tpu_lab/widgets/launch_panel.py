@@ -1,7 +1,7 @@
 """LaunchPanel: a tensor-parallel run with a live log and a state per rank, elapsed time, and Stop.
 
-A view: the running launch (``tp.process.RunningLaunch``) holds every line and every rank's state;
-the panel only redraws them.
+A view: the launch's run state (``tp.run_state.RunState``, filled by whichever runner runs it) holds
+every line and every rank's state; the panel only redraws it.
 """
 
 from __future__ import annotations
@@ -10,21 +10,26 @@ import os
 import threading
 import time
 from html import escape
-from typing import Any
 
 import ipywidgets as w
 
 from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
-from tpu_lab.tp.multihost import HostLaunch
-from tpu_lab.tp.process import RunningLaunch
-from tpu_lab.tp.remote_command import resolve_hosts
+from tpu_lab.tp.remote_command import Hosts, Remote, resolve_hosts
 from tpu_lab.tp.results import LaunchResult
+from tpu_lab.tp.run_state import RankState
+from tpu_lab.tp.runner import Runner
 from tpu_lab.widgets._common import error_html
 
 LOG_LINES = 40
 REFRESH_SECONDS = 0.25  # redraw at most this often: a chatty rank must not flood the frontend
-STATE_COLOURS = {"running": "#1565c0", "ok": "#2e7d32", "stopped": "#555", "waiting": "#555"}
+STATE_COLOURS = {
+    RankState.WAITING: "#555",
+    RankState.RUNNING: "#1565c0",
+    RankState.OK: "#2e7d32",
+    RankState.FAILED: "#c62828",
+    RankState.STOPPED: "#555",
+}
 
 
 class LaunchPanel(w.VBox):
@@ -32,10 +37,18 @@ class LaunchPanel(w.VBox):
     blocks until it ends. ``.result`` is the LaunchResult, ``.error`` the LaunchError if it failed."""
 
     def __init__(
-        self, code: str, *, nproc: int, timeout: float | None = None, hosts: Any = None, remote: Any = None
+        self,
+        code: str,
+        *,
+        nproc: int,
+        timeout: float | None = None,
+        hosts: Hosts | None = None,
+        remote: Remote | None = None,
+        cluster: object | None = None,
     ) -> None:
         self.code, self.nproc, self.timeout, self.hosts, self.remote = code, nproc, timeout, hosts, remote
-        self.run: RunningLaunch | HostLaunch | None = None
+        self.cluster = cluster
+        self.run: Runner | None = None
         self.result: LaunchResult | None = None
         self.error: Exception | None = None
         self._thread: threading.Thread | None = None
@@ -44,7 +57,8 @@ class LaunchPanel(w.VBox):
         self.stop_button.on_click(lambda _: self.stop())
         self.header = w.HTML()
         self.host_names = _host_names(hosts)
-        count = nproc * max(1, len(self.host_names)) if isinstance(nproc, int) and 0 < nproc <= 64 else 0
+        hosts_count = max(1, len(self.host_names), getattr(cluster, "hosts", None) or 0)  # a tl.RayCluster's
+        count = nproc * hosts_count if isinstance(nproc, int) and 0 < nproc <= 64 else 0
         self.rank_views = [w.HTML(layout=w.Layout(width=f"{max(24, 98 // min(count, 4))}%")) for _ in range(count)]
         self.message = w.HTML()
         rows = [w.HBox(self.rank_views[i : i + 4]) for i in range(0, count, 4)]
@@ -56,7 +70,7 @@ class LaunchPanel(w.VBox):
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
             positive_seconds(self.timeout)  # NaN or infinity would never fire
-            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote)
+            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote, cluster=self.cluster)
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e
             self.message.value = error_html(e)
@@ -92,26 +106,21 @@ class LaunchPanel(w.VBox):
         if time.monotonic() - self._last_draw > REFRESH_SECONDS:
             self._draw()
 
-    def _states(self) -> list[str]:
-        if self.result is not None:
-            return [r.state for r in self.result.ranks]
-        if self.run is None:
-            return ["waiting"] * len(self.rank_views)
-        return [self.run.rank_state(rank) for rank in range(len(self.rank_views))]
-
     def _draw(self) -> None:
         self._last_draw = time.monotonic()
-        states = self._states()
-        elapsed = f"{self.run.elapsed:.1f} s" if self.run else "not started"
-        counts = {s: sum(x.split(" ")[0] == s for x in states) for s in ("running", "ok", "failed", "stopped")}
-        summary = " &middot; ".join(f"{n} {s}" for s, n in counts.items() if n)
-        self.header.value = f"<b>{len(states)} rank(s)</b> &middot; {summary or 'waiting'} &middot; {elapsed}"
-        for rank, (view, state) in enumerate(zip(self.rank_views, states, strict=True)):
-            colour = STATE_COLOURS.get(state.split(" ")[0], "#c62828")
-            lines = self.run.rank_lines(rank)[-LOG_LINES:] if self.run else []
+        state = self.run.state if self.run else None
+        ranks = state.ranks if state else []
+        counts = state.counts() if state else {}
+        summary = " &middot; ".join(f"{n} {s.value}" for s, n in counts.items() if n and s is not RankState.WAITING)
+        elapsed = f"{state.elapsed:.1f} s" if state else "not started"
+        self.header.value = f"<b>{len(self.rank_views)} rank(s)</b> &middot; {summary or 'waiting'} &middot; {elapsed}"
+        for rank, view in enumerate(self.rank_views):
+            status = ranks[rank] if rank < len(ranks) else None
+            label, colour = (status.label, STATE_COLOURS[status.state]) if status else ("waiting", "#555")
+            lines = state.lines(rank)[-LOG_LINES:] if state and status else []
             view.value = (
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
-                f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(state)}</span>"
+                f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
                 f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
             )
 
@@ -119,7 +128,7 @@ class LaunchPanel(w.VBox):
         return f" on {escape(self.host_names[rank // self.nproc])}" if self.host_names else ""
 
 
-def _host_names(hosts: Any) -> list[str]:
+def _host_names(hosts: Hosts | None) -> list[str]:
     """The hosts, for labelling the rank views (a bad value shows its error when the run starts)."""
     if hosts is None:
         return []

@@ -1,6 +1,8 @@
-"""tp.runners: the runners that reach hosts beyond this one, each filling the same launch result.
-``ray`` drives a launch on a Ray cluster (``RayLaunch``), ``ray_cluster`` attaches to the cluster and
-reserves its hosts (``RayCluster``), ``_ray_host`` is what runs in each host's Ray actor.
+"""runners: one module per way to run a launch, each a ``tp.runner.Runner`` filling one ``RunState``.
 
-May import: ``tpu_lab.tp`` (the command builder, the spawn module, results), ``tpu_lab.host`` and the base.
+``local`` (this machine; also the torchrun driver every host uses), ``ssh`` (hosts reached over OpenSSH:
+``ssh`` in the kernel, ``ssh_host`` on each host, ``ssh_wire`` what they say to each other,
+``ssh_results`` how their checks and results are worded) and ``ray`` (a Ray cluster: ``ray`` in the
+kernel, ``ray_host`` in one Ray actor per host, ``ray_cluster`` attaching and reserving the hosts).
+``tp.launch.select_runner`` picks one.
 """

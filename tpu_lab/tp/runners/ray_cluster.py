@@ -8,14 +8,15 @@ ray is imported inside functions only: ``RayCluster`` and the pure checks work w
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpu_lab.errors import InvalidArgument, LaunchError
+from tpu_lab.tp.command import is_loopback
+from tpu_lab.tp.process import interrupts_held
 
 NOTHING = "Nothing was started on any host."
 _LOOPBACK_NODE = "127.0.0.1"
@@ -80,13 +81,6 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return (host.strip("[]"), int(port)) if colon and port.isdigit() else None
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _stay_on_loopback() -> None:
     """A cluster started on loopback listens only there, but on Linux Ray rewrites a loopback address to
     this machine's interface address (``ray._private.services.resolve_ip_for_localhost``) and then retries
@@ -125,7 +119,7 @@ def connect(cluster: RayCluster) -> bool:
             )
         ray.shutdown()  # tpu_lab attached it for an earlier launch: move to the one asked for now
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
-    if target is not None and _is_loopback(target[0]) and not cluster.address.startswith("ray://"):
+    if target is not None and is_loopback(target[0]) and not cluster.address.startswith("ray://"):
         _stay_on_loopback()
         kwargs["_node_ip_address"] = _LOOPBACK_NODE
     try:
@@ -188,10 +182,12 @@ def check_hosts(nodes: Sequence[Mapping[str, Any]], bundle: Mapping[str, float],
     )
 
 
-def reserve(cluster: RayCluster, name: str) -> tuple[Any, list[dict[str, float]], Any]:
-    """(placement group, bundles, TPU slice handle or None), ready; a LaunchError when it cannot be had."""
+def reserve(cluster: RayCluster, name: str, hold: Callable[[Any, Any], None]) -> list[dict[str, float]]:
+    """Reserve one bundle per host and wait until it is granted; returns the bundles. ``hold(group,
+    slice handle or None)`` gets the group the moment it exists (no interrupt in between), so the caller
+    can always remove it. A LaunchError, before anything started, when the cluster cannot grant it."""
     import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.placement_group import placement_group
 
     if cluster.tpu_topology is not None:
         assert cluster.tpu_version is not None
@@ -199,24 +195,26 @@ def reserve(cluster: RayCluster, name: str) -> tuple[Any, list[dict[str, float]]
         check_hosts(ray.nodes(), bundle, hosts)
         from ray.util.tpu import slice_placement_group
 
-        handle = slice_placement_group(cluster.tpu_topology, cluster.tpu_version, name=name)
+        with interrupts_held():
+            handle = slice_placement_group(cluster.tpu_topology, cluster.tpu_version, name=name)
+            hold(handle.placement_group, handle)
         group, bundles = handle.placement_group, [dict(handle.bundle_resources)] * handle.num_hosts
     else:
         bundle = {k: float(v) for k, v in cluster.resources.items()}
-        hosts = check_hosts(ray.nodes(), bundle, cluster.hosts)
-        handle, bundles = None, [bundle] * hosts
-        group = placement_group(bundles, strategy="STRICT_SPREAD", name=name)
+        bundles = [bundle] * check_hosts(ray.nodes(), bundle, cluster.hosts)
+        with interrupts_held():
+            group = placement_group(bundles, strategy="STRICT_SPREAD", name=name)
+            hold(group, None)
     try:
         ray.get(group.ready(), timeout=cluster.reserve_timeout)
     except ray.exceptions.GetTimeoutError as e:
-        handle.shutdown() if handle is not None else remove_placement_group(group)
         raise LaunchError(
             f"Launch refused: the Ray cluster did not grant {len(bundles)} bundle(s) of {bundles[0]} on "
             f"distinct nodes within {cluster.reserve_timeout:g} s. {NOTHING}",
             cause="other jobs hold those resources, or the autoscaler is still adding nodes",
             fix="Wait for the other jobs, raise RayCluster(reserve_timeout=...), or ask for fewer hosts.",
         ) from e
-    return group, bundles, handle
+    return bundles
 
 
 def bundle_nodes(group: Any) -> list[tuple[str, str]]:
@@ -233,10 +231,3 @@ def host_names(placed: Sequence[tuple[str, str]]) -> list[str]:
     """A name per host: its address, with the node id's start where addresses repeat (one machine). Pure."""
     ips = [ip for _, ip in placed]
     return [ip if ips.count(ip) == 1 else f"{ip}/{node[:6]}" for node, ip in placed]
-
-
-def forwarded(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of this kernel the ranks get (the ssh runner forwards the same)."""
-    from tpu_lab.tp.remote_command import forwarded_env
-
-    return forwarded_env(environ or os.environ)

@@ -1,9 +1,10 @@
-"""What the kernel and a host runner (``tp._remote``) say to each other over ssh's stdin and stdout, and
-the facts a host reports about its Python, checked against the kernel's.
+"""What the kernel and a host runner (``tp.runners.ssh_host``) say to each other over ssh's stdin and
+stdout, and the facts a host reports about its Python, checked against the kernel's.
 
 Kernel -> host, one JSON object a line: the job, then ``{"kind": "go", ...}`` or ``{"kind": "stop"}``
 (the end of stdin means stop too). Host -> kernel: control lines (``CONTROL`` + JSON: ``hi``, ``hello``,
-``error``, ``result``) and output lines ``<global rank>\\t<text>`` (``-`` for torchrun's own lines).
+``error``, ``started`` (its argv), ``rank`` (a rank's new state), ``beat`` (every second: not frozen),
+``result``) and output lines ``<global rank>\\t<text>`` (``-`` for torchrun's own lines).
 Anything else (ssh's own messages, a traceback before the runner started) is passed on as is.
 """
 

@@ -1,15 +1,14 @@
-"""What a multi-host launch reports: which host failed its check and why (with the fix), each host's and
-each rank's result, and which rank on which host failed a run. Pure: reads what ``tp.multihost`` gathered."""
+"""What the ssh runner reports: which host failed its check and why (with the fix), what went wrong first
+during a run, and each host's result. Pure: reads what ``runners.ssh`` gathered."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from tpu_lab.errors import LaunchError
 from tpu_lab.tp.remote_command import host_python
-from tpu_lab.tp.results import HostResult, LaunchResult, RankResult, stopped_error
+from tpu_lab.tp.results import HostResult
+from tpu_lab.tp.run_state import RunState
 
 SSH_FAILED = 255  # OpenSSH's own exit code: it could not connect or authenticate
 NOT_FOUND = (126, 127)  # env(1): the interpreter does not exist or cannot run
@@ -98,101 +97,57 @@ def other_python(host: Any, problem: str) -> LaunchError:
     )
 
 
-def first_failure(hosts: list[Any], nproc: int) -> str | None:
-    """``"rank R on host H failed"`` or ``"host H was lost"`` for the first host in trouble, else None."""
+def first_trouble(hosts: list[Any], state: RunState, silent_before: float) -> str | None:
+    """What went wrong first, in words, or None: a rank that failed (the earliest by its failure time),
+    a torchrun that died, a host lost (its connection ended without a result) or silent since
+    ``silent_before`` (frozen, or its machine gone)."""
+    failed = state.first_failed()
+    if failed is not None:
+        node = next((h.node for h in hosts if h.name == failed.host), 0)
+        return f"rank {failed.rank} on host {failed.host} (node {node}) {failed.label}"
     for h in hosts:
-        if h.result is not None:
-            for r in h.result.get("ranks", []):
-                if r.get("exit_code") not in (0, None):
-                    return f"rank {r['rank']} on host {h.name} (node {h.node}) failed"
-        elif h.exit_code is not None:
+        if h.result is not None and h.result.get("failure") and not h.result.get("stopped"):
+            return f"on host {h.name} (node {h.node}): {h.result['failure']}"
+        if h.result is None and h.exit_code is not None:
             return f"host {h.name} (node {h.node}) was lost (its connection ended with exit code {h.exit_code})"
+        if h.result is None and h.argv and h.last_heard < silent_before:
+            return f"host {h.name} (node {h.node}) stopped answering (its runner is frozen, or the host is gone)"
     return None
 
 
-def host_state(host: Any, nproc: int) -> str:
-    if not host.argv:
+def host_state(host: Any) -> str:
+    if not host.argv and host.result is None:
         return "not started"
     if host.result is None:
         return "lost"
-    codes = [r.get("exit_code") for r in host.result.get("ranks", [])]
-    if any(c not in (0, None) for c in codes):
+    states = [r.get("state") for r in host.result.get("ranks", [])]
+    if "failed" in states or (host.result.get("failure") and not host.result.get("stopped")):
         return "failed"
-    return "ok" if codes and all(c == 0 for c in codes) else "stopped"
+    return "ok" if states and all(s == "ok" for s in states) else "stopped"
 
 
 def host_error(host: Any) -> str | None:
     if host.problem:
         return host.problem
+    if host.result is not None and host.result.get("failure"):
+        return str(host.result["failure"])
     if host.argv and host.result is None:
-        return f"the connection ended without a result (exit code {host.exit_code}):\n{_tail(host, 12)}"
+        killed = f"\n{host.killed_remotely}" if host.killed_remotely else ""
+        return f"the connection ended without a result (exit code {host.exit_code}):\n{_tail(host, 12)}{killed}"
     return None
 
 
-def collect(
-    hosts: list[Any], nproc: int, tails: dict[int, Any], seconds: float, stop_reason: str | None
-) -> LaunchResult:
-    """The LaunchResult of a finished multi-host launch: per rank and per host."""
-    ranks: list[RankResult] = []
-    for h in hosts:
-        reported = {r["rank"]: r for r in (h.result or {}).get("ranks", [])}
-        for g in range(h.node * nproc, (h.node + 1) * nproc):
-            r = reported.get(g, {})
-            ranks.append(
-                RankResult(
-                    rank=g,
-                    exit_code=r.get("exit_code"),
-                    signal=r.get("signal"),
-                    value=r.get("value"),
-                    output="\n".join(tails.get(g, ())),
-                    error=r.get("error"),
-                    host=h.name,
-                )
-            )
-    per_host = tuple(
+def host_results(hosts: list[Any], nproc: int) -> tuple[HostResult, ...]:
+    """Per host, in node order."""
+    return tuple(
         HostResult(
             host=h.name,
             node_rank=h.node,
             ranks=tuple(range(h.node * nproc, (h.node + 1) * nproc)),
-            state=host_state(h, nproc),
+            state=host_state(h),
             argv=h.argv,
             output="\n".join(h.own),
             error=host_error(h),
         )
         for h in hosts
     )
-    run_dir = Path(hosts[0].hello["run_dir"]) if hosts[0].hello else Path(tempfile.gettempdir())
-    launcher = "\n".join(f"{h.name}: {line}" for h in hosts for line in h.own)
-    return LaunchResult(hosts[0].argv, run_dir, seconds, tuple(ranks), launcher, stop_reason, hosts=per_host)
-
-
-def _describe(result: LaunchResult) -> str:
-    lines = [f"host {h.host} (node {h.node_rank}, ranks {list(h.ranks)}): {h.state}" for h in result.hosts]
-    lines += [f"rank {r.rank} on {r.host}: {r.state}" for r in result.ranks]
-    failing = next((r for r in result.ranks if r.error), None)
-    if failing is not None and failing.error:
-        tail = "\n".join(failing.error.strip().splitlines()[-12:])
-        lines.append(f"rank {failing.rank} on {failing.host} traceback (tail):\n{tail}")
-    lost = next((h for h in result.hosts if h.state == "lost"), None)
-    if lost is not None and lost.error:
-        lines.append(f"host {lost.host}: {lost.error}")
-    if result.hosts and result.hosts[0].argv:
-        lines.append("argv on node 0: " + " ".join(result.hosts[0].argv))
-    return "\n".join(lines)
-
-
-def raise_for_failure(result: LaunchResult, failure: str | None) -> None:
-    """The LaunchError a failed, lost, timed-out or stopped multi-host run deserves."""
-    if failure:
-        raise LaunchError(
-            f"{failure[0].upper()}{failure[1:]}; every process on every host was stopped.\n{_describe(result)}",
-            result=result,
-            fix="Fix the error in the traceback above (the same code runs on every rank)."
-            if failure.startswith("rank")
-            else "Check that host (ssh to it, `tpu-lab probe` there), then run again.",
-        )
-    error = stopped_error(result, _describe(result), "every process on every host")
-    if error is not None:
-        raise error
-    if not result.ok:
-        raise LaunchError(f"The launch did not finish on every host.\n{_describe(result)}", result=result)

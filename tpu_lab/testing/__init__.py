@@ -1,7 +1,11 @@
-"""Helpers for tests and teaching notebooks: fake TPU hosts built from plain files.
+"""Helpers for tests, benchmarks and teaching notebooks (not part of a launch): fake TPU hosts built from
+plain files (here), and a simulated multi-host slice on loopback (``tpu_lab.testing.loopback``).
 
 ``write_fake_tpu_host`` lays out the sysfs and /dev entries torch_tpu reads to find chips, so the real
 detection code in ``tpu_lab.host.chips`` can run on "a v6e host with 4 chips" anywhere.
+
+May import: every layer (it sits beside the package root, above widgets); nothing in the package
+imports it.
 """
 
 from __future__ import annotations

@@ -6,22 +6,23 @@ the reason instead when sshd cannot start here. Nothing listens beyond loopback.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tpu_lab.tp.process import run_briefly, spawn_server, stop_session
 from tpu_lab.tp.remote_command import Remote
 
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 SSHD = "/usr/sbin/sshd"
 
 
-@dataclass
+@dataclass(eq=False)
 class Sshd:
     """A running loopback sshd: ``remote`` reaches 127.0.0.1-3 through it; ``stop()`` ends it."""
 
@@ -44,17 +45,14 @@ class Sshd:
 
     def stop(self) -> None:
         """Stop sshd (and any session still open)."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_session(self.proc)
+        _RUNNING.discard(self)
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    done = run_briefly(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], dict(os.environ), 60)
+    if done.returncode:
+        raise OSError(f"ssh-keygen failed: {done.stderr.strip()}")
 
 
 def _free_port() -> int:
@@ -100,13 +98,12 @@ def start_sshd(folder: Path) -> Sshd | str:
     ]
     (folder / "sshd_config").write_text("\n".join(config) + "\n")
     log = folder / "sshd.log"
-    proc = subprocess.Popen([SSHD, "-D", "-f", str(folder / "sshd_config"), "-E", str(log)], start_new_session=True)
+    # -D: sshd stays this process's child, so it ends with the kernel (PR_SET_PDEATHSIG), however it ends.
+    proc = spawn_server([SSHD, "-D", "-f", str(folder / "sshd_config"), "-E", str(log)], folder / "sshd.out")
     deadline = time.monotonic() + 10
     while not all(_accepts(a, port) for a in ADDRESSES):
         if proc.poll() is not None or time.monotonic() > deadline:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_session(proc, 0)
             return f"sshd did not start: {log.read_text().strip() if log.exists() else 'no log'}"
         time.sleep(0.05)
     options = (
@@ -118,4 +115,16 @@ def start_sshd(folder: Path) -> Sshd | str:
         "-o", "StrictHostKeyChecking=yes",
         "-o", "LogLevel=ERROR",
     )  # fmt: skip
-    return Sshd(proc, port, folder, Remote(ssh_options=options))
+    server = Sshd(proc, port, folder, Remote(ssh_options=options))
+    _RUNNING.add(server)
+    return server
+
+
+_RUNNING: set[Sshd] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """The kernel is exiting normally: stop every sshd it started (PR_SET_PDEATHSIG covers the rest)."""
+    for server in list(_RUNNING):
+        server.stop()
