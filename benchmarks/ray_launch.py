@@ -24,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from _ray_cluster import HOST_RESOURCE, LocalRayCluster
 from _side_by_side import measure, report
 
 import tpu_lab as tl
+from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
 CRASH = (

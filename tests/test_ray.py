@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _ray_cluster import HOST_RESOURCE, LocalRayCluster  # before ray: it keeps every node on loopback
 
 import tpu_lab as tl
+from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
 from tpu_lab.tp.runners import ray_cluster
 
 pytest.importorskip("ray")
@@ -102,7 +102,7 @@ def test_two_hosts_by_two_ranks_equal_four_ranks_on_one_host(two_hosts, capsys):
         (1, (2, 3), "ok"),
     ]
     assert [r.host for r in two.ranks] == [names[0], names[0], names[1], names[1]]
-    assert "--node-rank=1" in two.hosts[1].argv and "--rdzv-endpoint=127.0.0.1:" in " ".join(two.hosts[1].argv)
+    assert "--rdzv-conf=rank=1" in two.hosts[1].argv and "--rdzv-endpoint=127.0.0.1:" in " ".join(two.hosts[1].argv)
     out = capsys.readouterr().out
     total = round(sum(one.values[0]["sum"]), 4)
     for rank, host in ((0, names[0]), (3, names[1])):

@@ -81,7 +81,7 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return (host.strip("[]"), int(port)) if colon and port.isdigit() else None
 
 
-def _stay_on_loopback() -> None:
+def stay_on_loopback() -> None:
     """A cluster started on loopback listens only there, but on Linux Ray rewrites a loopback address to
     this machine's interface address (``ray._private.services.resolve_ip_for_localhost``) and then retries
     that address forever (measured: FACTS.md, Ray). Its "cluster mode" switch turns the rewrite off; it is
@@ -120,7 +120,7 @@ def connect(cluster: RayCluster) -> bool:
         ray.shutdown()  # tpu_lab attached it for an earlier launch: move to the one asked for now
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
     if target is not None and is_loopback(target[0]) and not cluster.address.startswith("ray://"):
-        _stay_on_loopback()
+        stay_on_loopback()
         kwargs["_node_ip_address"] = _LOOPBACK_NODE
     try:
         ray.init(address=cluster.address, **kwargs)
