@@ -130,7 +130,9 @@ def test_a_crash_on_the_second_host_stops_everything_and_names_it_fast(two_hosts
     crashed = float(re.search(r"boom at ([0-9.]+)", message)[1])
     assert reported - crashed < 5, f"reported {reported - crashed:.1f} s after the crash"
     second = e.value.result.hosts[1].host
-    assert message.startswith(f"Rank 2 on host {second} (node 1) failed; every process on every host was stopped")
+    assert message.startswith(
+        f"Rank 2 on host {second} (node 1) failed (exit 1); every process on every host was stopped"
+    )
     assert "ValueError: boom" in message
     assert [h.state for h in e.value.result.hosts] == ["stopped", "failed"]
     nothing_left(within=5)
