@@ -70,6 +70,13 @@ def launch_pids() -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "(gone)"
+
+
 def cluster_leftovers() -> tuple[list[str], list[str]]:
     """(placement groups not removed, actors not dead), from the cluster's own tables (GCS)."""
     import ray
@@ -87,7 +94,8 @@ def nothing_left(within: float = 0.0) -> None:
     deadline = time.monotonic() + within
     while (launch_pids() or any(cluster_leftovers())) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert launch_pids() == [], "processes of the launch left on a node"
+    left = {pid: _cmdline(pid) for pid in launch_pids()}
+    assert left == {}, "processes of the launch left on a node"
     assert cluster_leftovers() == ([], []), "placement groups or actors left in the cluster"
 
 
@@ -172,8 +180,10 @@ def test_twenty_interrupts_leave_no_process_actor_or_placement_group(two_hosts):
                 tl.launch(SLEEP, nproc=2, cluster=two_hosts, on_output=lambda rank, line: None)
         finally:
             timer.cancel()
-        nothing_left(within=3)  # actor processes take a moment to exit after ray.kill
-        assert launch_pids() == [], f"processes left after interrupt {i}"
+        try:
+            nothing_left(within=10)  # actor processes take a moment to exit after ray.kill
+        except AssertionError as e:
+            raise AssertionError(f"after interrupt {i}: {e}") from None
 
 
 KERNEL = """
@@ -206,7 +216,7 @@ def test_a_killed_kernel_leaves_no_process(cluster):
 def test_bad_clusters_are_refused_with_the_fix():
     with pytest.raises(tl.errors.InvalidArgument, match=r"neither a Ray address nor a tl\.RayCluster"):
         tl.launch("print(1)", nproc=1, cluster=3)
-    with pytest.raises(tl.errors.InvalidArgument, match="two ways to reach hosts"):
+    with pytest.raises(tl.errors.InvalidArgument, match="both name where to run"):
         tl.launch("print(1)", nproc=1, cluster="auto", hosts=["127.0.0.2"])
     with pytest.raises(tl.errors.InvalidArgument, match="needs both tpu_topology and tpu_version"):
         tl.launch("print(1)", nproc=1, cluster=tl.RayCluster(tpu_topology="4x4"))

@@ -117,14 +117,18 @@ def connect(cluster: RayCluster) -> bool:
                 cause="one process can be attached to one Ray cluster at a time",
                 fix="Pass cluster='auto' to use that one, or call ray.shutdown() first.",
             )
-        ray.shutdown()  # tpu_lab attached it for an earlier launch: move to the one asked for now
+        with interrupts_held():
+            ray.shutdown()  # tpu_lab attached it for an earlier launch: move to the one asked for now
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
     if target is not None and is_loopback(target[0]) and not cluster.address.startswith("ray://"):
         stay_on_loopback()
         kwargs["_node_ip_address"] = _LOOPBACK_NODE
     try:
-        ray.init(address=cluster.address, **kwargs)
-        _ATTACHED["address"] = cluster.address
+        # An interrupt inside ray.init leaves Ray's core worker half made, and the next ray.init aborts the
+        # whole process (measured, Ray 2.60): the interrupt waits until the attach is done.
+        with interrupts_held():
+            ray.init(address=cluster.address, **kwargs)
+            _ATTACHED["address"] = cluster.address
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise LaunchError(
             f"Launch refused: could not attach to the Ray cluster at {cluster.address}: {e} {NOTHING}",
