@@ -17,6 +17,8 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
+from tpu_lab.tp.launch import start
+from tpu_lab.tp.run_state import RankState
 from tpu_lab.tp.runners import ray_cluster
 
 pytest.importorskip("ray")
@@ -52,9 +54,10 @@ def two_hosts(cluster):
 
 
 def launch_pids() -> list[int]:
-    """Every torchrun and rank of any Ray launch on this machine (marker ``<run>-node<k>-``) and every
+    """Every torchrun and rank of a Ray launch of this test session (marker ``<run>-node<k>-``) and every
     host actor's process (Ray names it ``ray::RayHost...``)."""
     found = []
+    session = f"TPU_LAB_TEST_SESSION={os.environ['TPU_LAB_TEST_SESSION']}".encode()  # tests/conftest.py
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             env = (entry / "environ").read_bytes().split(b"\0")
@@ -64,6 +67,8 @@ def launch_pids() -> list[int]:
             continue
         if stat[stat.rindex(")") + 2] == "Z":
             continue
+        if session not in env:
+            continue  # another session's (the machine may be shared)
         marks = [e for e in env if e.startswith(b"TPU_LAB_RUN_ID=")]
         if (marks and re.search(rb"-node\d+-$", marks[0])) or cmdline.startswith(b"ray::RayHost"):
             found.append(int(entry.name))
@@ -224,11 +229,13 @@ def test_bad_clusters_are_refused_with_the_fix():
 
 def test_tpu_slice_bundles_and_the_host_check_without_a_tpu():
     hosts, bundle = ray_cluster.tpu_bundles("4x4", "v6e")  # ray.util.tpu's own arithmetic: 16 chips, 4 per VM
-    assert hosts == 4 and bundle == {"TPU": 4.0}
+    assert hosts == 4 and bundle == {"CPU": 1.0, "TPU": 4.0}
     cpu_node = {"Alive": True, "NodeManagerAddress": "10.0.0.9", "NodeID": "ab" * 28, "Resources": {"CPU": 8.0}}
-    tpu_nodes = [{**cpu_node, "NodeManagerAddress": f"10.0.0.{i}", "Resources": {"TPU": 4.0}} for i in range(4)]
+    tpu_nodes = [
+        {**cpu_node, "NodeManagerAddress": f"10.0.0.{i}", "Resources": {"CPU": 8.0, "TPU": 4.0}} for i in range(4)
+    ]
     assert ray_cluster.check_hosts([cpu_node, *tpu_nodes], bundle, hosts) == 4
-    with pytest.raises(tl.LaunchError, match=r"needs 4 host\(s\) with \{TPU: 4\} each.*has 3 such node\(s\)"):
+    with pytest.raises(tl.LaunchError, match=r"needs 4 host\(s\) with \{CPU: 1, TPU: 4\} each.*has 3 such node\(s\)"):
         ray_cluster.check_hosts([cpu_node, *tpu_nodes[:3]], bundle, hosts)
     assert ray_cluster.host_names([("aa11", "10.0.0.1"), ("bb22", "10.0.0.2")]) == ["10.0.0.1", "10.0.0.2"]
     assert ray_cluster.host_names([("aa1122", "127.0.0.1"), ("bb2233", "127.0.0.1")]) == [
@@ -244,3 +251,29 @@ def test_a_whole_tpu_slice():
         "import tpu_lab as tl\ntl.report(1)", nproc=4, cluster=tl.RayCluster(tpu_topology="4x4", tpu_version="v6e")
     )
     assert result.ok and len(result.hosts) == 4
+
+
+def test_a_lost_node_stops_the_launch_and_is_named(cluster, two_hosts):
+    # Last in this module: it takes a worker node away for good.
+    errors: list[BaseException] = []
+    runner = start(SLEEP, nproc=2, cluster=two_hosts)
+    waiter = threading.Thread(target=lambda: _wait_into(runner, errors), daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + 60
+    while sum(s.state is RankState.RUNNING for s in runner.state.ranks) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    second = runner.state.ranks[2].host
+    node = next(n for n in cluster.workers if second.endswith(n.node_id[:6]))
+    cluster.cluster.remove_node(node, allow_graceful=False)  # its raylet and every process of it die
+    waiter.join(60)
+    assert not waiter.is_alive(), "the launch did not notice the lost node within 60 s"
+    assert isinstance(errors[0], tl.LaunchError), errors
+    assert str(errors[0]).startswith(f"Host {second} (node 1) was lost (its Ray actor or its node died)")
+    nothing_left(within=15)
+
+
+def _wait_into(runner, errors):
+    try:
+        runner.wait(120, on_output=lambda rank, line: None)
+    except BaseException as e:
+        errors.append(e)
