@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.errors import LaunchError
+from tpu_lab.errors import EnvironmentProblem, LaunchError
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import interrupts_held
 from tpu_lab.tp.remote_command import forwarded_env
@@ -79,8 +79,14 @@ class RayRunner(Runner):
         self._group, self._slice = group, handle
 
     def start(self) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        try:
+            import ray
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        except ImportError as e:
+            raise EnvironmentProblem(
+                f"cluster= needs Ray, which this kernel cannot import ({e}).",
+                fix='pip install "tpu-lab[ray]" (the same Ray version as the cluster), then restart the kernel.',
+            ) from e
 
         from tpu_lab.tp.runners.ray_host import RayHost
 
@@ -238,11 +244,13 @@ class RayRunner(Runner):
         if self._torn_down:
             return
         self._torn_down = True
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
+        try:
+            import ray
+            from ray.util.placement_group import remove_placement_group
+        except ImportError:
+            return  # nothing was ever started
         if not ray.is_initialized():
-            return
+            return  # detached (e.g. Ray's own exit hook ran first): the cluster ends this driver's actors
         pending = {h.actor.stop.remote(): h for h in self.hosts if h.result is None and h.exit_code is None}
         done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE_S) if pending else ([], [])
         for ref in done:
