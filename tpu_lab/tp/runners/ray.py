@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tpu_lab.errors import EnvironmentProblem, LaunchError
 from tpu_lab.tp.job import Job
@@ -138,7 +138,7 @@ class RayRunner(Runner):
         deadline = time.monotonic() + CHECK_DEADLINE_S
         while pending:
             if time.monotonic() > deadline:
-                raise ssh_results.not_ready(list(pending.values()), CHECK_DEADLINE_S)
+                raise ssh_results.not_ready(_as_ssh(list(pending.values())), CHECK_DEADLINE_S)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 host = pending.pop(ref)
@@ -158,7 +158,7 @@ class RayRunner(Runner):
             assert h.hello is not None
             problem = wire.facts_problem(h.name, h.hello["executable"], h.hello, ours)
             if problem:
-                raise ssh_results.other_python(h, problem)
+                raise ssh_results.other_python(_as_ssh([h])[0], problem)
 
     # ---- stream -----------------------------------------------------------------------------------
 
@@ -276,7 +276,7 @@ class RayRunner(Runner):
         ranks = rank_results(
             self.state, {r["rank"]: r.get("value") for r in reported}, {r["rank"]: r.get("error") for r in reported}
         )
-        per_host = ssh_results.host_results(self.hosts, self.job.nproc)
+        per_host = ssh_results.host_results(_as_ssh(self.hosts), self.job.nproc)
         run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
         failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
         argv = self.hosts[0].argv if self.hosts else ()
@@ -284,6 +284,12 @@ class RayRunner(Runner):
         return LaunchResult(
             argv, run_dir, self.state.elapsed, ranks, launcher, self.state.stop_reason, hosts=per_host, failure=failure
         )
+
+
+def _as_ssh(hosts: list[_Host]) -> list[Any]:
+    """The ssh runner's wording reads only the fields both kinds of host have (name, node, hello, problem,
+    result, exit_code, argv, killed_remotely, own): share it rather than word the same things twice."""
+    return cast(list[Any], hosts)
 
 
 def _cannot_run(host: _Host, error: Exception) -> LaunchError:
