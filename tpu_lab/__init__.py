@@ -33,6 +33,7 @@ _EXPORTS = {
     "PreflightReport": "tpu_lab.tp.preflight",
     "launch": "tpu_lab.tp.launch",
     "Remote": "tpu_lab.tp.remote_command",
+    "RayCluster": "tpu_lab.tp.runners.ray_cluster",
     "LaunchResult": "tpu_lab.tp.results",
     "report": "tpu_lab.tp.results",
 }
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
     from tpu_lab.tp.remote_command import Remote
     from tpu_lab.tp.results import LaunchResult, report
+    from tpu_lab.tp.runners.ray_cluster import RayCluster
 
 
 def __getattr__(name: str) -> Any:
