@@ -2,11 +2,11 @@
 
 from types import SimpleNamespace
 
+from tpu_lab.compile.dynamo_source import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
 from tpu_lab.compile.explain import explain
-from tpu_lab.compile.records import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
 from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.sources import CompileEvent, TpuCacheSource, new_items, read_tpu_stats
 from tpu_lab.compile.tally import ForwardCall, ShapeTally
+from tpu_lab.compile.tpu_source import CompileEvent, TpuCacheSource, read_tpu_stats
 
 
 def fold(calls):
@@ -21,15 +21,6 @@ def sig(phase="prefill", length=16, cache=96, mask=True):
 
 def ev(reason=None, seconds=1.0, limit=False):
     return CompileEvent("dynamo", reason, seconds, limit)
-
-
-def test_new_items_matches_by_identity_in_a_bounded_deque():
-    a, b, c, d = object(), object(), object(), object()
-    assert new_items((), (a, b)) == [a, b]
-    assert new_items((a, b), (a, b, c)) == [c]
-    assert new_items((a, b), (b, c, d)) == [c, d]  # a was pushed out of the deque
-    assert new_items((a,), (c, d)) == [c, d]  # everything since was pushed out too
-    assert new_items((a, b), (a, b)) == []
 
 
 def test_reading_recorded_dynamo_records():
@@ -140,9 +131,10 @@ def test_explain_fallbacks():
     assert "static cache length changed 70 -> 90" in explain(
         "0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 70, actual 90"
     )
-    assert explain("0/3: ___check_obj_id(L['self'], 1234)").startswith("a different object: self is not the one")
-    # text no rule knows is shown verbatim (first line, without Dynamo's source comment)
-    assert explain("0/4: ___some_new_guard(L['x'])   # x = f(y)  # file.py:3 in g") == "0/4: ___some_new_guard(L['x'])"
+    assert explain("0/3: ___check_obj_id(L['self'], 1234)").startswith("self is a different object than")
+    # text no rule knows is shown verbatim, marked so (without Dynamo's source comment)
+    said = explain("0/4: ___some_new_guard(L['x'])   # x = f(y)  # file.py:3 in g")
+    assert said == "Dynamo's guard, not translated: ___some_new_guard(L['x'])"
 
 
 def test_explain_new_batch_sizes_and_pairs():

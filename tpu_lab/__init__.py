@@ -26,7 +26,7 @@ _EXPORTS = {
     "Watch": "tpu_lab.compile.watch",
     "no_recompiles": "tpu_lab.compile.guard",
     "GenerationSession": "tpu_lab.compile.session",
-    "GenerationRecord": "tpu_lab.compile.record",
+    "GenerationRecord": "tpu_lab.compile.generation_record",
     "recommend_buckets": "tpu_lab.compile.buckets",
     "compare_policies": "tpu_lab.compile.buckets",
     "tp_preflight": "tpu_lab.tp.preflight",
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from tpu_lab import compile, errors, host, models, testing, tp, widgets
     from tpu_lab._report import Finding
     from tpu_lab.compile.buckets import compare_policies, recommend_buckets
+    from tpu_lab.compile.generation_record import GenerationRecord
     from tpu_lab.compile.guard import no_recompiles
-    from tpu_lab.compile.record import GenerationRecord
     from tpu_lab.compile.session import GenerationSession
     from tpu_lab.compile.watch import Watch, watch
     from tpu_lab.errors import LaunchError, RecompileError, TpuLabError

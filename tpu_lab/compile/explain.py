@@ -7,21 +7,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from tpu_lab.compile import guard_words
+from tpu_lab.compile.guard_words import Cause
 from tpu_lab.compile.signature import ShapeSignature
 
-# Guard failures, in Dynamo's words (torch 2.11-2.15).
-_SIZE = re.compile(r"tensor '(?P<name>.+?)' size mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)")
-_DTYPE = re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
-_RANK = re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
-_GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
-_VALUE = re.compile(r"^(?:\d+/\d+: )?(?P<name>L\[.+?\]|[A-Za-z_]\w*) == (?P<value>-?[\d.e+-]+|True|False)\s")
-_OBJ_ID = re.compile(r"___check_obj_id\((?P<name>[^,]+),")
-_GLOBAL = re.compile(r"G\['(?P<name>[^']+)'\]")
 LIMIT_TEXT = (
-    "recompile limit reached: Dynamo gave up on this function, so this and later new shapes run "
-    "UNCOMPILED (only a log line says so). Bound the shapes with buckets."
+    "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
+    "UNCOMPILED (only a log line says so)."
 )
 TPU_DYNAMIC = "torch_tpu's tpu backend rejects dynamic shapes: pad to buckets instead"
+Signature = Sequence[tuple[str, str]]
 
 
 def explain(reason: str | None, *, limit_hit: bool = False) -> str:
@@ -30,96 +25,63 @@ def explain(reason: str | None, *, limit_hit: bool = False) -> str:
         return LIMIT_TEXT
     if not reason:
         return "first compile"
-    m = _SIZE.search(reason)
-    if m:
-        name, i, a, b = m["name"], m["i"], m["a"], m["b"]
-        if "input_ids" in name and i == "1":
-            return f"input length changed {a} -> {b}: a new prompt length (or prefill <-> decode)"
-        if ("cache" in name or "keys" in name or "values" in name) and i == "2":
-            return (
-                f"static cache length changed {a} -> {b}: the cache grows to fit each prompt; "
-                "fix max_cache_len so every call shares one size"
-            )
-        if "attention_mask" in name:
-            return f"attention mask length changed {a} -> {b}"
-        return f"new shape: {_local(name)} dimension {i} changed {a} -> {b}"
     if "NoneType" in reason and "mask" in reason:
         return (
             "attention mask is None instead of a tensor: the prompt filled its bucket exactly, no padding, "
             "so transformers dropped the mask (a second graph for the same shape)"
         )
-    return explain_guard(reason) or reason.strip().splitlines()[0].split(" # ")[0].strip()
+    failures = guard_words.parse([reason])
+    if not failures or not failures[0].graph:
+        return reason.strip().splitlines()[0]  # a source's own words (torch_tpu's cache miss)
+    return "; ".join(dict.fromkeys(guard_words.words(f).words for f in failures))
 
 
-def explain_guard(reason: str) -> str | None:
-    """Dynamo's other guard failures in words; None when the text is not one of them."""
-    if m := _RANK.search(reason):
-        return f"new shape: {_local(m['name'])} has {m['b']} dimensions, was {m['a']}"
-    if m := _DTYPE.search(reason):
-        return f"dtype change: {_local(m['name'])} was {m['a']}, now {m['b']}"
-    if m := _GRAD.search(reason):
-        was = "True" if m["a"] == "1" else "False"
-        return f"requires_grad change: {_local(m['name'])}.requires_grad was {was}"
-    if "grad_mode" in reason:
-        return "grad mode changed (torch.no_grad() / enable_grad around the call)"
-    if ".training" in reason:
-        return "train/eval change: a module's .training flag differs from the compiled graph's"
-    if m := _GLOBAL.search(reason):
-        return f"a global changed: {m['name']} (the graph baked in its old value)"
-    if "___check_obj_id" in reason or "ID_MATCH" in reason:
-        m = _OBJ_ID.search(reason)
-        which = f"{_local(m['name'])} is " if m else ""
-        return (
-            f"a different object: {which}not the one the graph was compiled for (a module instance, parameter, "
-            "function or other Python object)"
-        )
-    if m := _VALUE.search(reason.strip()):
-        return (
-            f"a Python number specialised per value: {_local(m['name'])} was {m['value']}; "
-            "each new value compiles again (pass it as a tensor, or make it a constant)"
-        )
-    return None
+def causes_of(
+    reasons: Sequence[str],
+    graphs: Sequence[tuple[str, Signature]],
+    signature: Signature,
+    *,
+    tpu: bool = False,
+    static: bool = False,
+) -> list[Cause]:
+    """Why a compile happened: the guards that failed against the compiled graph closest to the new
+    inputs. Dynamo checks every graph it holds and gives one failure per graph; a guard failing only
+    against a far graph (a dtype compiled long ago, a size a later dynamic graph covers) is no cause.
+    Closest: fewest differing input tokens, ties to the most recent graph (Dynamo lists it first)."""
+    failures = guard_words.parse(reasons)
+    if not failures:
+        return []
+    inputs = dict(graphs)
+    order = list(dict.fromkeys(f.graph for f in failures))
+    far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
+    best = min(order, key=lambda g: (_distance(inputs[g], signature) if g in inputs else far, order.index(g)))
+    out: dict[str, Cause] = {}
+    for f in failures:
+        if f.graph == best:
+            cause = guard_words.words(f, tpu=tpu, static=static)
+            out.setdefault(cause.words, cause)
+    return list(out.values())
 
 
-def signature_changes(old: Sequence[tuple[str, str]], new: Sequence[tuple[str, str]]) -> list[str]:
-    """What differs between two input signatures (from ``frames.describe_inputs``), in words."""
+def _distance(old: Signature, new: Signature) -> float:
+    """How many shape, dtype and value tokens differ between two input signatures; among numbers that
+    differ, nearer ones count a little less (a prompt of 96 is nearer the graph for 48 than for 1)."""
+    a, b = dict(old), dict(new)
+    total = 0.0
+    for name in a.keys() | b.keys():
+        ta, tb = re.findall(r"[\w.?-]+", a.get(name, "")), re.findall(r"[\w.?-]+", b.get(name, ""))
+        total += abs(len(ta) - len(tb))
+        for x, y in zip(ta, tb, strict=False):
+            if x != y:
+                near = x.isdigit() and y.isdigit() and max(int(x), int(y)) > 0
+                total += 1 - (min(int(x), int(y)) / max(int(x), int(y))) * 0.5 if near else 1
+    return total
+
+
+def signature_changes(old: Signature, new: Signature) -> list[str]:
+    """Inputs that differ between two signatures (``x: f32[4] -> f32[8]``): evidence beside a cause."""
     before, after = dict(old), dict(new)
-    out = []
-    for name in after:
-        a, b = before.get(name), after[name]
-        if a is None or a == b:
-            continue
-        if "[" in a and "[" in b:  # tensors: dtype[shape] (requires_grad)
-            (da, sa), (db, sb) = a.split("[", 1), b.split("[", 1)
-            if da != db:
-                out.append(f"dtype change: {name} {da} -> {db}")
-            if sa.split("]")[0] != sb.split("]")[0]:
-                out.append(f"new shape: {name} [{sa.split(']')[0]}] -> [{sb.split(']')[0]}]")
-            if ("requires_grad" in a) != ("requires_grad" in b):
-                out.append(
-                    f"requires_grad change: {name}.requires_grad {'requires_grad' in a} -> {'requires_grad' in b}"
-                )
-        elif a.split(" ")[0] in ("int", "float") and a.split(" ")[0] == b.split(" ")[0]:
-            out.append(
-                f"a Python {a.split(' ')[0]} specialised per value: {name} {a.split(' ')[1]} -> {b.split(' ')[1]}"
-            )
-        elif " len=" in a and " len=" in b:  # a transformers cache: its length is part of the graph
-            out.append(
-                f"static cache length changed {a.split('len=')[1]} -> {b.split('len=')[1]}: the cache is sized per "
-                "prompt and only grows; a fixed max_cache_len gives every call one size"
-            )
-        elif a.endswith(("(train)", "(eval)")) and b.endswith(("(train)", "(eval)")):
-            out.append(f"train/eval change: {name} {a.rsplit('(', 1)[1][:-1]} -> {b.rsplit('(', 1)[1][:-1]}")
-        else:
-            out.append(f"{name} changed: {a} -> {b}")
-    if before.get("grad mode") != after.get("grad mode"):
-        out.append(f"grad mode changed: {'off' if 'grad mode' in before else 'on'} -> {after.get('grad mode', 'on')}")
-    return out
-
-
-def _local(source: str) -> str:
-    """Dynamo's source text for an input (``L['x']``, ``kwargs['input_ids']``) as the user wrote it."""
-    return re.sub(r"^L\['([^']+)'\]", r"\1", source)
+    return [f"{n}: {before.get(n)} -> {d}" for n, d in after.items() if n in before and before[n] != d]
 
 
 def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -> str | None:
@@ -159,8 +121,14 @@ def explain_new_shape(sig: ShapeSignature, compiled: Sequence[ShapeSignature]) -
     return None
 
 
-def innermost_message(e: BaseException) -> str:
-    """The first line of the innermost exception: Dynamo wraps what a compile callback raised."""
+def innermost(e: BaseException) -> BaseException:
+    """The innermost exception: Dynamo wraps what a compile callback raised."""
     while (e.__cause__ or e.__context__) is not None:
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return e
+
+
+def innermost_message(e: BaseException) -> str:
+    """The first line of the innermost exception."""
+    e = innermost(e)
     return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile import frames
-from tpu_lab.compile.explain import explain, signature_changes
-from tpu_lab.compile.frames import Capture
+from tpu_lab.compile import dynamo_source
+from tpu_lab.compile.dynamo_source import Capture
+from tpu_lab.compile.explain import causes_of
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 
@@ -31,11 +31,11 @@ class NoRecompiles:
 
     def __enter__(self) -> NoRecompiles:
         self._refused = None
-        frames.add_listener(self._check)
+        dynamo_source.add_listener(self._check)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        frames.remove_listener(self._check)
+        dynamo_source.remove_listener(self._check)
         refused = self._refused
         if refused is not None and exc is not None and not isinstance(exc, RecompileError) and _caused_by(exc, refused):
             # Dynamo wraps what a compile callback raises (InternalTorchDynamoError): show ours.
@@ -46,22 +46,23 @@ class NoRecompiles:
         if ok:
             self.allowed += 1
             return
-        changes = signature_changes(capture.previous, capture.signature) if capture.previous else []
-        if changes:
-            changed = "; ".join(changes)
+        causes = causes_of(capture.reasons, capture.graphs, capture.signature, static=capture.static)
+        if causes:
+            changed = "; ".join(dict.fromkeys(c.words for c in causes))
         else:
-            changed = (
-                explain(capture.reason)
-                if capture.reason
-                else "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
-            )
-        inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature) or "unknown"
+            changed = "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
+        inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature)
+        fixes = "; ".join(dict.fromkeys(c.fix for c in causes if c.fix))
         self._refused = RecompileError(
-            f"{capture.function} would compile inside no_recompiles(): {changed}. Inputs: {inputs}.",
-            cause="an input shape, dtype or Python value that was not warmed up (or allow= was used up)",
-            fix="Warm this case up before the block (or pad it to a warmed shape), or let it through with allow=.",
+            f"{capture.function} would compile inside no_recompiles() because {changed}"
+            + (f" (inputs: {inputs})." if inputs else "."),
+            fix=(fixes[0].upper() + fixes[1:] + ", or w" if fixes else "W")
+            + "arm this case up before the block, or let it through with allow=.",
         )
         raise self._refused
+
+
+NoRecompiles._check.hears_limit = False  # type: ignore[attr-defined]  # a refusal compiles nothing
 
 
 def _caused_by(exc: BaseException, target: BaseException) -> bool:

@@ -19,10 +19,10 @@ from tpu_lab._checks import positive_int
 from tpu_lab._report import Report
 from tpu_lab.compile import batching
 from tpu_lab.compile import buckets as bk
-from tpu_lab.compile.explain import innermost_message
+from tpu_lab.compile.explain import innermost, innermost_message
+from tpu_lab.compile.generation_record import GenerationRecord, call_fields, row_records
 from tpu_lab.compile.guard import NoRecompiles
 from tpu_lab.compile.hooks import keep_attention_masks, private_copy, signature_of
-from tpu_lab.compile.record import GenerationRecord, call_fields, row_records
 from tpu_lab.compile.session_checks import COMPILE_PHASES, check_fits, check_session_args
 from tpu_lab.compile.signature import ShapeSignature
 from tpu_lab.compile.table import CompileTable
@@ -113,6 +113,11 @@ class GenerationSession(Report):
             out = (self._compiled if compiled else self._original_forward)(*args, **kwargs)
         except Exception as e:
             if self._strict:
+                if isinstance(inner := innermost(e), RecompileError):
+                    raise RecompileError(
+                        f"Shape {sig}: {inner.what}",
+                        fix="Warm this shape up first (session.warmup([...])) or pad it to a warmed bucket.",
+                    ) from None
                 raise RecompileError(
                     f"{sig} would compile inside no_recompiles(): {innermost_message(e)}",
                     cause="a prompt length, bucket or cache size that was not warmed up",

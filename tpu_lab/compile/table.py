@@ -2,77 +2,58 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tpu_lab._report import Report, banner_html, table
+from tpu_lab._report import banner_html
+from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 from tpu_lab.compile.tally import ShapeRow
 
 LIMIT_BANNER = (
     "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "
     "Bound the shapes with buckets and a fixed max_cache_len."
 )
-HEADER = (
-    "shape (batch x length)",
-    "calls",
-    "compiles",
-    "compile s",
-    "first call ms",
-    "last call ms",
-    "why it compiled",
-)
 
 
 @dataclass(frozen=True)
-class CompileTable(Report):
+class CompileTable(CompileTableBase):
     """Rows in first-seen order, one per (phase, batch, length, cache, mask) signature; iterates, indexes and
     measures like a list of ``ShapeRow``."""
 
     rows: tuple[ShapeRow, ...]
     limit_hit: bool = False
     """Dynamo's recompile limit was hit: some calls ran uncompiled (a banner says so)."""
-
-    def __iter__(self) -> Iterator[ShapeRow]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> ShapeRow:
-        return self.rows[i]
-
-    @property
-    def total_compiles(self) -> int:
-        return sum(r.compiles for r in self.rows)
-
-    @property
-    def compile_seconds(self) -> float:
-        return sum(r.compile_seconds for r in self.rows)
+    HEADER = (
+        "shape (batch x length)",
+        "calls",
+        "compiles",
+        "compile s",
+        "first call ms",
+        "last call ms",
+        "why it compiled",
+    )
 
     def _cells(self) -> list[tuple[str, ...]]:
         return [
             (
                 str(r.signature),
                 str(r.calls),
-                str(r.compiles) + (f" (+{r.uncompiled_calls} uncompiled)" if r.uncompiled_calls else ""),
+                compiled_words(r.compiles, r.cached)
+                + (f" ({r.uncompiled_calls} ran uncompiled)" if r.uncompiled_calls else ""),
                 f"{r.compile_seconds:.2f}",
                 f"{r.first_call_seconds * 1000:.1f}",
                 f"{r.last_call_seconds * 1000:.1f}",
-                r.reason,
+                cut(r.reason, 160),
             )
             for r in self.rows
         ]
-
-    def _total(self) -> str:
-        return f"total: {self.total_compiles} compiles, {self.compile_seconds:.2f} s compiling"
 
     def to_text(self) -> str:
         cells = self._cells()
         width = max([8] + [len(c[2]) for c in cells])
         lines = [f"{'shape':<30} {'calls':>5} {'compiles':>{width}} {'compile s':>9} {'last ms':>8}  why"]
         lines += [f"{c[0]:<30} {c[1]:>5} {c[2]:>{width}} {c[3]:>9} {c[5]:>8}  {c[6]}" for c in cells]
-        lines.append(self._total())
+        lines.append(self.total_line())
         if self.limit_hit:
             lines.append("WARNING: " + LIMIT_BANNER)
         return "\n".join(lines)
@@ -83,7 +64,7 @@ class CompileTable(Report):
             if self.limit_hit
             else ""
         )
-        return f"{banner}{table(self._cells(), HEADER)}<div class='tpu-lab-total'>{self._total()}</div>"
+        return f"{banner}{self.html_table()}<div class='tpu-lab-total'>{self.total_line()}</div>"
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{**asdict(r), **r.signature._asdict(), "signature": str(r.signature)} for r in self.rows]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from tpu_lab.compile.explain import explain_new_shape
 from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.sources import CompileEvent
+from tpu_lab.compile.tpu_source import CompileEvent
 
 
 class ForwardCall(NamedTuple):
@@ -41,6 +41,23 @@ class ShapeRow:
     """Dynamo's own text for the guard that failed, when there is one."""
     uncompiled_calls: int = 0
     """Calls that ran uncompiled because the recompile limit was hit."""
+    cached: int = 0
+    """Compiles served from a persistent compile cache."""
+
+
+@dataclass
+class _Running:
+    """A row while it is being folded (ShapeRow is its frozen copy)."""
+
+    calls: int = 0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+    first_call_seconds: float = 0.0
+    last_call_seconds: float = 0.0
+    reason: str = ""
+    guard: str = ""
+    uncompiled_calls: int = 0
+    cached: int = 0
 
 
 class ShapeTally:
@@ -48,7 +65,7 @@ class ShapeTally:
     history (a notebook session can run for days). Pure: no clock, no torch."""
 
     def __init__(self) -> None:
-        self._rows: dict[ShapeSignature, list[Any]] = {}
+        self._rows: dict[ShapeSignature, _Running] = {}
         self.compiled: list[ShapeSignature] = []
         """Signatures that compiled, in the order they first did."""
 
@@ -61,20 +78,20 @@ class ShapeTally:
             reason = ours or event.explanation
         row = self._rows.get(call.signature)
         if row is None:
-            # calls, compiles, compile s, first s, last s, reason, guard, uncompiled
-            row = self._rows[call.signature] = [0, 0, 0.0, call.seconds, 0.0, "", "", 0]
+            row = self._rows[call.signature] = _Running(first_call_seconds=call.seconds)
         compiles = [e for e in call.events if not e.limit_hit]
-        row[0] += 1
-        row[1] += len(compiles)
-        row[2] += sum(e.seconds for e in compiles)
-        row[4] = call.seconds
-        row[7] += not call.compiled
+        row.calls += 1
+        row.compiles += len(compiles)
+        row.compile_seconds += sum(e.seconds for e in compiles)
+        row.last_call_seconds = call.seconds
+        row.uncompiled_calls += not call.compiled
+        row.cached += sum(e.cached for e in compiles)
         if call.events:
-            row[5], row[6] = reason, call.events[-1].reason or ""
+            row.reason, row.guard = reason, call.events[-1].reason or ""
         if compiles and call.signature not in self.compiled:
             self.compiled.append(call.signature)
         return reason
 
     def rows(self) -> list[ShapeRow]:
         """One row per signature, in first-seen order."""
-        return [ShapeRow(sig, *row) for sig, row in self._rows.items()]
+        return [ShapeRow(sig, **asdict(row)) for sig, row in self._rows.items()]

@@ -1,10 +1,11 @@
-"""``tl.watch()``: every compilation inside a block of code, per function and input signature, with the
-cause in words; and ``tl.no_recompiles()``, which refuses them. The one compile-counting seam: the
-generation session counts through a Watch too.
+"""``tl.watch()``: every compilation inside a block of code, per function and input signature, each
+with its cause from the guards Dynamo checked and failed, in words, and the fix; and
+``tl.no_recompiles()``, which refuses them. The one compile-counting seam: the generation session
+counts through a Watch too.
 
-How: ``frames`` hears each compile start in this thread (function, inputs, Dynamo's reason); Dynamo's
-compilation records (``sources``) add the time, the persistent-cache hits, the dimensions that became
-dynamic and the recompile-limit refusals; on a TPU torch_tpu's cache counters add eager-mode compiles.
+How: ``dynamo_source`` hears each compile start in this thread (function, inputs, Dynamo's recompile
+reasons) and reads Dynamo's records (time, cache hits, dynamic dims, graph breaks, the recompile
+limit); on a TPU ``tpu_source`` adds torch_tpu's eager-mode compiles. This module only folds them.
 Warm calls inside a watch run untouched: nothing is read until a compile happens or the watch is polled.
 """
 
@@ -18,12 +19,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from tpu_lab.compile import dynamo_source as dynamo
 from tpu_lab.compile import frames
-from tpu_lab.compile.explain import TPU_DYNAMIC, explain, signature_changes
-from tpu_lab.compile.frames import Capture, FunctionKey
-from tpu_lab.compile.records import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
-from tpu_lab.compile.sources import CompileEvent, new_items
-from tpu_lab.compile.watch_table import WatchRow, WatchTable
+from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER, Capture
+from tpu_lab.compile.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
+from tpu_lab.compile.frames import FunctionKey
+from tpu_lab.compile.guard_words import graph_break_words
+from tpu_lab.compile.tpu_source import CompileEvent
+from tpu_lab.compile.watch_table import BreakRow, RowCause, WatchRow, WatchTable
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -37,27 +40,28 @@ class Watch:
     """
 
     def __init__(self, *, tpu: bool | None = None) -> None:
-        import torch._dynamo.utils as dynamo_utils
-
-        self._dynamo = dynamo_utils
         self._lock = threading.RLock()
         self._open: Counter[int] = Counter()  # thread id -> depth
         self._pending: list[Capture] = []
         self._rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
-        self._last_signature: dict[FunctionKey, tuple] = {}
         self._dynamic: dict[FunctionKey, str] = {}
+        self._limited: set[FunctionKey] = set()
+        self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()
+        self._breaks: dict[tuple[str, str], list[Any]] = {}
         self.timeline: list[tuple[float, str, int]] = []
         """(seconds since the watch began, function, its calls so far) per compile, for the chart."""
-        self.limit_hit = False
         self.version = 0
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
-        self._last_record = self._newest_record()
-        self._breaks_before = Counter(dynamo_utils.counters["graph_break"])
+        self._last_record = dynamo.newest_record()
+        self._break_marker = dynamo.graph_break_marker()
+        self._resets_before = dynamo.resets
         self._tpu = _tpu_source() if tpu is None or tpu else None
         self._tpu_before = self._tpu.snapshot() if self._tpu else None
+        self.on_tpu = bool(tpu) or self._tpu is not None
+        """Advice is for torch_tpu's backend (pad to buckets) rather than CPU/CUDA remedies."""
 
     # ---- opening and closing ----------------------------------------------------------------------
 
@@ -65,19 +69,19 @@ class Watch:
         with self._lock:
             me = threading.get_ident()
             if not self._open[me]:
-                frames.add_listener(self._on_compile)
+                dynamo.add_listener(self._on_compile)
             self._open[me] += 1
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._pending or self._tpu is not None or self._newest_record() is not self._last_record:
-            self.poll()  # else nothing happened since the last poll: keep a warm exit cheap
+        if self._pending or self._tpu is not None or dynamo.newest_record() is not self._last_record:
+            self.poll()  # else nothing compiled since the last poll: keep a warm exit cheap
         with self._lock:
             me = threading.get_ident()
             self._open[me] -= 1
             if not self._open[me]:
                 del self._open[me]
-                frames.remove_listener(self._on_compile)
+                dynamo.remove_listener(self._on_compile)
 
     def __call__(self, fn: Callable) -> Callable:
         """Decorate ``fn``: every call runs inside this watch and is counted per input signature."""
@@ -88,8 +92,12 @@ class Watch:
                 f"tl.watch() decorates a function, got {type(fn).__name__}.", fix="Use @tl.watch() on a def."
             )
         inner = inspect.unwrap(getattr(fn, "_torchdynamo_orig_callable", fn))
-        code = getattr(inner, "__code__", None) or getattr(getattr(inner, "forward", None), "__code__", None)
-        key = FunctionKey(code.co_name, code.co_filename, code.co_firstlineno) if code else None
+        forward = getattr(getattr(inner, "forward", None), "__code__", None)
+        code = getattr(inner, "__code__", None) or forward
+        key = None
+        if code is not None:
+            name = f"{type(inner).__name__}.forward" if code is forward else code.co_name
+            key = FunctionKey(name, code.co_filename, code.co_firstlineno)
         try:
             bind = inspect.signature(inner).bind
         except (TypeError, ValueError):
@@ -113,29 +121,33 @@ class Watch:
     def _on_compile(self, capture: Capture) -> None:
         with self._lock:
             self._pending.append(capture)
+            self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
 
     def count_call(self, key: FunctionKey, signature: tuple) -> None:
         with self._lock:
             self._calls[key] += 1
             row = self._row(key, signature)
             row.calls = (row.calls or 0) + 1
+            if key in self._limited and not row.compiles and not self._dynamic.get(key):
+                row.uncompiled += 1  # past the limit, a call needing a new graph runs uncompiled
+                if not row.causes:
+                    row.add(RowCause("ran uncompiled: Dynamo's recompile limit was hit before", kind="limit", count=0))
 
     def begin_call(self) -> tuple[Any, int]:
         """A marker before one call (the session's forward): cheap, no copy of anything."""
-        return self._newest_record(), len(self._pending)
+        return dynamo.newest_record(), len(self._pending)
 
     def end_call(self, marker: tuple[Any, int]) -> list[CompileEvent]:
         """The compiles (and recompile-limit refusals) since ``marker``, folded into the table too."""
-        if self._newest_record() is marker[0] and len(self._pending) == marker[1] and self._tpu is None:
+        if dynamo.newest_record() is marker[0] and len(self._pending) == marker[1] and self._tpu is None:
             return []  # the warm path: nothing compiled
         return self.poll()
 
     def poll(self) -> list[CompileEvent]:
         """Fold what happened since the last poll into the table; returns the new compile events."""
         with self._lock:
-            records = new_items(
-                [self._last_record] if self._last_record is not None else [], self._dynamo.get_compilation_metrics()
-            )
+            dynamo.ensure_installed()
+            records = dynamo.records_since(self._last_record)
             if records:
                 self._last_record = records[-1]
             by_id: dict[str, list[Any]] = {}
@@ -144,20 +156,23 @@ class Watch:
             events, waiting = [], []
             now = time.perf_counter()
             for cap in self._pending:
-                record = take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
+                if cap.trigger == LIMIT_TRIGGER:
+                    events.append(self._fold_limit(cap))
+                    continue
+                record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
-                elif (
-                    record is None
-                    or not getattr(record, "fail_type", None)
-                    or getattr(record, "has_guarded_code", False)
-                ):
+                elif record is None or not dynamo.is_failed(record):
                     events.append(self._fold(cap, record))
             self._pending = waiting
-            for left in by_id.values():
+            for left in by_id.values():  # a refusal whose warning was not seen (warnings switched off)
                 for record in left:
-                    if is_limit_refusal(record):
-                        events.append(self._fold_limit(record))
+                    key = dynamo.record_function(record)
+                    if dynamo.is_limit_refusal(record) and key and str(record.compile_id) not in self._handled:
+                        reasons = (record.recompile_reason,) if record.recompile_reason else ()
+                        cap = Capture(str(record.compile_id), key, (), None, now, LIMIT_TRIGGER, None, reasons)
+                        events.append(self._fold_limit(cap))
+            self._poll_breaks()
             events += self._poll_tpu()
             if events:
                 self.version += 1
@@ -167,57 +182,65 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
-        previous = cap.previous if cap.previous is not None else self._last_signature.get(cap.function)
-        changes = signature_changes(previous, cap.signature) if previous is not None else []
-        cause = "; ".join(changes) if changes else explain(cap.reason)
-        if cause == "first compile" and previous is not None:
-            cause = "compiled again for the same inputs (a guard on something else failed)"
-        dynamic = dynamic_inputs(record, cap.signature)
+        causes = [
+            RowCause(c.words, c.guard, c.fix, c.kind)
+            for c in causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
+        ]
+        if not causes:
+            again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
+            after_reset = again and dynamo.resets > self._resets_before
+            words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
+            causes = [RowCause(words, kind="first")]
+        dynamic = dynamo.dynamic_inputs(record, cap.signature)
         if dynamic and dynamic != self._dynamic.get(cap.function):
-            cause += f"; automatic dynamic shapes made {dynamic} dynamic ({TPU_DYNAMIC})"
+            fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes reuse this graph"
+            causes.append(RowCause(f"Dynamo made {dynamic} dynamic (automatic dynamic shapes)", "", fix, "dynamic", 0))
             self._dynamic[cap.function] = dynamic
-        seconds = float(getattr(record, "entire_frame_compile_time_s", None) or 0.0)
-        cached = served_from_cache(record)
+        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         row = self._row(cap.function, cap.signature)
         row.compiles += 1
         row.compile_seconds += seconds
-        row.cause, row.guard, row.dynamic = cause, (cap.reason or "").strip(), dynamic or row.dynamic
-        row.cached += bool(cached)
-        self._last_signature[cap.function] = cap.signature
+        for c in causes:
+            row.add(c)
+        row.dynamic = dynamic or row.dynamic
+        cached = record is not None and dynamo.served_from_cache(record)
+        row.cached += cached
+        self._handled.add(cap.compile_id)
         self.timeline.append((cap.at - self._started, str(cap.function), self._calls[cap.function]))
-        return CompileEvent("dynamo", cap.reason, seconds, cause=cause)
+        return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
 
     def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
         # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
         forward = self._forward_of.pop(cap.compile_id, None)
-        key = (
-            FunctionKey(f"{forward.function.name} (backward)", forward.function.filename, forward.function.line)
-            if forward
-            else cap.function
-        )
-        seconds = float(
-            getattr(record, "entire_frame_compile_time_s", None)
-            or getattr(record, "backward_cumulative_compile_time_us", 0)
-            or 0.0
-        )
-        if getattr(record, "backward_cumulative_compile_time_us", None) and not getattr(
-            record, "entire_frame_compile_time_s", None
-        ):
-            seconds = record.backward_cumulative_compile_time_us / 1e6
+        key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
+        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         row = self._row(key, forward.signature if forward else ())
         row.compiles += 1
         row.compile_seconds += seconds
-        row.cause = "backward graph, compiled at the first backward pass through this forward graph"
+        row.add(
+            RowCause("backward graph, compiled at the first backward pass through this forward graph", kind="backward")
+        )
         self.timeline.append((cap.at - self._started, str(key), self._calls[key]))
-        return CompileEvent("dynamo", None, seconds, cause=row.cause)
+        return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
-    def _fold_limit(self, record: Any) -> CompileEvent:
-        key = FunctionKey(str(record.co_name), str(record.co_filename or ""), int(record.co_firstlineno or 0))
-        row = self._row(key, self._last_signature.get(key, ()))
+    def _fold_limit(self, cap: Capture) -> CompileEvent:
+        self._handled.add(cap.compile_id)
+        self._limited.add(cap.function)
+        row = self._row(cap.function, cap.signature)
+        row.limit_hit = True
         row.uncompiled += 1
-        row.cause = explain(None, limit_hit=True)
-        self.limit_hit = True
-        return CompileEvent("dynamo", getattr(record, "recompile_reason", None), 0.0, limit_hit=True)
+        last = causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
+        words = f"{last[0].words} (refused: recompile limit)" if last else LIMIT_TEXT
+        row.add(RowCause(words, last[0].guard if last else "", last[0].fix if last else "", "limit", 0))
+        return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
+
+    def _poll_breaks(self) -> None:
+        found, self._break_marker = dynamo.graph_breaks_since(self._break_marker)
+        for b in found:
+            cause = graph_break_words(b.reason)
+            where = frames.where_label(b.filename, b.line) if b.filename else "?"
+            entry = self._breaks.setdefault((cause.words, where), [cause, 0])
+            entry[1] += 1
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None:
@@ -229,7 +252,7 @@ class Watch:
             row = self._row(TPU_ROW, ())
             row.compiles += len(events)
             row.compile_seconds += sum(e.seconds for e in events)
-            row.cause = events[-1].reason or ""
+            row.add(RowCause(events[-1].reason or "", kind="tpu", count=len(events)))
         return events
 
     def _row(self, key: FunctionKey, signature: tuple) -> WatchRow:
@@ -238,32 +261,32 @@ class Watch:
             row = self._rows[(key, signature)] = WatchRow(str(key), ", ".join(f"{n}: {d}" for n, d in signature))
         return row
 
-    def _newest_record(self) -> Any:
-        deque = getattr(self._dynamo, "_compilation_metrics", None)
-        return deque[-1] if deque else None
-
     # ---- results ----------------------------------------------------------------------------------
 
     @property
+    def limit_hit(self) -> bool:
+        return bool(self._limited)
+
+    @property
     def graph_breaks(self) -> dict[str, int]:
-        """Graph breaks since the watch began: Dynamo's reason (first line) -> count."""
-        now = self._dynamo.counters["graph_break"]
-        out: Counter[str] = Counter()
-        for reason, n in now.items():
-            if n > self._breaks_before.get(reason, 0):
-                out[reason.strip().splitlines()[0]] += n - self._breaks_before.get(reason, 0)
-        return dict(out)
+        """Graph breaks since the watch began: ``"reason in words (file:line)"`` -> count."""
+        return self.table.graph_breaks
 
     @property
     def table(self) -> WatchTable:
         self.poll()
         with self._lock:
             rows = tuple(r.frozen() for r in self._rows.values())
-        return WatchTable(rows, self.graph_breaks, self.limit_hit, tuple(self.timeline))
+            breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self._breaks.items())
+        return WatchTable(rows, breaks, dynamo.resets - self._resets_before, tuple(self.timeline))
 
     @property
     def total_compiles(self) -> int:
         return self.table.total_compiles
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as plain data (rows with every cause, guard and fix; graph breaks; limit; resets)."""
+        return self.table.to_dict()
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         return self.table._repr_mimebundle_(include, exclude)
@@ -286,6 +309,6 @@ def _tpu_source() -> Any:
 
     if not holds_tpu():  # counters exist only once this process uses the TPU
         return None
-    from tpu_lab.compile.sources import TpuCacheSource
+    from tpu_lab.compile.tpu_source import TpuCacheSource
 
     return TpuCacheSource()

@@ -1,18 +1,34 @@
-"""What a watch saw, as one renderable object: per function and input signature, calls, compiles, the
-cause in words and Dynamo's guard text; graph breaks; the recompile-limit banner; a chart; a dict."""
+"""What a watch saw, as one renderable object: per function and input signature, calls, compiles,
+each compile's cause in words with Dynamo's guard behind it and the fix; graph breaks with Dynamo's
+hints; the recompile limit per function; resets; a closing summary of causes and fixes; a chart; a dict."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from tpu_lab._report import Report, banner_html, table
+from tpu_lab._report import banner_html
 from tpu_lab.compile.explain import LIMIT_TEXT
+from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 
-HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard")
+CALLS_NOTE = (
+    "calls: counted for functions the watch wraps (@w, %%watch) and the session's forwards; '-' elsewhere, "
+    "where counting would cost every call"
+)
+
+
+@dataclass
+class RowCause:
+    """One cause of one or more compiles of a row: words, Dynamo's guard, the fix, how many compiles."""
+
+    words: str
+    guard: str = ""
+    fix: str = ""
+    kind: str = ""
+    count: int = 1
 
 
 @dataclass
@@ -20,49 +36,74 @@ class WatchRow:
     """One compiled function with one input signature (a watch keeps these, never a per-call history)."""
 
     function: str
-    """Name and file:line, e.g. ``step (train.py:12)``."""
+    """Name and file:line (or notebook cell), e.g. ``step (train.py:12)``."""
     signature: str
     """The inputs it specialised on: ``x: f32[8, 128], n: int 3``."""
     calls: int | None = None
     """Calls with these inputs; None where they are not counted (code the watch does not wrap)."""
     compiles: int = 0
     compile_seconds: float = 0.0
-    cause: str = ""
-    """Why it last compiled, in words."""
-    guard: str = ""
-    """Dynamo's own text for the guard that failed."""
+    causes: list[RowCause] = field(default_factory=list)
+    """Every compile's cause, distinct ones with counts, in the order they happened."""
     cached: int = 0
     """Compiles served from a persistent cache (inductor's on-disk FX graph cache, AOTAutograd's)."""
     uncompiled: int = 0
-    """Times Dynamo refused to compile (recompile limit): the call ran uncompiled."""
+    """Calls that ran uncompiled because Dynamo's recompile limit was hit for this function."""
+    limit_hit: bool = False
     dynamic: str = ""
-    """Inputs made dynamic by automatic dynamic shapes (e.g. ``x dim 0``): torch_tpu rejects these."""
+    """Inputs made dynamic by automatic dynamic shapes (e.g. ``x dim 0``)."""
+
+    def add(self, cause: RowCause) -> None:
+        for c in self.causes:
+            if c.words == cause.words:
+                c.count += cause.count
+                return
+        self.causes.append(cause)
+
+    @property
+    def cause(self) -> str:
+        """The causes in words; ``(x2)`` where one cause made several compiles."""
+        return "; ".join(c.words + (f" (x{c.count})" if c.count > 1 else "") for c in self.causes)
+
+    @property
+    def guard(self) -> str:
+        """Dynamo's guard text behind the causes, one per line."""
+        return "\n".join(c.guard for c in self.causes if c.guard)
 
     def frozen(self) -> WatchRow:
-        return dataclasses.replace(self)
+        return dataclasses.replace(self, causes=[dataclasses.replace(c) for c in self.causes])
 
 
 @dataclass(frozen=True)
-class WatchTable(Report):
+class BreakRow:
+    """Graph breaks at one place for one reason."""
+
+    words: str
+    where: str
+    count: int
+    fix: str
+    reason: str
+    """Dynamo's own text."""
+
+
+@dataclass(frozen=True)
+class WatchTable(CompileTableBase):
     rows: tuple[WatchRow, ...]
-    graph_breaks: dict[str, int]
-    """Dynamo's reason (first line) -> how many times it broke the graph."""
-    limit_hit: bool
+    breaks: tuple[BreakRow, ...] = ()
+    resets: int = 0
+    """torch._dynamo.reset() calls inside the watch."""
     timeline: tuple[tuple[float, str, int], ...] = ()
     """(seconds since the watch began, function, its counted calls so far) per compile."""
-
-    def __iter__(self) -> Iterator[WatchRow]:
-        return iter(self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> WatchRow:
-        return self.rows[i]
+    HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
 
     @property
-    def total_compiles(self) -> int:
-        return sum(r.compiles for r in self.rows)
+    def limit_hit(self) -> bool:
+        return any(r.limit_hit for r in self.rows)
+
+    @property
+    def graph_breaks(self) -> dict[str, int]:
+        """``"reason words (file:line)"`` -> how many times Dynamo broke the graph there."""
+        return {f"{b.words} ({b.where})": b.count for b in self.breaks}
 
     def by_function(self, name: str) -> list[WatchRow]:
         """Rows of the functions whose label starts with ``name``."""
@@ -74,32 +115,62 @@ class WatchTable(Report):
                 r.function,
                 r.signature or "-",
                 "-" if r.calls is None else str(r.calls),
-                str(r.compiles)
-                + (f" ({r.cached} cached)" if r.cached else "")
-                + (f" +{r.uncompiled} uncompiled" if r.uncompiled else ""),
+                compiled_words(r.compiles, r.cached) + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
                 f"{r.compile_seconds:.2f}",
-                r.cause,
-                r.guard.splitlines()[0][:160] if r.guard else "",
+                cut(r.cause, 160),
+                cut(r.guard.splitlines()[0] if r.guard else "", 60),
+                cut("; ".join(dict.fromkeys(c.fix for c in r.causes if c.fix)), 120),
             )
             for r in self.rows
         ]
 
-    def _summary(self) -> list[str]:
-        lines = [f"total: {self.total_compiles} compiles, {sum(r.compile_seconds for r in self.rows):.2f} s compiling"]
-        if self.graph_breaks:
-            where = sorted({r.function for r in self.rows if "after the graph break" in r.function})
+    def summary(self) -> list[str]:
+        """The closing lines: totals, graph breaks, limit, resets, then each distinct cause with its fix."""
+        lines = [self.total_line()]
+        if any(r.calls is None and r.compiles for r in self.rows):
+            lines.append(CALLS_NOTE)
+        if self.breaks:
+            lines.append(f"graph breaks: {sum(b.count for b in self.breaks)}")
+            lines += [
+                f"  {b.count} x {b.words} at {b.where}" + (f"; fix: {b.fix}" if b.fix else "") for b in self.breaks
+            ]
+        for fn in dict.fromkeys(r.function for r in self.rows if r.limit_hit):
+            rows = [r for r in self.rows if r.function == fn]
+            last = next((c.words for r in rows for c in r.causes if c.kind == "limit" and c.guard), "unknown")
+            counted = all(r.calls is not None for r in rows)
             lines.append(
-                f"graph breaks: {sum(self.graph_breaks.values())}" + (f" (at {'; '.join(where)})" if where else "")
+                f"recompile limit: {fn} stopped compiling; last cause: {last.replace(' (refused: recompile limit)', '')}; "
+                f"{sum(r.uncompiled for r in rows)} call(s) ran uncompiled"
+                + ("" if counted else " (later calls not counted)")
             )
-            lines += [f"  {n} x {reason}" for reason, n in self.graph_breaks.items()]
-        if any(r.cached for r in self.rows):
-            lines.append("cached: served from a persistent compile cache (a restarted kernel pays little for these)")
+        if self.resets:
+            lines.append(
+                f"torch._dynamo.reset() ran {self.resets} time(s) inside this watch: Dynamo forgot its graphs, "
+                "so compiles after it start afresh (still counted here)"
+            )
+        fixes: Counter[tuple[str, str]] = Counter()
+        said: dict[tuple[str, str], str] = {}
+        for r in self.rows:
+            for c in r.causes:
+                if c.kind not in ("first", "backward", "dynamic") and (c.count or c.guard):
+                    fixes[(c.kind, c.fix)] += c.count
+                    said.setdefault((c.kind, c.fix), c.words)
+        if fixes:
+            lines.append("causes and fixes:")
+            lines += [
+                f"  {said[k]}" + (f" (x{n}, and alike)" if n > 1 else "") + f": {k[1] or 'no fix needed'}"
+                for k, n in fixes.items()
+            ]
         return lines
 
     def to_text(self) -> str:
-        lines = [f"{'function':<34} {'inputs':<40} {'calls':>5} {'compiles':>8}  why"]
-        lines += [f"{c[0]:<34} {c[1]:<40} {c[2]:>5} {c[3]:>8}  {c[5]}" for c in self._cells()]
-        lines += self._summary()
+        cells = self._cells()
+        w = max([8, *(len(c[0]) for c in cells)])
+        lines = [f"{'function':<{w}} {'inputs':<36} {'calls':>5} {'compiles':>8}  why  [Dynamo's guard]"]
+        lines += [
+            f"{c[0]:<{w}} {c[1]:<36} {c[2]:>5} {c[3]:>8}  {c[5]}" + (f"  [{c[6]}]" if c[6] else "") for c in cells
+        ]
+        lines += self.summary()
         if self.limit_hit:
             lines.append("WARNING: " + LIMIT_TEXT)
         return "\n".join(lines)
@@ -108,33 +179,37 @@ class WatchTable(Report):
         banner = (
             banner_html("Recompile limit hit.", LIMIT_TEXT, css_class="tpu-lab-limit-banner") if self.limit_hit else ""
         )
-        summary = "<br>".join(escape(line) for line in self._summary())
-        return f"{banner}{table(self._cells(), HEADER)}<div class='tpu-lab-total'>{summary}</div>"
+        summary = "<br>".join(escape(line) for line in self.summary())
+        return f"{banner}{self.html_table()}<div class='tpu-lab-total'>{summary}</div>"
 
     def to_dict(self) -> dict[str, Any]:
+        rows = [{**dataclasses.asdict(r), "cause": r.cause, "guard": r.guard} for r in self.rows]
         return {
-            "rows": [dataclasses.asdict(r) for r in self.rows],
-            "graph_breaks": dict(self.graph_breaks),
+            "rows": rows,
+            "graph_breaks": [dataclasses.asdict(b) for b in self.breaks],
             "limit_hit": self.limit_hit,
+            "resets": self.resets,
             "total_compiles": self.total_compiles,
+            "from_cache": self.from_cache,
         }
 
     def chart(self) -> Any:
         """A matplotlib Figure: cumulative compiles per function, over its calls where they are counted,
-        else over time."""
+        else over time; the legend sits below the axes, so it is never clipped."""
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
 
-        fig = Figure(figsize=(7, 3.2), layout="constrained")
+        names = list(dict.fromkeys(f for _, f, _ in self.timeline))
+        fig = Figure(figsize=(7, 3.2 + 0.22 * len(names)), layout="constrained")
         ax = fig.subplots()
         by_calls = all(calls for _, _, calls in self.timeline) and bool(self.timeline)
-        for name in dict.fromkeys(f for _, f, _ in self.timeline):
+        for name in names:
             points = [(calls if by_calls else t) for t, f, calls in self.timeline if f == name]
-            ax.step([0, *points], range(len(points) + 1), where="post", label=name[:40])
+            ax.step([0, *points], range(len(points) + 1), where="post", label=name[:60])
         ax.set_xlabel("calls" if by_calls else "seconds into the watch")
         ax.set_ylabel("compiles so far")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("cumulative compiles per function")
-        if self.timeline:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+        if names:
+            fig.legend(fontsize=7, loc="outside lower center", ncols=1 if len(names) > 3 else len(names))
         return fig

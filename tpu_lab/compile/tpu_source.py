@@ -1,14 +1,10 @@
-"""Where compile counts come from, and the event the watcher reports for each compile.
-
-* Dynamo's compilation records (``torch._dynamo.utils.get_compilation_metrics()``, a bounded deque):
-  ``new_items`` finds the ones appended since a snapshot; ``records`` reads them.
-* ``TpuCacheSource``: executables torch_tpu compiled (every new op/shape in eager mode, every graph under
-  torch.compile), from its compile-cache counters, which never reset, so they are diffed.
-"""
+"""torch_tpu's compile counts (``TpuCacheSource``: every new op or shape in eager mode, every graph
+under torch.compile, from its compile-cache counters, which never reset, so they are diffed), and the
+event a source reports per compile. Dynamo's side is ``dynamo_source``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,21 +25,12 @@ class CompileEvent:
     """Dynamo refused to compile: the recompile limit was reached and the call ran uncompiled."""
     cause: str | None = None
     """The cause in words when the watcher knew more than the guard text (the inputs that changed)."""
+    cached: bool = False
+    """Served from a persistent compile cache (inductor's FX graph cache, AOTAutograd's)."""
 
     @property
     def explanation(self) -> str:
         return self.cause or explain(self.reason, limit_hit=self.limit_hit)
-
-
-def new_items(before: Sequence[Any], after: Sequence[Any]) -> list[Any]:
-    """Items appended since ``before``; Dynamo keeps a bounded deque, so match by identity, not length."""
-    if not before:
-        return list(after)
-    last = before[-1]
-    for i in range(len(after) - 1, -1, -1):
-        if after[i] is last:
-            return list(after[i + 1 :])
-    return list(after)  # the old records were pushed out: everything is new
 
 
 @dataclass(frozen=True)

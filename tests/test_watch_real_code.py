@@ -1,0 +1,357 @@
+"""tl.watch() on real-code scenarios, written from PyTorch's and transformers' public tutorials and docs
+(a DataLoader with a smaller last batch, a compiled optimizer step under an LR scheduler, train/eval,
+evaluation under no_grad, mark_dynamic, list and dict inputs, globals and closures, graph breaks on
+data-dependent branching, the recompile limit, torch._dynamo.reset(), a benchmark Timer's thread count).
+Each is checked against Dynamo's own compilation records AND its TORCH_LOGS output (the
+recompiles/graph_breaks log records) for the same run: the count equals Dynamo's, every recompile's
+words name the guard Dynamo logged, and the fix fits."""
+
+import logging
+
+import pytest
+import torch
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+
+
+class DynamoLog:
+    """Dynamo's own account of one run: its compilation records and its TORCH_LOGS records."""
+
+    def __init__(self) -> None:
+        self.records: list[logging.LogRecord] = []
+        self.first = None
+
+    def compiles(self) -> int:
+        from torch._dynamo.utils import get_compilation_metrics
+
+        found = list(get_compilation_metrics())
+        start = next((i + 1 for i, r in enumerate(found) if r is self.first), 0) if self.first else 0
+        return sum(1 for r in found[start:] if r.has_guarded_code and getattr(r, "is_forward", True))
+
+    def messages(self, artifact: str) -> list[str]:
+        return [r.getMessage() for r in self.records if r.name.endswith(f".__{artifact}")]
+
+    def recompile_reasons(self) -> list[str]:
+        return [m for m in self.messages("recompiles") if m.startswith("Recompiling function")]
+
+    def graph_breaks(self) -> list[str]:
+        return [m for m in self.messages("graph_breaks") if "Graph break" in m and "in user code" in m]
+
+
+@pytest.fixture
+def dynamo():
+    from torch._dynamo.utils import get_compilation_metrics
+
+    torch._dynamo.reset()
+    log = DynamoLog()
+    found = list(get_compilation_metrics())
+    log.first = found[-1] if found else None
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            log.records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    torch._logging.set_logs(recompiles=True, graph_breaks=True)
+    root = logging.getLogger("torch._dynamo")
+    root.addHandler(handler)
+    yield log
+    root.removeHandler(handler)
+    torch._logging.set_logs()
+
+
+def check_against_dynamo(w, log):
+    """The watch's count equals Dynamo's records; each recompile Dynamo logged has its guard in a row."""
+    table = w.table
+    assert table.total_compiles - sum(r.compiles for r in table if "(backward)" in r.function) == log.compiles()
+    guards = " ".join(r.guard for r in table)
+    for message in log.recompile_reasons():
+        failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
+        first = failed[0].split(": ", 1)[1].split("  #")[0].strip()
+        assert first.split("  ")[0][:40] in guards or any(first[:30] in r.guard for r in table), (first, guards)
+    assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
+
+
+def only_causes(w, name):
+    return [c for r in w.table.by_function(name) for c in r.causes if c.kind not in ("first", "dynamic")]
+
+
+def test_dataloader_last_batch_is_smaller(dynamo):
+    data = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.randn(10, 1))
+    model = torch.nn.Linear(3, 1)
+    step = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        for x, _ in torch.utils.data.DataLoader(data, batch_size=4):  # 4, 4, then 2
+            step(x)
+    check_against_dynamo(w, dynamo)
+    (cause,) = [c for c in only_causes(w, "Linear.forward") if c.kind == "size"]
+    assert "dimension 0 changed 4 -> 2" in cause.words and "drop_last=True" in cause.fix
+    assert "mark_dynamic" in cause.fix and "; on a TPU: pad to buckets" in cause.fix  # TPU advice labelled so
+
+
+def test_mark_dynamic_batch_never_recompiles(dynamo):
+    f = torch.compile(lambda x: x.relu() * 2, backend=BACKEND)
+    with tl.watch() as w:
+        for n in (4, 6, 9):
+            x = torch.randn(n, 3)
+            torch._dynamo.mark_dynamic(x, 0)
+            f(x)
+    check_against_dynamo(w, dynamo)
+    assert w.table.total_compiles == 1 and "mark_dynamic[0]" in w.table.rows[0].signature
+
+
+def test_dynamic_false_recompiles_per_size(dynamo):
+    f = torch.compile(lambda x: x + 1, backend=BACKEND, dynamic=False)
+    with tl.watch() as w:
+        for n in (2, 3, 5):
+            f(torch.ones(n))
+    check_against_dynamo(w, dynamo)
+    causes = only_causes(w, "<lambda>")
+    static = " (compiled with dynamic=False: every size is its own graph)"
+    assert [c.words for c in causes] == [
+        f"x dimension 0 changed 2 -> 3{static}",
+        f"x dimension 0 changed 3 -> 5{static}",
+    ]
+    assert "honoured under dynamic=False" in causes[0].fix  # against the nearest graph, advice for dynamic=False
+
+
+@pytest.mark.slow
+def test_compiled_optimizer_under_lr_scheduler(dynamo):
+    # PyTorch's tutorial "(beta) Running the compiled optimizer with an LR Scheduler"
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LinearLR(opt, total_iters=4)
+    step = torch.compile(opt.step, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(3):
+            model(torch.ones(2, 3)).sum().backward()
+            step()
+            sched.step()
+    check_against_dynamo(w, dynamo)
+    lr = [c for r in w.table for c in r.causes if c.kind == "lr"]
+    assert lr and "learning rate" in lr[0].words and "lr=torch.tensor" in lr[0].fix
+    assert "param_groups" in lr[0].guard
+
+
+def test_eval_under_no_grad_is_a_grad_mode_change(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    f = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2, 3))
+        model.eval()
+        with torch.no_grad():
+            f(torch.ones(2, 3))
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "Sequential.forward")
+    assert cause.kind == "global_state" and cause.words.startswith("grad mode changed")  # not train/eval
+
+
+def test_train_eval_with_dropout(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    f = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2, 3))
+        model.eval()
+        f(torch.ones(2, 3))
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "Sequential.forward")
+    assert cause.kind == "training" and "train/eval switched" in cause.words
+
+
+def total(xs, y):
+    return y * sum(xs)
+
+
+def test_a_shorter_list_is_a_length_change(dynamo):
+    f = torch.compile(total, backend=BACKEND)
+    with tl.watch() as w:
+        f([1, 2, 3], torch.ones(2))
+        f([4, 5], torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "total")
+    assert cause.kind == "length" and cause.words == "xs has a different length (was 3)"
+
+
+def first_value(d):
+    return list(d.values())[0] * 2  # noqa: RUF015  (this form guards on the key order)
+
+
+def test_reordered_dict_keys(dynamo):
+    f = torch.compile(first_value, backend=BACKEND)
+    with tl.watch() as w:
+        f({"a": torch.ones(2), "b": torch.ones(1)})
+        f({"b": torch.ones(1), "a": torch.ones(2)})
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "first_value")
+    assert cause.kind == "dict_keys" and "keys changed" in cause.words
+
+
+SCALE = 1
+
+
+def scaled(x):
+    return x * SCALE
+
+
+def test_global_and_closure_values(dynamo):
+    global SCALE
+    f = torch.compile(scaled, backend=BACKEND)
+    factor = 2
+
+    def closed(x):
+        return x * factor
+
+    g = torch.compile(closed, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        SCALE = 5
+        f(torch.ones(2))
+        g(torch.ones(2))
+        factor = 3
+        g(torch.ones(2))
+    SCALE = 1
+    check_against_dynamo(w, dynamo)
+    assert [c.kind for c in only_causes(w, "scaled")] == ["global"]
+    (closure,) = only_causes(w, "closed")
+    assert closure.kind == "value" and "factor" in closure.words and "was 2" in closure.words
+
+
+def branchy(x):
+    y = x * 2
+    if y.sum() > 0:  # data-dependent: Dynamo breaks the graph here
+        y = y + 1
+    return y - 1
+
+
+def test_graph_breaks_on_data_dependent_branching_are_counted(dynamo):
+    f = torch.compile(branchy, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(3))
+        f(-torch.ones(3))
+    check_against_dynamo(w, dynamo)
+    (b,) = w.table.breaks
+    assert b.words.startswith("data-dependent branching") and "torch.cond" in b.fix
+    assert b.where.startswith("test_watch_real_code.py:")
+    assert "torch.cond" in str(w.table)
+
+
+def test_recompile_limit_names_the_function_and_counts_uncompiled_calls(dynamo, capsys):
+    w = tl.watch()
+    run = w(torch.compile(lambda x: x - 1, backend=BACKEND, dynamic=False))  # wrapped: its calls are counted
+
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for n in (1, 2, 3, 4, 3):
+            run(torch.ones(n))
+    check_against_dynamo(w, dynamo)
+    table = w.table
+    limited = [r for r in table if r.limit_hit]
+    assert limited and all("<lambda>" in r.function for r in limited)
+    assert sum(r.uncompiled for r in table) == 3  # sizes 3, 4 and 3 again ran uncompiled
+    text = str(table)
+    assert "recompile limit: <lambda>" in text and "3 call(s) ran uncompiled" in text
+    assert "x dimension 0 changed 2 -> 3" in text and "mark_dynamic" in text  # advice by cause, not buckets
+    assert "hit config.recompile_limit" not in capsys.readouterr().err  # it became a row
+
+
+def test_reset_inside_a_watch_keeps_counting(dynamo):
+    f = torch.compile(lambda x: x * 3, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        torch._dynamo.reset()
+        f(torch.ones(2))
+        f(torch.ones(2, 2))
+    assert w.table.total_compiles == 3 and w.table.resets == 1
+    assert "torch._dynamo.reset() ran 1 time" in str(w)
+
+
+def test_benchmark_timer_thread_count(dynamo):
+    f = torch.compile(lambda x: x.sin(), backend=BACKEND)
+    threads = torch.get_num_threads()
+    with tl.watch() as w:
+        f(torch.ones(2))
+        try:
+            torch.set_num_threads(max(1, threads - 1) if threads > 1 else 2)
+            f(torch.ones(2))
+        finally:
+            torch.set_num_threads(threads)
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "<lambda>")
+    assert "thread count" in cause.words and "Timer" in cause.fix
+
+
+@pytest.mark.parametrize(
+    ("second", "kind", "words"),
+    [
+        (lambda: torch.ones(4, 4).t(), "stride", "memory layout changed"),
+        (lambda: torch.ones(4, 4, dtype=torch.float64), "dtype", "dtype changed Float -> Double"),
+        (lambda: torch.ones(4, 4, requires_grad=True), "requires_grad", "requires_grad changed False -> True"),
+        (lambda: torch.nn.Parameter(torch.ones(4, 4)), "tensor_type", "is now a Parameter"),
+        (lambda: torch.ones(4, 4, 1), "rank", "has 3 dimensions, was 2"),
+    ],
+)
+def test_tensor_guard_families(dynamo, second, kind, words):
+    f = torch.compile(lambda x: x * 2, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(4, 4))
+        f(second())
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "<lambda>")
+    assert cause.kind == kind and words in cause.words and cause.fix
+
+
+def test_recompile_error_is_one_clean_sentence(dynamo):
+    f = torch.compile(lambda x, n: x * n, backend=BACKEND)
+    f(torch.ones(2), 2.0)
+    with pytest.raises(tl.RecompileError) as e, tl.no_recompiles():
+        f(torch.ones(2), 3.0)
+    what = e.value.what
+    assert what.count("no_recompiles") == 1 and what.endswith(").") and "\n" not in what
+    assert "Python float n changed (was 2.0" in what and "tuple" not in what and "torch.tensor" in e.value.fix
+
+
+def test_notebook_cell_functions_are_named_by_cell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("import torch, tpu_lab as tl\nw = tl.watch()", store_history=True)
+        shell.run_cell("def cellfn(x):\n    return x + 1", store_history=True)
+        shell.run_cell("with w:\n    torch.compile(cellfn, backend='eager')(torch.ones(2))", store_history=True)
+        name = shell.user_ns["w"].table.rows[0].function
+    finally:
+        InteractiveShell.clear_instance()
+    assert name.startswith("cellfn (cell In[") and ", line 1)" in name, name
+
+
+def sized(x):
+    if x.size(0) > 30:  # a branch on a size: the dynamic graph guards on its bound
+        return x * 2
+    return x + 1
+
+
+def test_a_branch_on_a_size_names_the_users_line(dynamo):
+    f = torch.compile(sized, backend=BACKEND)
+    with tl.watch() as w:
+        for n in (4, 8, 40):
+            f(torch.ones(n))
+    check_against_dynamo(w, dynamo)
+    kinds = [c.kind for c in only_causes(w, "sized")]
+    assert kinds == ["size", "specialised"]
+    (cause,) = [c for c in only_causes(w, "sized") if c.kind == "specialised"]
+    assert "test_watch_real_code.py:" in cause.words and "if x.size(0) > 30" in cause.words
+
+
+def test_forward_hooks_added_and_removed(dynamo):
+    model = torch.nn.Linear(2, 2)
+    f = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        handle = model.register_forward_hook(lambda *a: None)
+        f(torch.ones(2))
+        handle.remove()
+        f(torch.ones(2))
+    check_against_dynamo(w, dynamo)  # whether Dynamo recompiles here depends on torch: the count follows it
+    for cause in only_causes(w, "Linear.forward"):
+        assert cause.kind == "hooks" and "hook was added to or removed" in cause.words, cause

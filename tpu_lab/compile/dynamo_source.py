@@ -1,0 +1,352 @@
+"""Every read of Dynamo's internals, in one module (torch_tpu's counters are ``tpu_source``): the
+compile-start callback, the frame and recompile reasons it finds on the stack, Dynamo's compilation
+records, its graph-break records and its recompile-limit warning. The watch only folds what this hands
+it. Names are Dynamo's (torch 2.13-2.14); where one is missing a compile is still counted, its cause
+shown as Dynamo's guard text.
+
+* Start callback (``torch._dynamo.callback``): before each compile we read ``convert_frame._compile``'s
+  locals: the user's ``frame`` (function, live inputs) and ``reasons``, one failed guard per graph Dynamo
+  already holds for the code. ``torch._dynamo.reset()`` clears callbacks: we put ours back and count it.
+* Records (``get_compilation_metrics()``, a bounded deque): time, persistent-cache hits, dynamic dims,
+  recompile-limit refusals. ``graph_break_reasons``: every graph break with the user's stack (the
+  ``graph_break`` counter misses data-dependent branching).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from tpu_lab.compile.frames import FunctionKey, describe_inputs, function_key
+
+Signature = tuple[tuple[str, str], ...]
+LIMIT_TRIGGER = "recompile_limit"
+"""A Capture's trigger when Dynamo refused to compile (its recompile limit): the call runs uncompiled."""
+
+
+class Capture(NamedTuple):
+    """One compile Dynamo started, as seen from the start callback."""
+
+    compile_id: str
+    """Dynamo's id (``"frame/attempt"``), the key of its compilation record."""
+    function: FunctionKey
+    signature: Signature
+    """(input name, description) pairs, e.g. ``(("x", "f32[4, 3]"), ("n", "int 2"))``."""
+    reason: str | None
+    """Dynamo's first recompile reason, None for a first compile."""
+    at: float
+    """time.perf_counter() when the compile started."""
+    trigger: str
+    previous: Signature | None = None
+    """The inputs this function last compiled for (None: not seen compiling before)."""
+    reasons: tuple[str, ...] = ()
+    """Every recompile reason: one failed guard per graph Dynamo already held for this code."""
+    graphs: tuple[tuple[str, Signature], ...] = ()
+    """(compile id, inputs) of those graphs, where this process saw them compile."""
+    static: bool = False
+    """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
+
+
+class GraphBreak(NamedTuple):
+    """One graph break Dynamo took: its reason (with Dynamo's hints) and the user's file and line."""
+
+    reason: str
+    filename: str
+    line: int
+
+
+Listener = Callable[[Capture], None]
+_lock = threading.Lock()
+_listeners: dict[int, list[Listener]] = {}  # thread id -> listeners, innermost last
+_last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled function
+_graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
+resets = 0
+"""torch._dynamo.reset() calls seen since tpu_lab first listened."""
+
+
+def add_listener(listener: Listener) -> None:
+    """Hear about every compile that starts in this thread until ``remove_listener``."""
+    with _lock:
+        _listeners.setdefault(threading.get_ident(), []).append(listener)
+        _install()
+
+
+def remove_listener(listener: Listener) -> None:
+    # The callback stays installed: it keeps each function's last inputs current (a stack walk per
+    # compile, nothing per call), so the next watch can compare with them.
+    with _lock:
+        mine = _listeners.get(threading.get_ident(), [])
+        if listener in mine:
+            mine.remove(listener)
+        if not mine:
+            _listeners.pop(threading.get_ident(), None)
+
+
+def ensure_installed() -> None:
+    """Put the callback back if something removed it (called per poll, never per call)."""
+    with _lock:
+        _install()
+
+
+def _install() -> None:
+    from torch._dynamo.callback import callback_handler
+
+    if _on_compile_start not in getattr(callback_handler, "start_callbacks", ()):
+        callback_handler.register_start_callback(_on_compile_start)
+    clear = callback_handler.clear
+    if not getattr(clear, "_tpu_lab", False):  # reset() clears every callback: keep ours, and count it
+
+        def clear_keeping_ours() -> None:
+            global resets
+            clear()
+            resets += 1
+            _last_seen.clear()
+            _graphs.clear()
+            callback_handler.register_start_callback(_on_compile_start)
+
+        clear_keeping_ours._tpu_lab = True  # type: ignore[attr-defined]
+        try:
+            callback_handler.clear = clear_keeping_ours  # type: ignore[method-assign]
+        except (AttributeError, TypeError):  # a torch whose handler takes no attributes: re-installed per poll
+            pass
+    logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).addFilter(_break_warning_filter)
+
+
+QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_convert")
+
+
+def _break_warning_filter(record: logging.LogRecord) -> bool:
+    # Inside a watch Dynamo's graph-break warnings (e.g. from Tensor.item()) become rows of its table.
+    watching = threading.get_ident() in _listeners
+    return not (watching and record.levelno >= logging.WARNING and "Graph break" in str(record.msg))
+
+
+def _limit_warning_filter(record: logging.LogRecord) -> bool:
+    # Inside a watch the recompile-limit warning becomes a row of its table (function, inputs, last
+    # reason), not raw text above it.
+    listeners = list(_listeners.get(threading.get_ident(), ()))
+    if not listeners or not str(record.msg).startswith("torch._dynamo hit config."):
+        return True
+    local = _compile_locals()
+    frame: Any = local.get("frame")
+    if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
+        return True
+    reasons = _reasons(local)
+    capture = Capture(
+        str(local.get("compile_id", "")),
+        function_key(frame.f_code, frame.f_locals),
+        describe_inputs(frame.f_code, frame.f_locals),
+        reasons[0] if reasons else None,
+        time.perf_counter(),
+        LIMIT_TRIGGER,
+        None,
+        reasons,
+        _graphs_of(reasons),
+        _static(),
+    )
+    for listener in listeners:
+        if getattr(listener, "hears_limit", True):
+            listener(capture)
+    return False
+
+
+def _on_compile_start(args: Any) -> None:
+    listeners = list(_listeners.get(threading.get_ident(), ()))
+    frame, reasons = _compiling_frame()
+    if frame is not None:
+        key = function_key(frame.f_code, frame.f_locals)
+        signature = describe_inputs(frame.f_code, frame.f_locals)
+    else:  # e.g. a backward graph compiled lazily at the first backward call
+        key = FunctionKey(f"<{str(getattr(args, 'callback_trigger', 'compile')).split('.')[-1].lower()}>", "", 0)
+        signature = ()
+    compile_id = str(getattr(args, "compile_id", ""))
+    capture = Capture(
+        compile_id,
+        key,
+        signature,
+        reasons[0] if reasons else None,
+        time.perf_counter(),
+        str(getattr(args, "callback_trigger", "")),
+        _last_seen.get(key) if reasons else None,  # no reason: Dynamo holds no graph for this code
+        reasons,
+        _graphs_of(reasons),
+        _static(),
+    )
+    if len(_last_seen) > 4096 or len(_graphs) > 8192:
+        _last_seen.clear()
+        _graphs.clear()
+    if frame is not None:
+        _last_seen[key] = signature
+        _graphs[compile_id] = (key, signature)
+    for listener in listeners:
+        listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
+
+
+def _compile_locals() -> dict[str, Any]:
+    """The locals of Dynamo's ``convert_frame._compile`` on this thread's stack ({} when not found)."""
+    f: Any = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_name == "_compile" and f.f_code.co_filename.endswith("convert_frame.py"):
+            return f.f_locals
+        f = f.f_back
+    return {}
+
+
+def _reasons(local: dict[str, Any]) -> tuple[str, ...]:
+    reasons = local.get("reasons")
+    if not isinstance(reasons, list):  # another torch: the first reason only
+        reasons = [local["recompile_reason"]] if local.get("recompile_reason") else []
+    return tuple(str(r) for r in reasons)
+
+
+def _compiling_frame() -> tuple[Any, tuple[str, ...]]:
+    """(the user's frame Dynamo is compiling, Dynamo's recompile reasons), read from the call stack."""
+    local = _compile_locals()
+    frame = local.get("frame")
+    ok = hasattr(frame, "f_code") and hasattr(frame, "f_locals")
+    return (frame if ok else None), _reasons(local)
+
+
+def _graphs_of(reasons: tuple[str, ...]) -> tuple[tuple[str, Signature], ...]:
+    """(compile id, inputs) of the graphs Dynamo checked, where this process saw them compile."""
+    ids = [r.split(":", 1)[0] for r in reasons]
+    return tuple((i, _graphs[i][1]) for i in ids if i in _graphs)
+
+
+def _static() -> bool:
+    import torch._dynamo.config as config  # torch.compile(dynamic=False) patches it around the compile
+
+    return not getattr(config, "automatic_dynamic_shapes", True)
+
+
+def function_of(compile_id: str) -> FunctionKey | None:
+    """The function a compile id's frame belongs to (a recompile-limit record names none)."""
+    frame = compile_id.split("/")[0]
+    return next((k for i, (k, _) in reversed(list(_graphs.items())) if i.split("/")[0] == frame), None)
+
+
+# ---- compilation records -------------------------------------------------------------------------
+
+CACHE_HIT_FIELDS = (
+    "inductor_fx_local_cache_hit_count",
+    "inductor_fx_remote_cache_hit_count",
+    "aotautograd_local_cache_hit_count",
+)
+
+
+def newest_record() -> Any:
+    import torch._dynamo.utils as dynamo_utils
+
+    deque = getattr(dynamo_utils, "_compilation_metrics", None)
+    return deque[-1] if deque else None
+
+
+def records_since(last: Any) -> list[Any]:
+    """Records appended after ``last``; the deque is bounded, so match by identity, not length."""
+    import torch._dynamo.utils as dynamo_utils
+
+    after = dynamo_utils.get_compilation_metrics()
+    if last is None:
+        return list(after)
+    for i in range(len(after) - 1, -1, -1):
+        if after[i] is last:
+            return list(after[i + 1 :])
+    return list(after)  # the old records were pushed out: everything is new
+
+
+def take_record(records: list[Any], *, backward: bool) -> Any:
+    """Dynamo's record for a compile: the frame's own, or (``backward``) the lazy backward's; same id."""
+    for r in records:
+        if (getattr(r, "is_forward", True) is False) == backward:
+            records.remove(r)
+            return r
+    return None
+
+
+def record_function(record: Any) -> FunctionKey | None:
+    name = getattr(record, "co_name", None)
+    if not name:
+        return function_of(str(getattr(record, "compile_id", "")))
+    return FunctionKey(str(name), str(record.co_filename or ""), int(record.co_firstlineno or 0))
+
+
+def compile_seconds(record: Any) -> float:
+    seconds = getattr(record, "entire_frame_compile_time_s", None)
+    if seconds:
+        return float(seconds)
+    return float(getattr(record, "backward_cumulative_compile_time_us", 0) or 0) / 1e6
+
+
+def served_from_cache(record: Any) -> bool:
+    """Whether inductor's or AOTAutograd's persistent cache served this compile."""
+    return any(int(getattr(record, f, 0) or 0) for f in CACHE_HIT_FIELDS)
+
+
+def is_limit_refusal(record: Any) -> bool:
+    return "recompile limit" in (getattr(record, "fail_reason", None) or "").lower()
+
+
+def is_failed(record: Any) -> bool:
+    """A compile that produced no graph (an error, or the limit): not a compile the user pays twice for."""
+    return bool(getattr(record, "fail_type", None)) and not getattr(record, "has_guarded_code", False)
+
+
+def dynamic_inputs(record: Any, signature: Signature) -> str:
+    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes."""
+    text = getattr(record, "graph_node_shapes", None)
+    if not text:
+        return ""
+    try:
+        shapes = ast.literal_eval(text) if isinstance(text, str) else dict(text)
+    except (ValueError, SyntaxError):
+        return ""
+    names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
+    out = []
+    for node, shape in shapes.items():
+        if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
+            continue
+        name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
+        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
+        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
+        if dims:
+            out.append(f"{name} dim {', '.join(dims)}")
+        elif scalar:
+            out.append(name)
+    return ", ".join(out)
+
+
+# ---- graph breaks --------------------------------------------------------------------------------
+
+
+def graph_break_marker() -> tuple[int, int, int]:
+    import torch._dynamo.utils as dynamo_utils
+
+    found = getattr(dynamo_utils, "graph_break_reasons", None)
+    return (id(found), len(found), resets) if isinstance(found, list) else (0, 0, resets)
+
+
+def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], tuple[int, int, int]]:
+    """Breaks recorded after ``marker`` (a reset empties the list: then all of them), and the new marker."""
+    import torch._dynamo.utils as dynamo_utils
+
+    found = getattr(dynamo_utils, "graph_break_reasons", None)
+    if not isinstance(found, list):
+        return [], marker
+    same = marker[0] == id(found) and marker[2] == resets and marker[1] <= len(found)
+    start = marker[1] if same else 0
+    out = []
+    for item in found[start:]:
+        stack = list(getattr(item, "user_stack", None) or [])
+        mine = [s for s in stack if "/torch/" not in s.filename and "/site-packages/" not in s.filename] or stack
+        where = mine[-1] if mine else None
+        out.append(
+            GraphBreak(str(item.reason), where.filename if where else "", int(where.lineno or 0) if where else 0)
+        )
+    return out, (id(found), len(found), resets)
