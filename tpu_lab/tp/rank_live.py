@@ -128,3 +128,12 @@ def hang_words(live: Mapping[int, RankCompiles | None], running: Sequence[int], 
             did = "compiled nothing"
         parts.append(f"rank {r} still running after {rank_span(finished)} finished ({did})")
     return "; ".join(parts)
+
+
+def compile_words(state: Any, now: float | None = None) -> str:
+    """The line a live view shows for a run state (``tp.run_state.RunState``): who compiles and who waits,
+    or who still runs after others finished and what it did last. Empty when neither applies."""
+    live = {r.rank: r.compiles for r in state.ranks}
+    running = [r.rank for r in state.ranks if r.state.value == "running"]
+    finished = [r.rank for r in state.ranks if r.state.final]
+    return waiting_words(live, running, now) or hang_words(live, running, finished)
