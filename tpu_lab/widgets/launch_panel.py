@@ -135,13 +135,13 @@ class LaunchPanel(w.VBox):
         for rank, view in enumerate(self.rank_views):
             status = ranks[rank] if rank < len(ranks) else None
             label, colour = (status.label, STATE_COLOURS[status.state]) if status else ("waiting", "#555")
-            if status is not None and status.compiles is not None:
-                label += f" · {status.compiles.label()}"
+            compiles = status.compiles.label() if status is not None and status.compiles is not None else ""
             lines = state.lines(rank)[-LOG_LINES:] if state and status else []
             view.value = (
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
-                f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
+                + (f" &middot; <span class='tpu-lab-rank-compiles'>{escape(compiles)}</span>" if compiles else "")
+                + f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
             )
 
     def _draw_compiles(self) -> None:
