@@ -241,10 +241,16 @@ CACHE_HIT_FIELDS = (
 )
 
 
-def newest_record() -> Any:
-    import torch._dynamo.utils as dynamo_utils
+_utils: Any = None  # torch._dynamo.utils, once imported (newest_record runs per session forward)
 
-    deque = getattr(dynamo_utils, "_compilation_metrics", None)
+
+def newest_record() -> Any:
+    global _utils
+    if _utils is None:
+        import torch._dynamo.utils as dynamo_utils
+
+        _utils = dynamo_utils
+    deque = getattr(_utils, "_compilation_metrics", None)
     return deque[-1] if deque else None
 
 
