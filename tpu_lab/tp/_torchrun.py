@@ -10,8 +10,9 @@
 - This process is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a rank's child that starts its
   own session and outlives its rank is re-parented here, not to init, so it is still found through the
   process tree, and every descendant is ended when torchrun returns.
-- When ranks fail, torchrun's own record of them (global rank, exit code or signal, time) is written to
-  ``torchrun.failures.json`` in the run folder, so the runner never parses torchrun's printed summary.
+- When torchrun first stops its ranks, the local ranks that had already ended with an error (exit code
+  or signal, and a lower bound of when) are written to ``torchrun.failures.json`` in the run folder, so
+  the runner never parses torchrun's printed summary and never blames a rank torchrun itself stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import datetime
 import json
 import os
-import signal
 import socket
 import sys
 import time
@@ -111,48 +111,35 @@ def create_handler(params: RendezvousParameters) -> RendezvousHandler:
     return BoundRendezvous(params.run_id, host.strip("[]"), int(port or 0), rank, nnodes, timeout)
 
 
-# Local ranks torchrun found failed BEFORE it stopped the others, with a lower bound of when each died.
-# torchrun's own record also lists the ranks it killed itself while stopping ("for bookkeeping"), which
-# must not be blamed. Its failure timestamps are whole seconds taken when it noticed.
-_FOUND: dict[int, float] = {}
 MONITOR_S = 0.2  # --monitor-interval in tp.command
 
 
 def _note_failures_before_stop() -> None:
+    """Record, the first time torchrun stops its ranks (after a failure, or on a signal), which local
+    ranks had already ended with an error and a lower bound of when: torchrun's own record also lists
+    the ranks it then kills itself, and only has whole seconds taken when it noticed."""
     from torch.distributed.elastic.multiprocessing import api
 
     context = getattr(api, "SubprocessContext", None)
     close = getattr(context, "close", None)
-    if context is None or close is None:
+    folder = os.environ.get(RESULT_DIR_ENV)
+    if context is None or close is None or not folder:
         return
 
     def noting_close(self: Any, *args: Any, **kwargs: Any) -> Any:
-        failures = getattr(self, "_failures", None)
-        if isinstance(failures, dict) and not getattr(self, "_tpu_lab_closed", False):
-            self._tpu_lab_closed = True  # later closes see the ranks this one stopped
-            died_by = time.time() - MONITOR_S - 0.05  # it died after the previous look, at the earliest
-            for local_rank in failures:
-                _FOUND.setdefault(int(local_rank), died_by)
+        if not getattr(self, "_tpu_lab_noted", False):
+            self._tpu_lab_noted = True  # later closes see the ranks this one stopped
+            died_by = time.time() - MONITOR_S - 0.05  # each died after torchrun's previous look, at the earliest
+            failed = {}
+            for local_rank, handler in dict(getattr(self, "subprocess_handlers", {})).items():
+                code = handler.proc.poll()
+                if code:
+                    failed[str(local_rank)] = {"exitcode": code, "timestamp": died_by}
+            with contextlib.suppress(OSError):
+                write_atomic(Path(folder) / FAILURES_FILE, json.dumps(failed))
         return close(self, *args, **kwargs)
 
     context.close = noting_close
-
-
-def _record_failures(error: BaseException) -> None:
-    """torchrun's record of the failed ranks, for the runner (see the module docstring)."""
-    folder, failures = os.environ.get(RESULT_DIR_ENV), getattr(error, "failures", None)
-    if not folder or not isinstance(failures, dict):
-        return
-    record = {
-        str(rank): {
-            "exitcode": f.exitcode,
-            "timestamp": _FOUND.get(f.local_rank, f.timestamp),
-            "before_stop": f.local_rank in _FOUND if _FOUND else f.exitcode != -signal.SIGTERM,
-        }
-        for rank, f in failures.items()
-    }
-    with contextlib.suppress(OSError):
-        write_atomic(Path(folder) / FAILURES_FILE, json.dumps(record))
 
 
 def _become_subreaper() -> None:
@@ -172,9 +159,6 @@ def main() -> None:
 
     try:
         torchrun_main()
-    except BaseException as e:
-        _record_failures(e)
-        raise
     finally:
         end_descendants()
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tpu_lab._checks import environment, positive_int, string_args
 from tpu_lab.errors import InvalidArgument
+from tpu_lab.tp.command import STALE_ENV
 
 # A one-line string that is only a file name (no spaces, quotes, brackets or operators) is a path;
 # anything else ending in ".py" is code (e.g. `run("train.py")` ends in ")", `x = a.py` has " = ").
@@ -50,6 +51,14 @@ def make_job(
             fix="Use one rank per chip (TPU) or a few on CPU, e.g. nproc=2.",
         )
     checked_env, checked_args = environment(env), string_args(args)
+    owned = sorted(k for k in checked_env if k in STALE_ENV or k.startswith("TORCHELASTIC_"))
+    if owned:
+        raise InvalidArgument(
+            f"env sets {', '.join(owned)}, which the launch sets itself for each rank.",
+            cause="torchrun and tpu_lab give every rank its rank, world size, rendezvous and run marker; "
+            "a value from env= cannot apply (and the run marker is how every process gets stopped)",
+            fix="Drop those keys; read them in the worker from os.environ (e.g. int(os.environ['RANK'])).",
+        )
     source, path = worker_source(code_or_path)
     return Job(source, path, nproc, checked_args, checked_env)
 

@@ -15,9 +15,13 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.errors import InvalidArgument, LaunchError
 from tpu_lab.host.chips import TpuChips, holds_tpu, rank_count_problem, scan_tpu_chips
 from tpu_lab.host.findings import LAUNCH_ENV
+from tpu_lab.host.memory import memory_gib
 from tpu_lab.tp.process import run_briefly
 
 TIMEOUT_S = 120
+# The least memory a rank takes before it loads anything: a Python process that imported torch (measured
+# ~0.2 GiB with the CPU wheel; torch_tpu's autoload adds ~0.4 GiB).
+RANK_GIB, RANK_GIB_TPU = 0.2, 0.6
 _CODE = (
     "import json, os, sys, torch\nbefore = dict(os.environ)\n"
     "torch.tpu.distributed.set_tpu_launch_env(nnodes=int(sys.argv[1]), nproc_per_node=int(sys.argv[2]))\n"
@@ -35,6 +39,21 @@ def check_tpu_ranks(nproc: int, chips: TpuChips, kernel_holds_tpu: bool | None) 
             "This kernel already holds the TPU, so every rank would fail with 'Device or resource busy'.",
             cause="a tensor was put on the 'tpu' device in this kernel (loading a model there counts)",
             fix="Save what you need, restart the kernel, and launch before touching the TPU here.",
+        )
+
+
+def check_rank_memory(nproc: int, on_tpu: bool, memory: float | None = None) -> None:
+    """Refuse more ranks than this machine's memory can hold (each rank is a Python process that imports
+    torch). ``memory``: GiB this process may use (None: read it)."""
+    memory = memory_gib() if memory is None else memory
+    need = nproc * (RANK_GIB_TPU if on_tpu else RANK_GIB)
+    if memory is not None and need > memory:
+        raise InvalidArgument(
+            f"nproc={nproc} ranks need at least {need:.1f} GiB here, more than the {memory:.1f} GiB this machine allows.",
+            cause=f"each rank is a Python process that imports torch (about {RANK_GIB if not on_tpu else RANK_GIB_TPU} GiB "
+            "before it loads anything)",
+            fix=f"Use at most {max(1, int(memory // (RANK_GIB_TPU if on_tpu else RANK_GIB)))} ranks here, "
+            "or spread them over several hosts (hosts=[...]).",
         )
 
 

@@ -82,8 +82,18 @@ def raise_for_failure(result: LaunchResult) -> None:
             result=result,
             fix="Nothing to fix: run the cell again when you are ready.",
         )
-    if blamed is not None:
+    failure_first = result.failure is not None and (
+        blamed is None or (result.failed_at or float("inf")) <= (blamed.failed_at or float("inf"))
+    )
+    if blamed is not None and not failure_first:
         raise _rank_failed(result, blamed)
+    if result.failure is not None and " is full (" in result.failure:
+        raise LaunchError(
+            f"{result.failure[0].upper()}{result.failure[1:]}; {_where(result)} was stopped.\n{describe(result)}",
+            result=result,
+            cause="each rank's output and results are written under the temporary folder, and it has no space left",
+            fix="Free space there, or point TMPDIR at a folder with space (e.g. TMPDIR=$HOME/tmp) and restart the kernel.",
+        )
     if result.failure is not None:
         raise LaunchError(
             f"{result.failure[0].upper()}{result.failure[1:]}; {_where(result)} was stopped.\n{describe(result)}",

@@ -155,10 +155,11 @@ def host_python(remote: Remote, host: str, default: str = sys.executable) -> str
     return remote.python or default
 
 
-def remote_argv(python: str, forwarded: Mapping[str, str], marker: str) -> list[str]:
-    """What runs on a host: the host runner under ``env`` with the forwarded variables and the run's marker."""
-    assignments = [f"{k}={v}" for k, v in forwarded.items()]
-    return ["env", *assignments, marker, python, "-m", "tpu_lab.tp.runners.ssh_host"]
+def remote_argv(python: str, forwarded: Mapping[str, str], marker: str | None, *args: str) -> list[str]:
+    """What runs on a host: the host runner under ``env`` with the forwarded variables and the run's
+    marker (None: no marker, for the runner's ``--kill``), then ``args``."""
+    assignments = [f"{k}={v}" for k, v in forwarded.items()] + ([marker] if marker else [])
+    return ["env", *assignments, python, "-m", "tpu_lab.tp.runners.ssh_host", *args]
 
 
 def forwarded_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -143,6 +143,8 @@ class LaunchResult(Report):
     """Per host, in node order (multi-host launches; empty on one host)."""
     failure: str | None = None
     """What failed when no rank did (torchrun itself killed, a host lost), in words."""
+    failed_at: float | None = None
+    """Wall-clock time of ``failure`` (compared with the ranks' to blame what failed first)."""
     compiles: RunCompiles | None = None
     """Each rank's compile table, merged, with divergences in words (None: launched with watch=False)."""
 

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tpu_lab.errors import EnvironmentProblem
 from tpu_lab.host.processes import env_values
 from tpu_lab.tp.command import RUN_ID_ENV
 
@@ -25,8 +26,15 @@ KEEP_RUNS = 5
 def new_run_dir(run_id: str, root: str | os.PathLike | None = None) -> Path:
     """A fresh, private (0700) directory for run ``run_id``; older runs beyond KEEP_RUNS are removed first."""
     root = Path(root or tempfile.gettempdir())
-    prune_run_dirs(root, keep=KEEP_RUNS - 1)
-    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
+    try:
+        prune_run_dirs(root, keep=KEEP_RUNS - 1)
+        return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{run_id}.", dir=root))
+    except OSError as e:
+        raise EnvironmentProblem(
+            f"Cannot create the launch's run folder under {root}: {e.strerror or e}.",
+            cause="the temporary folder is missing, read-only, full, or not yours",
+            fix="Point TMPDIR at a writable folder with free space (e.g. TMPDIR=$HOME/tmp) and restart the kernel.",
+        ) from e
 
 
 def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS, prefix: str = PREFIX) -> list[Path]:

@@ -11,9 +11,11 @@ by a signal nobody in the launch sent is a failure, with that signal.
 from __future__ import annotations
 
 import queue
+import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
@@ -21,7 +23,7 @@ from typing import IO
 from tpu_lab.errors import LaunchError
 from tpu_lab.tp.command import FAILURES_FILE, LaunchSpec, build_command
 from tpu_lab.tp.job import Job
-from tpu_lab.tp.launch_env import tpu_launch_env
+from tpu_lab.tp.launch_env import check_rank_memory, tpu_launch_env
 from tpu_lab.tp.process import interrupts_held, kill_run, spawn_launcher, terminate_then_kill
 from tpu_lab.tp.rank_compiles import CompileFiles, RunCompiles, watched
 from tpu_lab.tp.results import LaunchResult, rank_results, read_json
@@ -38,6 +40,16 @@ def signal_name(code: int) -> str:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
+
+
+FULL_DISK_BYTES = 256 * 1024
+
+
+def _free_bytes(path: Path) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
 
 
 class _RankLog:
@@ -76,7 +88,10 @@ class Torchrun:
         self.spec, self.argv, self.env, self.state = spec, argv, env, state
         self.proc: subprocess.Popen[str] | None = None
         self.failure: str | None = None
+        self.failed_at: float | None = None
+        """Wall-clock lower bound of when ``failure`` happened (torchrun's output ended just after)."""
         self.stopping = False
+        self._ended_at: float | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._logs = {spec.first_rank + i: _RankLog(spec.first_rank + i) for i in range(spec.nproc)}
         self._reader_done = False
@@ -93,6 +108,7 @@ class Torchrun:
         assert self.proc is not None and self.proc.stdout is not None
         for raw in self.proc.stdout:  # drained continuously, so torchrun never blocks on a full pipe
             self._lines.put(raw.rstrip("\n"))
+        self._ended_at = time.time() - 0.05  # its pipe closed as it died
         self._lines.put(None)
 
     def poll(self, on_output: OutputCallback, seconds: float) -> bool:
@@ -150,18 +166,22 @@ class Torchrun:
         self._read_statuses()
         failures = read_json(self.spec.run_dir / FAILURES_FILE) or {}
         for key, record in failures.items() if isinstance(failures, dict) else ():
-            rank, code = int(key), int(record.get("exitcode", 1))
+            rank, code = self.spec.first_rank + int(key), int(record.get("exitcode", 1))
             if rank not in self._logs or self.state.ranks[rank].state.final:
                 continue
-            if (code < 0 and self.stopping) or not record.get("before_stop", True):
-                continue  # stopped by us, or by torchrun after another rank failed
             fields = {"signal": signal_name(code)} if code < 0 else {"exit_code": code}
             self.state.set_rank(rank, RankState.FAILED, failed_at=record.get("timestamp"), **fields)
         assert self.proc is not None
         code = self.proc.returncode
         rank_failed = any(self.state.ranks[r].state is RankState.FAILED for r in self._logs)
-        if code and not self.stopping and not rank_failed:
+        free = _free_bytes(self.spec.run_dir)
+        if (code or rank_failed) and free is not None and free < FULL_DISK_BYTES:
+            # Ranks that cannot write their output fail for no fault of their code: say so first.
+            self.failure = f"the disk under {self.spec.run_dir} is full ({free // 1024} KiB free)"
+            self.failed_at = 0.0
+        elif code and not self.stopping and not rank_failed:
             pid = self.proc.pid
+            self.failed_at = self._ended_at
             self.failure = (
                 f"the torchrun process (pid {pid}) was killed by {signal_name(code)}, and its ranks with it"
                 if code < 0
@@ -202,6 +222,7 @@ class LocalRunner(Runner):
 
     def start(self) -> None:
         tpu_env = tpu_launch_env(self.job.nproc, self.environ)
+        check_rank_memory(self.job.nproc, bool(tpu_env))
         run_dir = new_run_dir(self.job.run_id)
         try:
             script = self.job.path

@@ -89,6 +89,7 @@ class SshRunner(Runner):
         self._events: queue.Queue[tuple[int, str, Any]] = queue.Queue()
         self._lock = threading.Lock()
         self._kill_at: float | None = None
+        self._failed_at: float | None = None
         self._going = False
 
     def _marker(self, node: int) -> str:
@@ -227,9 +228,12 @@ class SshRunner(Runner):
         self._next(on_output, seconds)
         now = time.monotonic()
         if self.state.failure is None and self.state.stop_reason is None:
-            self.state.failure = ssh_results.first_trouble(self.hosts, self.state, now - SILENT_AFTER_S)
-            if self.state.failure is not None:
-                self._ask_stop(f"stopped: {self.state.failure}")
+            trouble = ssh_results.first_trouble(self.hosts, self.state, now - SILENT_AFTER_S)
+            if trouble is not None:
+                self.state.failure, self._failed_at = trouble
+                self._ask_stop(f"stopped: {trouble[0]}")
+                for h in ssh_results.silent(self.hosts, now - SILENT_AFTER_S):
+                    self._kill_host(h)  # a frozen runner cannot stop anything: do not wait for it
         if self._kill_at is not None and now > self._kill_at:
             self._kill_unconfirmed()
         if any(h.exit_code is None for h in self.hosts):
@@ -248,15 +252,17 @@ class SshRunner(Runner):
     def _kill_unconfirmed(self) -> None:
         """Hosts that have not ended after the grace period: kill the client, then everything of the run
         on that host through a second connection (a frozen host runner cannot stop anything itself)."""
-        stuck = [h for h in self.hosts if h.proc.poll() is None]
-        end_clients([h.proc for h in stuck], 0)
-        for h in stuck:
-            if self._going and h.killed_remotely is None:
-                h.killed_remotely = self._kill_remotely(h)
+        for h in [h for h in self.hosts if h.proc.poll() is None]:
+            self._kill_host(h)
+
+    def _kill_host(self, host: _Host) -> None:
+        end_clients([host.proc], 0)
+        if self._going and host.killed_remotely is None:
+            host.killed_remotely = self._kill_remotely(host)
 
     def _kill_remotely(self, host: _Host) -> str:
         python = host_python(self.remote, host.name)
-        command = [python, "-m", "tpu_lab.tp.runners.ssh_host", "--kill", self._marker(host.node)]
+        command = remote_argv(python, forwarded_env(self.environ), None, "--kill", self._marker(host.node))
         argv = client_argv(self.remote, host.name, host.node, command)
         try:
             done = run_briefly(argv, {k: v for k, v in self.environ.items() if k != RUN_ID_ENV}, KILL_TIMEOUT_S)
@@ -286,7 +292,7 @@ class SshRunner(Runner):
         per_host = ssh_results.host_results(self.hosts, self.job.nproc)
         run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
         launcher = "\n".join(self.state.lines(None))
-        failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
+        failure, failed_at = ssh_results.earliest_failure(self.hosts, self.state.failure, self._failed_at)
         argv = self.hosts[0].argv if self.hosts else ()
         files = {r["rank"]: r.get("compiles") for h in self.hosts for r in (h.result or {}).get("ranks", [])}
         compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
@@ -299,5 +305,6 @@ class SshRunner(Runner):
             self.state.stop_reason,
             hosts=per_host,
             failure=failure,
+            failed_at=failed_at,
             compiles=compiles,
         )

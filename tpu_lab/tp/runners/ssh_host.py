@@ -29,7 +29,7 @@ from typing import Any
 
 from tpu_lab.errors import TpuLabError
 from tpu_lab.tp.command import LaunchSpec, build_command
-from tpu_lab.tp.launch_env import tpu_launch_env
+from tpu_lab.tp.launch_env import check_rank_memory, tpu_launch_env
 from tpu_lab.tp.process import kill_run
 from tpu_lab.tp.run_state import RankState, RunState
 from tpu_lab.tp.rundirs import HOST_PREFIX, prune_run_dirs
@@ -103,6 +103,7 @@ def _prepare(job: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         tpu_env = tpu_launch_env(
             job["nproc"], os.environ, hostnames=job["addresses"], node=job["node"], this_process_holds_tpu=False
         )
+        check_rank_memory(job["nproc"], bool(tpu_env))
     except TpuLabError as e:
         raise _HostProblem(str(e)) from e
     return {
@@ -191,7 +192,7 @@ def _run(job: dict[str, Any], go: dict[str, Any], hello: dict[str, Any], out: _O
         }
         for r in mine
     ]
-    return {"ranks": ranks, "failure": run.failure, "stopped": run.stopping}
+    return {"ranks": ranks, "failure": run.failure, "failed_at": run.failed_at, "stopped": run.stopping}
 
 
 def _exit_on_signal(signum: int, frame: Any) -> None:

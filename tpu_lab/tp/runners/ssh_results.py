@@ -3,6 +3,7 @@ during a run, and each host's result. Pure: reads what ``runners.ssh`` gathered.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tpu_lab.errors import LaunchError
@@ -97,22 +98,49 @@ def other_python(host: Any, problem: str) -> LaunchError:
     )
 
 
-def first_trouble(hosts: list[Any], state: RunState, silent_before: float) -> str | None:
-    """What went wrong first, in words, or None: a rank that failed (the earliest by its failure time),
-    a torchrun that died, a host lost (its connection ended without a result) or silent since
-    ``silent_before`` (frozen, or its machine gone)."""
+def first_trouble(hosts: list[Any], state: RunState, silent_before: float) -> tuple[str, float] | None:
+    """What went wrong first and when (wall clock), or None: a rank that failed (the earliest by its
+    failure time), a torchrun that died, a host lost (its connection ended without a result) or silent
+    since ``silent_before`` (monotonic; frozen, or its machine gone)."""
     failed = state.first_failed()
     if failed is not None:
         node = next((h.node for h in hosts if h.name == failed.host), 0)
-        return f"rank {failed.rank} on host {failed.host} (node {node}) {failed.label}"
+        return f"rank {failed.rank} on host {failed.host} (node {node}) {failed.label}", failed.failed_at or time.time()
     for h in hosts:
         if h.result is not None and h.result.get("failure") and not h.result.get("stopped"):
-            return f"on host {h.name} (node {h.node}): {h.result['failure']}"
+            return f"on host {h.name} (node {h.node}), {h.result['failure']}", h.result.get("failed_at") or time.time()
         if h.result is None and h.exit_code is not None:
-            return f"host {h.name} (node {h.node}) was lost (its connection ended with exit code {h.exit_code})"
-        if h.result is None and h.argv and h.last_heard < silent_before:
-            return f"host {h.name} (node {h.node}) stopped answering (its runner is frozen, or the host is gone)"
+            lost = f"host {h.name} (node {h.node}) was lost (its connection ended with exit code {h.exit_code})"
+            return lost, time.time()
+    for h in silent(hosts, silent_before):
+        return (
+            f"host {h.name} (node {h.node}) stopped answering (its runner is frozen, or the host is gone)",
+            time.time(),
+        )
     return None
+
+
+def silent(hosts: list[Any], before: float) -> list[Any]:
+    """Hosts whose runner runs torchrun but has said nothing (not even its heartbeat) since ``before``."""
+    return [h for h in hosts if h.result is None and h.exit_code is None and h.argv and h.last_heard < before]
+
+
+def earliest_failure(
+    hosts: list[Any], noticed: str | None, noticed_at: float | None
+) -> tuple[str | None, float | None]:
+    """The failure that is not a rank's (a torchrun killed on a host, a host lost or silent), the
+    earliest one, with its time; (None, None) when there was none."""
+    found = [
+        (float(h.result["failed_at"] or 0), f"on host {h.name} (node {h.node}), {h.result['failure']}")
+        for h in hosts
+        if h.result is not None and h.result.get("failure") and not h.result.get("stopped")
+    ]
+    if noticed is not None and not noticed.startswith("rank "):
+        found.append((noticed_at or float("inf"), noticed))
+    if not found:
+        return None, None
+    at, text = min(found)
+    return text, at
 
 
 def host_state(host: Any) -> str:
