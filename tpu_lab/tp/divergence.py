@@ -145,7 +145,7 @@ def _differs(fn: str, ranks: list[int], mine: frozenset[str], common: frozenset[
         closest = max(missing or sorted(common), key=lambda c: _alike(sig, c))
         diff = _input_diff(sig, closest)
         kinds |= {k for _, _, _, k in diff}
-        shown = ", ".join(f"{n} {a} where {them} had {b}" for n, a, b, _ in diff[:3]) or f"inputs {sig}"
+        shown = ", ".join(f"{_name(n)} {a} where {them} had {b}" for n, a, b, _ in diff[:3]) or f"inputs {sig}"
         words.append(f"{who}: {name} {shown}")
     if len(extra) > 3:
         words.append(f"and {len(extra) - 3} more input signature(s) only {who} compiled")
@@ -245,6 +245,11 @@ def split_signature(sig: str) -> dict[str, str]:
     if cur.strip():
         parts.append(cur.strip())
     return {name: desc for name, _, desc in (p.partition(": ") for p in parts)}
+
+
+def _name(name: str) -> str:
+    """``kwargs['input_ids']`` (a keyword argument, as the watcher names it) -> ``input_ids``."""
+    return name[8:-2] if name.startswith("kwargs['") and name.endswith("']") else name
 
 
 def _alike(a: str, b: str) -> int:
