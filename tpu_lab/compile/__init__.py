@@ -6,7 +6,7 @@ them (with ``records``) into per-function, per-signature rows (``tl.watch``, ren
 per-shape rows; ``buckets`` pads to shape buckets and compares policies, ``advice`` finds the buckets
 that pad least (1-D and batch x length), ``policies`` is the panel's menu; ``session`` (with
 ``session_checks``, ``hooks``, ``batching`` and ``record``) generates single prompts and batches with
-bounded shapes.
+bounded shapes. ``rank_watch`` keeps a launched rank's watch table in its run folder.
 
 May import: ``tpu_lab.host`` and the base (``errors``, ``_report``, ``_checks``). Never models, tp or widgets.
 """
