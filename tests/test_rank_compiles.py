@@ -48,6 +48,10 @@ def test_a_rank_with_another_input_shape_is_named_with_both_shapes(shapes):
     text = str(compiles)
     assert "rank 1: 1 graph(s), 1 compile(s)" in text and "ranks: 0, 2, 3" in text
     assert "<table" in compiles.to_html() and compiles.to_dict()["total_compiles"] == 4
+    one = str(compiles[1])  # a rank's own table, with causes
+    assert (
+        one.startswith("rank 1: 1 compile(s)") and "input_ids: i64[1, 96], n: int 2  compiles: 1  first compile" in one
+    )
 
 
 def test_uniform_ranks_have_no_divergence(shapes):

@@ -34,6 +34,7 @@ _EXPORTS = {
     "launch": "tpu_lab.tp.launch",
     "Remote": "tpu_lab.tp.remote_command",
     "LaunchResult": "tpu_lab.tp.results",
+    "RunCompiles": "tpu_lab.tp.rank_compiles",
     "report": "tpu_lab.tp.results",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "host", "models", "compile", "tp"}
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from tpu_lab.models.tiny import tiny_model
     from tpu_lab.tp.launch import launch
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
+    from tpu_lab.tp.rank_compiles import RunCompiles
     from tpu_lab.tp.remote_command import Remote
     from tpu_lab.tp.results import LaunchResult, report
 

@@ -9,7 +9,7 @@ The table of a compile lands a moment after it ends (Dynamo files its record aft
 so a small writer thread folds it in then.
 
 This module knows nothing about launches: ``tp._worker`` arms it (named by the launch, see
-``tp.rank_compiles.WATCH_MODULE``) with the run folder and the rank.
+``tp.rank_files.WATCH_MODULE``) with the run folder and the rank.
 """
 
 from __future__ import annotations

@@ -6,79 +6,20 @@ merged per function x inputs with the ranks that compiled each, and the findings
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from html import escape
 from typing import Any
 
 from tpu_lab._report import Finding, Report, findings_html, findings_text, table
-from tpu_lab.tp.job import Job
 from tpu_lab.tp.rank_live import RankCompiles, rank_span
-from tpu_lab.tp.results import read_json
 
-WATCH_MODULE = "tpu_lab.compile.rank_watch"
-"""The rank-side watcher ``tp._worker`` arms (by name: tp may not import compile, README Architecture)."""
-RANK_FILE = "rank{rank}.compiles.json"
 SHOWN_ROWS = 30
 """Merged rows rendered; every row stays in ``merged`` and ``to_dict()``."""
 
 
-def watch_env(job: Job, watch: bool) -> Job:
-    """``job`` with the compile watcher named in its ranks' environment when ``watch`` (every runner
-    passes ``job.env`` to every rank, so this one place arms all of them)."""
-    from tpu_lab.tp._worker import RANK_SETUP_ENV
-
-    env = {k: v for k, v in job.env.items() if k != RANK_SETUP_ENV}
-    if watch:
-        env[RANK_SETUP_ENV] = WATCH_MODULE
-    return dataclasses.replace(job, env=env)
-
-
-def read_rank_file(run_dir: Path, rank: int) -> dict[str, Any] | None:
-    """A rank's watcher file (None: it never imported Dynamo, or it was not watched)."""
-    data = read_json(run_dir / RANK_FILE.format(rank=rank))
-    return data if isinstance(data, dict) else None
-
-
-def watched(env: Mapping[str, str]) -> bool:
-    """Whether the ranks' environment arms the compile watcher."""
-    from tpu_lab.tp._worker import RANK_SETUP_ENV
-
-    return env.get(RANK_SETUP_ENV) == WATCH_MODULE
-
-
-class CompileFiles:
-    """The watcher files of one node's ranks, read as they change (one stat per rank per poll), for the
-    runner that polls that node: it puts each rank's live compiles in the run state."""
-
-    def __init__(self, run_dir: Path, ranks: Iterable[int]) -> None:
-        self.run_dir = run_dir
-        self._stamp: dict[int, tuple[int, int]] = {r: (0, 0) for r in ranks}
-        self.files: dict[int, dict[str, Any] | None] = {r: None for r in self._stamp}
-
-    def update(self, state: Any) -> list[int]:
-        """Read the files that changed into ``state`` (a RunState); returns the ranks whose compiles changed."""
-        changed = []
-        for rank, before in self._stamp.items():
-            try:
-                st = (self.run_dir / RANK_FILE.format(rank=rank)).stat()
-            except OSError:
-                continue
-            if (st.st_mtime_ns, st.st_size) == before:
-                continue
-            data = read_rank_file(self.run_dir, rank)
-            if data is None:
-                continue  # gone between the stat and the read: the next poll sees it
-            self._stamp[rank] = (st.st_mtime_ns, st.st_size)
-            self.files[rank] = data
-            state.set_compiles(rank, RankCompiles.from_marker(data))
-            changed.append(rank)
-        return changed
-
-
 @dataclass(frozen=True)
-class RankTable:
+class RankTable(Report):
     """What one rank compiled, as its watcher last wrote it."""
 
     rank: int
@@ -122,6 +63,36 @@ class RankTable:
     def functions(self) -> list[str]:
         return list(dict.fromkeys(r["function"] for r in self.rows if r.get("compiles")))
 
+    def _cells(self) -> list[tuple[str, str, str, str, str]]:
+        return [
+            (
+                _cut(r["function"], 60),
+                _cut(r.get("signature") or "-", 80),
+                str(r.get("compiles", 0)) + (" (limit hit)" if r.get("limit_hit") else ""),
+                _cut(r.get("cause") or "", 120),
+                _cut("; ".join(dict.fromkeys(c.get("fix", "") for c in r.get("causes", ()) if c.get("fix"))), 100),
+            )
+            for r in self.rows[:SHOWN_ROWS]
+        ]
+
+    def _title(self) -> str:
+        more = f", first {SHOWN_ROWS} rows shown" if len(self.rows) > SHOWN_ROWS else ""
+        return f"rank {self.rank}: {self.compiles} compile(s), {len(self.graph_breaks)} graph break place(s){more}"
+
+    def to_text(self) -> str:
+        lines = [self._title()] + [f"  {c[0]}  {c[1]}  compiles: {c[2]}  {c[3]}" for c in self._cells()]
+        lines += [f"  graph break: {b.get('count')} x {b.get('words')} at {b.get('where')}" for b in self.graph_breaks]
+        return "\n".join(lines)
+
+    def to_html(self) -> str:
+        rows = table(self._cells(), ["function", "inputs", "compiles", "why", "fix"])
+        breaks = "".join(
+            f"<div>graph break: {escape(str(b.get('count')))} x {escape(str(b.get('words')))} at "
+            f"{escape(str(b.get('where')))}</div>"
+            for b in self.graph_breaks
+        )
+        return f"<div class='tpu-lab-rank-table'><b>{self._title()}</b>{rows}{breaks}</div>"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "rank": self.rank,
@@ -162,7 +133,9 @@ class RunCompiles(Report):
     tables: tuple[RankTable, ...]
     """By rank."""
     findings: tuple[Finding, ...] = ()
+    """Where ranks diverge, in words, with the likely cause and the fix (``tp.divergence``)."""
     merged: tuple[MergedRow, ...] = ()
+    """Every function x inputs any rank compiled, with the ranks that compiled it."""
 
     @classmethod
     def from_files(cls, files: Mapping[int, Mapping[str, Any] | None], ranks: int) -> RunCompiles:
@@ -171,10 +144,6 @@ class RunCompiles(Report):
 
         tables = tuple(RankTable.from_file(r, files.get(r)) for r in range(ranks))
         return cls(tables, tuple(divergence(tables)), merge(tables))
-
-    @classmethod
-    def read(cls, run_dir: Path, ranks: Iterable[int], total: int) -> RunCompiles:
-        return cls.from_files({r: read_rank_file(run_dir, r) for r in ranks}, total)
 
     def __getitem__(self, rank: int) -> RankTable:
         return self.tables[rank]

@@ -25,7 +25,8 @@ from tpu_lab.tp.command import FAILURES_FILE, LaunchSpec, build_command
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.launch_env import check_rank_memory, tpu_launch_env
 from tpu_lab.tp.process import interrupts_held, kill_run, spawn_launcher, terminate_then_kill
-from tpu_lab.tp.rank_compiles import CompileFiles, RunCompiles, watched
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import CompileFiles, watched
 from tpu_lab.tp.results import LaunchResult, rank_results, read_json
 from tpu_lab.tp.run_state import RankState, RunState
 from tpu_lab.tp.rundirs import new_run_dir, remove_run_dir

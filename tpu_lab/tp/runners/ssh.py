@@ -29,7 +29,8 @@ from typing import Any
 from tpu_lab.tp.command import RUN_ID_ENV
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import end_clients, interrupts_held, run_briefly, spawn_client
-from tpu_lab.tp.rank_compiles import RunCompiles, watched
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import watched
 from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import (
     CONNECT_TIMEOUT_S,
