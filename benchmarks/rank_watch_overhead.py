@@ -38,6 +38,7 @@ for i in range(200):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", choices=("trivial", "compiled"), default=None)
     args = parser.parse_args()
     quiet = lambda rank, line: None  # noqa: E731
 
@@ -50,11 +51,13 @@ def main() -> None:
         return result
 
     for name, code in (("trivial worker", TRIVIAL), ("compiled-step worker", COMPILED)):
+        if args.only and not name.startswith(args.only):
+            continue
         cpu.clear()
         cases = {"watch=False": lambda c=code: run(c, False), "watch=True": lambda c=code: run(c, True)}
         times = measure(cases, args.rounds)
         report(f"{name}, 2 ranks, launch wall time, median of {args.rounds} rounds", times, unit="s")
-        report(f"{name}, each rank's CPU time (all runs, both ranks)", cpu, unit="s")
+        report(f"{name}, each rank's CPU time (all runs, both ranks)", cpu, unit="ms")
     compiles = run(COMPILED, True).compiles
     assert compiles is not None
     print(f"compiled-step worker: {compiles.total} compiles over 2 ranks, findings: {len(compiles.findings)}")
