@@ -65,6 +65,9 @@ class _AfterImport:
                 real.exec_module(module)
                 then()
 
+            def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...: the real loader's
+                return getattr(real, name)
+
         spec.loader = Loader()  # type: ignore[assignment]  # a loader by its methods
         return spec
 
