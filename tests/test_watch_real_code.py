@@ -63,14 +63,22 @@ def dynamo():
 
 
 def check_against_dynamo(w, log):
-    """The watch's count equals Dynamo's records; each recompile Dynamo logged has its guard in a row."""
+    """The watch's count equals Dynamo's records; every recompile Dynamo logged is explained by one of the
+    guards it logged failing (the watch picks the graph nearest the new inputs, not always the first),
+    no row names a guard Dynamo did not log, and every graph break it logged is counted."""
     table = w.table
     assert table.total_compiles - sum(r.compiles for r in table if "(backward)" in r.function) == log.compiles()
-    guards = " ".join(r.guard for r in table)
+    logged = []
     for message in log.recompile_reasons():
         failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
-        first = failed[0].split(": ", 1)[1].split("  #")[0].strip()
-        assert first.split("  ")[0][:40] in guards or any(first[:30] in r.guard for r in table), (first, guards)
+        logged.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
+    ours = [c.guard for r in table for c in r.causes if c.guard]
+    for failures in logged:
+        assert any(g in failures for g in ours), (failures, ours)
+    explained = sum(c.count or (c.kind == "limit") for r in table for c in r.causes if c.guard)
+    assert explained == len(logged)  # one cause from a failed guard per recompile Dynamo logged
+    every = {f for failures in logged for f in failures}
+    assert all(g in every for g in ours), (ours, every)
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
 
 
@@ -235,6 +243,10 @@ def test_graph_breaks_on_data_dependent_branching_are_counted(dynamo):
     assert b.words.startswith("data-dependent branching") and "torch.cond" in b.fix
     assert b.where.startswith("test_watch_real_code.py:")
     assert "torch.cond" in str(w.table)
+    # each branch resumes in its own function: one row per resume location, never merged
+    resumed = [r.function for r in w.table if "after the graph break" in r.function]
+    assert len(resumed) == 2 and len({f.split("resuming at line ")[1] for f in resumed}) == 2, resumed
+    assert all(c.words == "first compile" for r in w.table for c in r.causes)  # no invented cause
 
 
 def test_recompile_limit_names_the_function_and_counts_uncompiled_calls(dynamo, capsys):
@@ -263,6 +275,10 @@ def test_reset_inside_a_watch_keeps_counting(dynamo):
         f(torch.ones(2))
         f(torch.ones(2, 2))
     assert w.table.total_compiles == 3 and w.table.resets == 1
+    assert [c.words for r in w.table for c in r.causes][:2] == [
+        "first compile",
+        "first compile after torch._dynamo.reset()",
+    ]
     assert "torch._dynamo.reset() ran 1 time" in str(w)
 
 
@@ -289,6 +305,7 @@ def test_benchmark_timer_thread_count(dynamo):
         (lambda: torch.ones(4, 4, requires_grad=True), "requires_grad", "requires_grad changed False -> True"),
         (lambda: torch.nn.Parameter(torch.ones(4, 4)), "tensor_type", "is now a Parameter"),
         (lambda: torch.ones(4, 4, 1), "rank", "has 3 dimensions, was 2"),
+        (lambda: torch.ones(4, 4, device="meta"), "device", "moved device: CPU -> Meta"),
     ],
 )
 def test_tensor_guard_families(dynamo, second, kind, words):
@@ -355,3 +372,113 @@ def test_forward_hooks_added_and_removed(dynamo):
     check_against_dynamo(w, dynamo)  # whether Dynamo recompiles here depends on torch: the count follows it
     for cause in only_causes(w, "Linear.forward"):
         assert cause.kind == "hooks" and "hook was added to or removed" in cause.words, cause
+
+
+@pytest.mark.parametrize(
+    ("switch", "words"),
+    [
+        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "autocast was switched on or off"),
+        (lambda: torch._dynamo.config.patch(), None),  # nothing changes: no recompile, no cause
+    ],
+)
+def test_global_state_families(dynamo, switch, words):
+    f = torch.compile(lambda x: x * 2, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        with switch():
+            f(torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    got = [c.words for c in only_causes(w, "<lambda>")]
+    if words is None:
+        assert got == [] and w.table.total_compiles == 1
+    else:
+        assert len(got) == 1 and words in got[0]
+
+
+@pytest.mark.parametrize(
+    ("set_state", "words"),
+    [
+        (torch.use_deterministic_algorithms, "use_deterministic_algorithms() was switched"),
+        (lambda on: torch.set_default_dtype(torch.float64 if on else torch.float32), "default dtype changed"),
+    ],
+)
+def test_process_wide_state(dynamo, set_state, words):
+    f = torch.compile(lambda x: x * 2 + torch.ones(2), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        set_state(True)
+        try:
+            f(torch.ones(2))
+        finally:
+            set_state(False)
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "<lambda>")
+    assert cause.kind == "global_state" and words in cause.words and "once" in cause.fix
+
+
+def test_an_optimizer_recreated_per_step_is_a_freed_object(dynamo):
+    model = torch.nn.Linear(2, 2)
+    with tl.watch() as w:
+        for _ in range(2):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)  # a new optimizer each step: the old one is freed
+            model(torch.ones(2)).sum().backward()
+            torch.compile(opt.step, backend=BACKEND)()
+            del opt
+    check_against_dynamo(w, dynamo)
+    freed = [c for r in w.table for c in r.causes if c.kind == "deallocated"]
+    assert freed and "was freed and a new object made" in freed[0].words and "reuse" in freed[0].fix
+
+
+def test_html_folds_long_tables_and_keeps_whole_text_on_hover(dynamo):
+    f = torch.compile(lambda x: x + 1, backend=BACKEND, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=64), tl.watch() as w:
+        for n in range(1, 16):
+            f(torch.ones(n))
+    html = w.table.to_html()
+    assert html.count("white-space:nowrap") == len(w.table.HEADER)  # headers never wrap
+    assert "<details class='tpu-lab-more'><summary>3 more rows" in html  # 15 rows: 12 shown, worst first
+    assert "<td style='text-align:left' title='pad to a few sizes, or mark the dimension dynamic" in html  # cut cell
+    assert "…</td>" in html
+    full = w.to_dict()["rows"]
+    assert all("\u2026" not in c["guard"] for r in full for c in r["causes"])  # the whole text in to_dict
+
+
+def attend(x, mask=None, mode="sum"):
+    y = x if mask is None else x * mask
+    return y.sum() if mode == "sum" else y.mean()
+
+
+def test_optional_mask_aliasing_and_string_mode(dynamo):
+    # transformers-style optional arguments: a mask that is sometimes None, a mode string, the same
+    # tensor passed twice
+    f = torch.compile(attend, backend=BACKEND)
+    x = torch.ones(3)
+    with tl.watch() as w:
+        f(x)
+        f(x, mask=torch.ones(3))
+        f(x, mode="mean")
+        f(x, mask=x)
+    check_against_dynamo(w, dynamo)
+    kinds = {c.kind: c for c in only_causes(w, "attend")}
+    assert "mask is now a value, was None" in kinds["none"].words
+    assert kinds["string"].words.startswith("Python string mode changed (was 'sum'")
+    assert "x and mask are now the same tensor" in kinds["aliasing"].words
+    assert "verbatim" not in kinds
+
+
+def embed(input_ids, attention_mask=None):
+    return input_ids * 2 if attention_mask is None else input_ids * attention_mask
+
+
+def forward(**kwargs):  # a wrapper forwarding **kwargs, as transformers' generic wrappers do
+    return embed(**kwargs)
+
+
+def test_a_dropped_keyword_argument(dynamo):
+    f = torch.compile(forward, backend=BACKEND)
+    with tl.watch() as w:
+        f(input_ids=torch.ones(2), attention_mask=torch.ones(2))
+        f(input_ids=torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "forward")
+    assert cause.kind == "kwargs" and "keyword argument was added or dropped" in cause.words

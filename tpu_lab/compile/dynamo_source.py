@@ -1,15 +1,12 @@
-"""Every read of Dynamo's internals, in one module (torch_tpu's counters are ``tpu_source``): the
-compile-start callback, the frame and recompile reasons it finds on the stack, Dynamo's compilation
-records, its graph-break records and its recompile-limit warning. The watch only folds what this hands
-it. Names are Dynamo's (torch 2.13-2.14); where one is missing a compile is still counted, its cause
-shown as Dynamo's guard text.
+"""Every read of Dynamo's internals, in one module (torch_tpu's counters are ``tpu_source``); the watch
+only folds what this hands it. Names are Dynamo's (torch 2.13-2.14); where one is missing a compile is
+still counted, its cause shown as Dynamo's guard text.
 
-* Start callback (``torch._dynamo.callback``): before each compile we read ``convert_frame._compile``'s
-  locals: the user's ``frame`` (function, live inputs) and ``reasons``, one failed guard per graph Dynamo
-  already holds for the code. ``torch._dynamo.reset()`` clears callbacks: we put ours back and count it.
-* Records (``get_compilation_metrics()``, a bounded deque): time, persistent-cache hits, dynamic dims,
-  recompile-limit refusals. ``graph_break_reasons``: every graph break with the user's stack (the
-  ``graph_break`` counter misses data-dependent branching).
+* The compile-start callback reads ``convert_frame._compile``'s locals: the user's ``frame`` (function,
+  live inputs) and ``reasons`` (one failed guard per graph Dynamo holds). ``reset()`` clears callbacks:
+  ours is put back and the reset counted. The recompile-limit warning is heard too.
+* Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals) and
+  ``graph_break_reasons`` (every break with the user's stack; the counter misses data-dependent ones).
 """
 
 from __future__ import annotations
@@ -22,34 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.frames import FunctionKey, describe_inputs, function_key
+from tpu_lab.compile.frames import Capture, FunctionKey, Signature, describe_inputs, function_key
 
-Signature = tuple[tuple[str, str], ...]
-LIMIT_TRIGGER = "recompile_limit"
-"""A Capture's trigger when Dynamo refused to compile (its recompile limit): the call runs uncompiled."""
-
-
-class Capture(NamedTuple):
-    """One compile Dynamo started, as seen from the start callback."""
-
-    compile_id: str
-    """Dynamo's id (``"frame/attempt"``), the key of its compilation record."""
-    function: FunctionKey
-    signature: Signature
-    """(input name, description) pairs, e.g. ``(("x", "f32[4, 3]"), ("n", "int 2"))``."""
-    reason: str | None
-    """Dynamo's first recompile reason, None for a first compile."""
-    at: float
-    """time.perf_counter() when the compile started."""
-    trigger: str
-    previous: Signature | None = None
-    """The inputs this function last compiled for (None: not seen compiling before)."""
-    reasons: tuple[str, ...] = ()
-    """Every recompile reason: one failed guard per graph Dynamo already held for this code."""
-    graphs: tuple[tuple[str, Signature], ...] = ()
-    """(compile id, inputs) of those graphs, where this process saw them compile."""
-    static: bool = False
-    """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
+LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
 
 class GraphBreak(NamedTuple):
@@ -67,6 +39,7 @@ _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
 resets = 0
 """torch._dynamo.reset() calls seen since tpu_lab first listened."""
+_filtering = False
 
 
 def add_listener(listener: Listener) -> None:
@@ -114,9 +87,12 @@ def _install() -> None:
             callback_handler.clear = clear_keeping_ours  # type: ignore[method-assign]
         except (AttributeError, TypeError):  # a torch whose handler takes no attributes: re-installed per poll
             pass
-    logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).addFilter(_break_warning_filter)
+    global _filtering
+    if not _filtering:  # once: a decorated function enters its watch per call
+        _filtering = True
+        logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).addFilter(_break_warning_filter)
 
 
 QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_convert")
@@ -150,6 +126,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
         reasons,
         _graphs_of(reasons),
         _static(),
+        resets,
     )
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
@@ -159,7 +136,9 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
 
 def _on_compile_start(args: Any) -> None:
     listeners = list(_listeners.get(threading.get_ident(), ()))
-    frame, reasons = _compiling_frame()
+    local = _compile_locals()
+    frame, reasons = local.get("frame"), _reasons(local)
+    frame = frame if hasattr(frame, "f_code") and hasattr(frame, "f_locals") else None
     if frame is not None:
         key = function_key(frame.f_code, frame.f_locals)
         signature = describe_inputs(frame.f_code, frame.f_locals)
@@ -178,6 +157,7 @@ def _on_compile_start(args: Any) -> None:
         reasons,
         _graphs_of(reasons),
         _static(),
+        resets,
     )
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
@@ -204,14 +184,6 @@ def _reasons(local: dict[str, Any]) -> tuple[str, ...]:
     if not isinstance(reasons, list):  # another torch: the first reason only
         reasons = [local["recompile_reason"]] if local.get("recompile_reason") else []
     return tuple(str(r) for r in reasons)
-
-
-def _compiling_frame() -> tuple[Any, tuple[str, ...]]:
-    """(the user's frame Dynamo is compiling, Dynamo's recompile reasons), read from the call stack."""
-    local = _compile_locals()
-    frame = local.get("frame")
-    ok = hasattr(frame, "f_code") and hasattr(frame, "f_locals")
-    return (frame if ok else None), _reasons(local)
 
 
 def _graphs_of(reasons: tuple[str, ...]) -> tuple[tuple[str, Signature], ...]:

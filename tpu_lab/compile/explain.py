@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from tpu_lab.compile import guard_words
-from tpu_lab.compile.guard_words import Cause
+from tpu_lab.compile.cause import Cause
 from tpu_lab.compile.signature import ShapeSignature
 
 LIMIT_TEXT = (

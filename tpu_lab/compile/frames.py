@@ -34,20 +34,53 @@ def where_label(filename: str, line: int) -> str:
     return f"{filename.rsplit('/', 1)[-1]}:{line}" if filename else "?"
 
 
+RESUME = "torch_dynamo_resume_in_"
+
+
+Signature = tuple[tuple[str, str], ...]
+
+
 class FunctionKey(NamedTuple):
     """A compiled function: its name and where it is defined."""
 
     name: str
     filename: str
     line: int
+    resumes_at: int = 0
+    """For the part of a function after a graph break: the line it resumes at (one branch's target)."""
 
     def __str__(self) -> str:
         where = where_label(self.filename, self.line)
-        prefix = "torch_dynamo_resume_in_"
-        if self.name.startswith(prefix):  # the part of fn after a graph break, as Dynamo names it
-            fn, _, line = self.name[len(prefix) :].rpartition("_at_")
-            return f"{fn} after the graph break at line {line} ({where})"
+        if self.name.startswith(RESUME):  # the part of fn after a graph break, as Dynamo names it
+            fn, _, line = self.name[len(RESUME) :].rpartition("_at_")
+            at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
+            return f"{fn} after the graph break at line {line}{at} ({where})"
         return f"{self.name} ({where})"
+
+
+class Capture(NamedTuple):
+    """One compile Dynamo started, as seen from the start callback."""
+
+    compile_id: str
+    """Dynamo's id (``"frame/attempt"``), the key of its compilation record."""
+    function: FunctionKey
+    signature: Signature
+    """(input name, description) pairs, e.g. ``(("x", "f32[4, 3]"), ("n", "int 2"))``."""
+    reason: str | None
+    """Dynamo's first recompile reason, None for a first compile."""
+    at: float
+    """time.perf_counter() when the compile started."""
+    trigger: str
+    previous: Signature | None = None
+    """The inputs this function last compiled for (None: not seen compiling before)."""
+    reasons: tuple[str, ...] = ()
+    """Every recompile reason: one failed guard per graph Dynamo already held for this code."""
+    graphs: tuple[tuple[str, Signature], ...] = ()
+    """(compile id, inputs) of those graphs, where this process saw them compile."""
+    static: bool = False
+    """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
+    resets: int = 0
+    """torch._dynamo.reset() calls seen when this compile started."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
@@ -67,6 +100,9 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:
                 return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
+    if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
+        later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
+        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
     return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 
@@ -120,6 +156,8 @@ def describe(value: Any) -> str:
         return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, value.shape))}]{grad}{extra}"
     if isinstance(value, bool) or value is None:
         return repr(value)
+    if isinstance(value, str) and len(value) <= 24:
+        return f"str {value!r}"
     if isinstance(value, (int, float)):
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, torch.nn.Module):

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile import dynamo_source
-from tpu_lab.compile.dynamo_source import Capture
 from tpu_lab.compile.explain import causes_of
+from tpu_lab.compile.frames import Capture
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 
@@ -52,12 +52,12 @@ class NoRecompiles:
         else:
             changed = "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
         inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature)
-        fixes = "; ".join(dict.fromkeys(c.fix for c in causes if c.fix))
+        fixes = "; ".join(dict.fromkeys(c.fix.removeprefix("usually none: ") for c in causes if c.fix))
         self._refused = RecompileError(
             f"{capture.function} would compile inside no_recompiles() because {changed}"
             + (f" (inputs: {inputs})." if inputs else "."),
-            fix=(fixes[0].upper() + fixes[1:] + ", or w" if fixes else "W")
-            + "arm this case up before the block, or let it through with allow=.",
+            fix="Warm this case up before the block, or let it through with allow="
+            + (f"; to avoid the compile altogether: {fixes}." if fixes else "."),
         )
         raise self._refused
 

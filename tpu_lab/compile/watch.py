@@ -21,12 +21,12 @@ from typing import Any
 
 from tpu_lab.compile import dynamo_source as dynamo
 from tpu_lab.compile import frames
-from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER, Capture
+from tpu_lab.compile.break_words import graph_break_words
+from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
-from tpu_lab.compile.frames import FunctionKey
-from tpu_lab.compile.guard_words import graph_break_words
+from tpu_lab.compile.frames import Capture, FunctionKey
 from tpu_lab.compile.tpu_source import CompileEvent
-from tpu_lab.compile.watch_table import BreakRow, RowCause, WatchRow, WatchTable
+from tpu_lab.compile.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -50,8 +50,8 @@ class Watch:
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()
         self._breaks: dict[tuple[str, str], list[Any]] = {}
-        self.timeline: list[tuple[float, str, int]] = []
-        """(seconds since the watch began, function, its calls so far) per compile, for the chart."""
+        self.timeline: list[Point] = []
+        """One point per compile, for the chart."""
         self.version = 0
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
@@ -188,14 +188,17 @@ class Watch:
         ]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
-            after_reset = again and dynamo.resets > self._resets_before
+            after_reset = again and cap.resets > self._resets_before
             words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
             causes = [RowCause(words, kind="first")]
         dynamic = dynamo.dynamic_inputs(record, cap.signature)
-        if dynamic and dynamic != self._dynamic.get(cap.function):
+        seen = self._dynamic.get(cap.function, "")
+        new = [d for d in dynamic.split(", ") if d and d not in seen.split(", ")]
+        if new:  # said once per function: the first graph that made it dynamic
             fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes reuse this graph"
-            causes.append(RowCause(f"Dynamo made {dynamic} dynamic (automatic dynamic shapes)", "", fix, "dynamic", 0))
-            self._dynamic[cap.function] = dynamic
+            words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
+            causes.append(RowCause(words, "", fix, "dynamic", 0))
+            self._dynamic[cap.function] = ", ".join(filter(None, [seen, *new]))
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         row = self._row(cap.function, cap.signature)
         row.compiles += 1
@@ -206,7 +209,7 @@ class Watch:
         cached = record is not None and dynamo.served_from_cache(record)
         row.cached += cached
         self._handled.add(cap.compile_id)
-        self.timeline.append((cap.at - self._started, str(cap.function), self._calls[cap.function]))
+        self.timeline.append(Point(cap.at - self._started, str(cap.function), self._calls[cap.function]))
         return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
 
     def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
@@ -220,7 +223,7 @@ class Watch:
         row.add(
             RowCause("backward graph, compiled at the first backward pass through this forward graph", kind="backward")
         )
-        self.timeline.append((cap.at - self._started, str(key), self._calls[key]))
+        self.timeline.append(Point(cap.at - self._started, str(key), self._calls[key]))
         return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
     def _fold_limit(self, cap: Capture) -> CompileEvent:

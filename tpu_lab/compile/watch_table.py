@@ -8,9 +8,10 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
+from tpu_lab.compile.cause import KIND_LABELS
 from tpu_lab.compile.explain import LIMIT_TEXT
 from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 
@@ -74,6 +75,16 @@ class WatchRow:
         return dataclasses.replace(self, causes=[dataclasses.replace(c) for c in self.causes])
 
 
+class Point(NamedTuple):
+    """One compile on the chart's timeline."""
+
+    seconds: float
+    """Since the watch began."""
+    function: str
+    calls: int
+    """The function's counted calls so far (0 where calls are not counted)."""
+
+
 @dataclass(frozen=True)
 class BreakRow:
     """Graph breaks at one place for one reason."""
@@ -92,8 +103,8 @@ class WatchTable(CompileTableBase):
     breaks: tuple[BreakRow, ...] = ()
     resets: int = 0
     """torch._dynamo.reset() calls inside the watch."""
-    timeline: tuple[tuple[float, str, int], ...] = ()
-    """(seconds since the watch began, function, its counted calls so far) per compile."""
+    timeline: tuple[Point, ...] = ()
+    """One point per compile."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
 
     @property
@@ -153,14 +164,12 @@ class WatchTable(CompileTableBase):
         for r in self.rows:
             for c in r.causes:
                 if c.kind not in ("first", "backward", "dynamic") and (c.count or c.guard):
-                    fixes[(c.kind, c.fix)] += c.count
-                    said.setdefault((c.kind, c.fix), c.words)
+                    key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
+                    fixes[key] += max(c.count, 1)
+                    said.setdefault(key, KIND_LABELS.get(c.kind, c.words))
         if fixes:
             lines.append("causes and fixes:")
-            lines += [
-                f"  {said[k]}" + (f" (x{n}, and alike)" if n > 1 else "") + f": {k[1] or 'no fix needed'}"
-                for k, n in fixes.items()
-            ]
+            lines += [f"  {said[k]} ({n} compile{'s' * (n > 1)}): {k[1] or 'no fix needed'}" for k, n in fixes.items()]
         return lines
 
     def to_text(self) -> str:

@@ -1,0 +1,57 @@
+"""A compile's cause: words, Dynamo's guard behind them, the fix; and the short label per guard family."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a compile happened, in words, with Dynamo's guard behind them and the fix."""
+
+    kind: str
+    """The guard family: ``size``, ``dtype``, ``value``, ``lr``, ``grad_mode``, ``verbatim``, ..."""
+    words: str
+    guard: str = ""
+    fix: str = ""
+    where: str = ""
+
+    def __str__(self) -> str:
+        return self.words
+
+
+def local_name(source: str) -> str:
+    """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it."""
+    s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
+    s = re.sub(r"G\['([^']+)'\]", r"\1", s)
+    return re.sub(r"\._modules\['([^']+)'\]", r".\1", s)
+
+
+KIND_LABELS = {
+    "size": "a tensor size changed",
+    "stride": "a tensor's memory layout changed",
+    "rank": "a tensor's number of dimensions changed",
+    "dtype": "a dtype changed",
+    "device": "a device changed",
+    "requires_grad": "requires_grad changed",
+    "tensor_type": "nn.Parameter vs plain tensor",
+    "length": "a list or tuple length changed",
+    "kwargs": "keyword arguments added or dropped",
+    "dict_keys": "dict keys changed",
+    "value": "a Python value baked into the graph changed",
+    "flag": "a Python flag changed",
+    "string": "a Python string changed",
+    "global": "a global baked into the graph changed",
+    "lr": "the optimizer's learning rate changed",
+    "deallocated": "an object was freed and recreated",
+    "identity": "a different object",
+    "global_state": "global state changed",
+    "training": "train/eval switched",
+    "hooks": "hooks added or removed",
+    "specialised": "a size crossed a bound set by a branch",
+    "cache_length": "the static cache length changed",
+    "none": "None vs a value",
+    "aliasing": "inputs aliasing changed",
+}
+"""A short label per guard family, for the summary under a table."""

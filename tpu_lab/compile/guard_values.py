@@ -1,0 +1,113 @@
+"""Sizes, Python values and global state in words, with the fix for the backend (buckets on a TPU;
+mark_dynamic, drop_last or a tensor argument elsewhere, TPU advice labelled so). Pure."""
+
+from __future__ import annotations
+
+import re
+
+from tpu_lab.compile.cause import Cause, local_name
+
+_STATE = {
+    "grad_mode": (
+        "grad mode changed (torch.no_grad(), inference_mode or enable_grad around the call)",
+        "expected once per mode; run each call under the same mode (always no_grad for evaluation)",
+    ),
+    "num_threads": (
+        "torch's thread count changed (torch.set_num_threads; torch.utils.benchmark.Timer sets it)",
+        "set the thread count once before compiling (Timer(..., num_threads=torch.get_num_threads()))",
+    ),
+    "deterministic_algorithms": (
+        "torch.use_deterministic_algorithms() was switched",
+        "set it once, before the first compiled call",
+    ),
+    "default_dtype": (
+        "torch's default dtype changed (torch.set_default_dtype)",
+        "set the default dtype once, before the first compiled call",
+    ),
+    "autocast": (
+        "autocast was switched on or off, or its dtype changed (torch.autocast around the call)",
+        "call the compiled function under the same autocast setting each time",
+    ),
+    "torch_function": (
+        "a torch function mode was entered or left around the call",
+        "enter the same modes around every call",
+    ),
+}
+
+
+def size_words(m: re.Match, g: str, tpu: bool, static: bool) -> Cause:
+    name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
+    bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
+    if ("cache" in name or "keys" in name or "values" in name) and i == "2":
+        return Cause(
+            "cache_length",
+            f"static cache length changed {a} -> {b}",
+            g,
+            "fix max_cache_len so every call shares one cache size",
+        )
+    if "input_ids" in name and i == "1":
+        words = f"prompt length changed {a} -> {b} (a new prompt length, or prefill <-> decode)"
+    elif "attention_mask" in name:
+        words = f"attention mask length changed {a} -> {b}"
+    else:
+        words = f"{name} dimension {i} changed {a} -> {b}"
+    dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    if tpu:
+        fix = bucket
+    elif i == "0" and int(b) < int(a):
+        fix = f"for a short last batch, DataLoader(drop_last=True) or pad it to {a}; else {dynamic}"
+    else:
+        fix = f"{dynamic}, or pad to a few sizes"
+    if static and not tpu:
+        words += " (compiled with dynamic=False: every size is its own graph)"
+        fix = f"pad to a few sizes, or {dynamic}: it is honoured under dynamic=False too"
+    if not tpu:
+        fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
+    return Cause("size", words, g, fix)
+
+
+def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
+    name = local_name(raw)
+    if "param_groups" in name and "'lr'" in name:
+        return Cause(
+            "lr",
+            f"the optimizer's learning rate changed (was {value}; an LR scheduler sets a new one each "
+            "step, and a Python float is baked into the graph)",
+            g,
+            "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
+        )
+    kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]", value) else "int"
+    if raw.startswith("G["):
+        return Cause(
+            "global",
+            f"the global {name} changed (was {value}; its value is baked into the graph)",
+            g,
+            "pass it as an argument (a tensor if it changes often) instead of reading a global",
+        )
+    if value in ("True", "False"):
+        return Cause(
+            "flag",
+            f"the flag {name} was {value} (each value is its own graph)",
+            g,
+            "expected once per value; pass a constant if it should not change",
+        )
+    if "cell_contents" in raw:
+        name = "a closure variable"
+    words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
+    if kind == "string":
+        return Cause("string", words, g, "expected once per value")
+    if kind == "float" or static:
+        fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
+        if kind == "int":
+            fix += ", or keep it to a few values (each is a graph: dynamic=False or a TPU)"
+    else:
+        fix = "usually none: after a second value Dynamo makes an int dynamic; where it is data, pass a tensor"
+    return Cause("value", words, g, fix)
+
+
+def state_words(g: str) -> Cause:
+    fields = g.split("GLOBAL_STATE changed:", 1)[-1].split()
+    said = [next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
+    if not fields or None in said:
+        return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+    return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
