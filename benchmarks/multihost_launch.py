@@ -43,7 +43,7 @@ def main() -> None:
 
     def by_hand():
         with socket.socket() as s:
-            s.bind(("", 0))
+            s.bind((HOSTS[0], 0))  # loopback only
             port = s.getsockname()[1]
         procs = []
         for node, host in enumerate(HOSTS):

@@ -54,6 +54,21 @@ def generate(tiny, prompt, **kw):
 
 
 NAN, INF = float("nan"), float("inf")
+
+
+def _small_machine() -> bool:
+    from tpu_lab.host.memory import memory_gib
+
+    return (memory_gib() or 0) < 250 * 0.2
+
+
+def _panel_error(**kw):
+    """A LaunchPanel shows a bad value in its message instead of raising: re-raise it for the table."""
+    panel = tl.widgets.LaunchPanel("print(1)", nproc=1, **kw).start()
+    assert panel.run is None and "Fix" in panel.message.value
+    raise panel.error
+
+
 CASES = {
     # tl.launch (nothing may start)
     "launch nproc str": lambda t, f: tl.launch("print(1)", nproc="2"),
@@ -77,6 +92,35 @@ CASES = {
     "launch code NUL": lambda t, f: tl.launch("print(1)\0", nproc=1),
     "launch code surrogate": lambda t, f: tl.launch("print('\udc80')", nproc=1),
     "launch missing file": lambda t, f: tl.launch("no_such_worker.py", nproc=1),
+    # tl.launch, issue 20: wrong types where a path is expected, options that cannot apply, counts too large
+    "launch code bytes": lambda t, f: tl.launch(b"print(1)", nproc=1),
+    "launch path is a folder": lambda t, f: tl.launch(f["not_json"], nproc=1),
+    "launch env owned RANK": lambda t, f: tl.launch("print(1)", nproc=1, env={"RANK": "3"}),
+    "launch env owned run id": lambda t, f: tl.launch("print(1)", nproc=1, env={"TPU_LAB_RUN_ID": "x"}),
+    "launch nproc beyond memory": lambda t, f: tl.launch("print(1)", nproc=250 if _small_machine() else 10**6),
+    "launch hosts nproc cap": lambda t, f: tl.launch("print(1)", nproc=257, hosts=["h1", "h2"]),
+    "launch hosts str list": lambda t, f: tl.launch("print(1)", nproc=1, hosts="h1,h2"),
+    "launch hosts newline": lambda t, f: tl.launch("print(1)", nproc=1, hosts=["10.0.0.2\n"]),
+    "launch hosts one twice": lambda t, f: tl.launch("print(1)", nproc=1, hosts=["10.0.0.2", "root@10.0.0.2"]),
+    "launch hosts path": lambda t, f: tl.launch("print(1)", nproc=1, hosts=f["not_json"]),
+    "launch hosts and cluster": lambda t, f: tl.launch("print(1)", nproc=1, hosts=["h"], cluster="auto"),
+    "launch remote without hosts": lambda t, f: tl.launch("print(1)", nproc=1, remote=tl.Remote()),
+    "launch remote python int": lambda t, f: tl.launch("print(1)", nproc=1, hosts=["h"], remote=tl.Remote(python=123)),
+    "launch remote python empty": lambda t, f: tl.launch("print(1)", nproc=1, hosts=["h"], remote=tl.Remote(python="")),
+    "launch remote python path": lambda t, f: tl.launch(
+        "print(1)", nproc=1, hosts=["h"], remote=tl.Remote(python=f["not_json"])
+    ),
+    "launch remote port 70000": lambda t, f: tl.launch(
+        "print(1)", nproc=1, hosts=["h"], remote=tl.Remote(rdzv_port=70000)
+    ),
+    "launch remote prefix missing": lambda t, f: tl.launch(
+        "print(1)", nproc=1, hosts=["h"], remote=tl.Remote(prefix=("/no/such/tool",))
+    ),
+    "launch remote prefix folder": lambda t, f: tl.launch(
+        "print(1)", nproc=1, hosts=["h"], remote=tl.Remote(prefix=(str(f["not_json"]),))
+    ),
+    "panel hosts newline": lambda t, f: _panel_error(hosts=["h\n"]),
+    "panel remote port": lambda t, f: _panel_error(hosts=["h"], remote=tl.Remote(rdzv_port=0)),
     # tl.tiny_model
     "tiny arch": lambda t, f: tl.tiny_model(arch="gpt9"),
     "tiny arch int": lambda t, f: tl.tiny_model(arch=5),
@@ -137,6 +181,9 @@ CASES = {
     "preflight custom code": lambda t, f: tl.tp_preflight(f["custom_code"], 2),
     "preflight trust str": lambda t, f: tl.tp_preflight("tiny:qwen3", 2, trust_remote_code="yes"),
     "preflight chips str": lambda t, f: tl.tp_preflight("tiny:qwen3", 2, chips="v6e"),
+    "preflight hosts newline": lambda t, f: tl.tp_preflight("tiny:qwen3", 2, hosts=["h1\n", "h2"]),
+    "preflight hosts one twice": lambda t, f: tl.tp_preflight("tiny:qwen3", 2, hosts=["h1", "H1"]),
+    "preflight hosts path": lambda t, f: tl.tp_preflight("tiny:qwen3", 2, hosts=f["not_json"]),
 }
 
 
@@ -177,6 +224,9 @@ def ip(ipython_shell):
         ("-n 2 --bogus", "print(1)"),
         ("-n 2", "   "),
         ("-n 2", "print("),
+        ("-n 1 --hosts '127.0.0.2, bad host'", "print(1)"),
+        ("-n 1 --hosts 127.0.0.2 --remote nope", "print(1)"),
+        ("-n 300 --hosts 127.0.0.2", "print(1)"),
     ],
 )
 def test_tp_run_bad_input_is_a_usage_error(ip, line, cell):
@@ -185,6 +235,15 @@ def test_tp_run_bad_input_is_a_usage_error(ip, line, cell):
     with pytest.raises(UsageError):
         ip.run_cell_magic("tp_run", line, cell)
     assert leftovers() == []
+
+
+def test_tp_run_hosts_as_typed():
+    from tpu_lab.magics import _hosts
+
+    assert _hosts("'127.0.0.2, 127.0.0.3'") == ["127.0.0.2", "127.0.0.3"]  # IPython keeps the quotes
+    assert _hosts('"127.0.0.2 , 127.0.0.3"') == ["127.0.0.2", "127.0.0.3"]
+    assert _hosts("127.0.0.2,127.0.0.3") == ["127.0.0.2", "127.0.0.3"]
+    assert _hosts("TPU_WORKER_HOSTNAMES") == "TPU_WORKER_HOSTNAMES" and _hosts(None) is None
 
 
 # ---- the CLI ---------------------------------------------------------------------------------------

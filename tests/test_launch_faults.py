@@ -83,10 +83,12 @@ def test_a_full_disk_under_the_run_folder_is_named(tmp_path):
         with pytest.raises(tl.LaunchError, match="is full") as e:
             tl.launch("for i in range(100_000):\n    print('x' * 100)", nproc=1, on_output=lambda rank, line: None)
         assert "TMPDIR" in e.value.fix
-        tempfile.tempdir = str(tmp_path / "missing")
-        with pytest.raises(tl.errors.EnvironmentProblem, match="Cannot create the launch's run folder") as e2:
-            tl.launch("print(1)", nproc=1)
-        assert "TMPDIR" in e2.value.fix
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)  # read-only (root ignores modes)
+        for folder in (mount, tmp_path / "missing"):
+            tempfile.tempdir = str(folder)
+            with pytest.raises(tl.errors.EnvironmentProblem, match="Cannot create the launch's run folder") as e2:
+                tl.launch("print(1)", nproc=1)
+            assert "TMPDIR" in e2.value.fix
     finally:
         tempfile.tempdir = old
         subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -116,7 +118,7 @@ def test_across_hosts_arguments_pass_untouched_and_everything_listens_on_loopbac
         if line == "ready":
             ready.add(rank)
         if ready == {0, 1} and not seen:  # every socket of the launch is open now
-            ours = {f"pid={pid}," for pid in multihost_pids()}
+            ours = {f"pid={pid}," for pid in multihost_pids(sshd)}
             out = subprocess.run([ss, "-ltnpH"], capture_output=True, text=True, check=True).stdout
             seen.extend(row for row in out.splitlines() if any(p in row for p in ours))
 

@@ -38,9 +38,14 @@ dist.destroy_process_group()
 SLEEP = "import time\nprint('started', flush=True)\ntime.sleep(120)"
 
 
-def multihost_pids() -> list[int]:
-    """Every process of any multi-host launch on this machine (every "host"): ssh clients, host runners,
-    torchruns and ranks, found by their run marker (``<run>-local-`` or ``<run>-node<k>-``)."""
+def multihost_pids(sshd) -> list[int]:
+    """Every process of this test session's multi-host launches on this machine (every "host"): ssh
+    clients, host runners, torchruns and ranks, found by their run marker (``<run>-local-`` or
+    ``<run>-node<k>-``). The machine may be shared with other sessions that use the same markers (a Ray
+    runner's nodes, say), so a process counts when it is a client carrying this session's marker or was
+    started through this session's sshd (``SSH_CONNECTION`` ends with its port)."""
+    session = f"TPU_LAB_TEST_SESSION={os.environ['TPU_LAB_TEST_SESSION']}".encode()
+    through = f" {sshd.port}".encode()
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -49,7 +54,9 @@ def multihost_pids() -> list[int]:
         except OSError:
             continue
         marks = [e for e in env if e.startswith(b"TPU_LAB_RUN_ID=")]
-        if marks and re.search(rb"-(local|node\d+)-$", marks[0]) and stat[stat.rindex(")") + 2] != "Z":
+        ssh = [e for e in env if e.startswith(b"SSH_CONNECTION=")]
+        ours = session in env if marks and marks[0].endswith(b"-local-") else bool(ssh) and ssh[0].endswith(through)
+        if marks and re.search(rb"-(local|node\d+)-$", marks[0]) and ours and stat[stat.rindex(")") + 2] != "Z":
             found.append(int(entry.name))
     return found
 
@@ -60,9 +67,9 @@ def run_folders() -> set[str]:
 
 def no_process_left(sshd, within: float = 0.0) -> None:
     deadline = time.monotonic() + within
-    while (multihost_pids() or sshd.children()) and time.monotonic() < deadline:
+    while (multihost_pids(sshd) or sshd.children()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert multihost_pids() == [], "processes of the launch left on a host"
+    assert multihost_pids(sshd) == [], "processes of the launch left on a host"
     assert sshd.children() == [], "ssh sessions left open"
 
 
@@ -170,7 +177,7 @@ def test_fifty_interrupts_leave_no_process_on_any_host(sshd):
                 tl.launch(SLEEP, nproc=2, hosts=HOSTS, remote=sshd.remote, on_output=lambda rank, line: None)
         finally:
             timer.cancel()
-        assert multihost_pids() == [], f"processes left on a host after interrupt {i}"
+        assert multihost_pids(sshd) == [], f"processes left on a host after interrupt {i}"
     no_process_left(sshd, within=5)
 
 

@@ -47,6 +47,7 @@ def lab(tmp_path_factory):
     (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
+    _write_live_launch_notebook(root / LIVE_LAUNCH)
     port = _free_port()
     log = open(root / "jupyter.log", "w")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen(
@@ -282,6 +283,51 @@ def test_launch_panel_shows_per_rank_logs(lab, browser):
     assert "2 rank(s), ok" in outputs  # the panel's result, rendered, not its header's HTML source
     assert_no_raw_markup_or_mojibake(page)
     shot(page, "04-launch-panel", panel)
+    page.close()
+
+
+LIVE_LAUNCH = "launch_live.ipynb"
+# A chatty ~30 s run: each rank prints a step every second (issue 21 item 4).
+CHATTY = "import os, time\nfor i in range(30):\n    print('rank', os.environ['RANK'], 'step', i, flush=True)\n    time.sleep(1)"
+
+
+def _write_live_launch_notebook(path: Path) -> None:
+    import nbformat
+
+    cell = f"import tpu_lab as tl\npanel = tl.widgets.LaunchPanel({CHATTY!r}, nproc=2).start()\npanel"
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)], metadata={"kernelspec": kernel})
+    nbformat.write(notebook, str(path))
+
+
+def _last_step(view) -> int:
+    steps = [int(n) for n in re.findall(r"step (\d+)", text_of(view.locator("pre")))]
+    return max(steps, default=-1)
+
+
+def test_launch_panel_logs_update_live_and_stop_is_calm(lab, browser):
+    page = open_and_run_all(browser, lab, LIVE_LAUNCH, 120)
+    panel = page.locator(".tpu-lab-launch-panel").first
+    panel.wait_for(timeout=30_000)
+    views = [panel.locator(f".tpu-lab-rank[data-rank='{rank}']") for rank in (0, 1)]
+    wait_until(lambda: all(_last_step(v) >= 2 for v in views), 60)
+    # Read the log while the run goes on: each rank's view keeps moving, a step a second.
+    seen = []
+    for _ in range(4):
+        seen.append([_last_step(v) for v in views])
+        time.sleep(2.5)
+    for rank in (0, 1):
+        steps = [s[rank] for s in seen]
+        assert steps == sorted(steps) and steps[-1] - steps[0] >= 4, f"rank {rank} log stalled: {steps}"
+    assert "running" in text_of(views[0].locator(".tpu-lab-rank-state"))
+    panel.locator("button", has_text="Stop").click()
+    wait_until(lambda: "Stopped by you" in text_of(panel), 30)
+    text = text_of(panel)
+    assert "SignalException" not in text and "Traceback" not in text, text
+    assert panel.locator(".tpu-lab-error").count() == 0  # a calm note, not a red box
+    for view in views:
+        assert text_of(view.locator(".tpu-lab-rank-state")) == "stopped" and _last_step(view) >= seen[-1][0] - 1
+    shot(page, "launch-live-stopped", panel)
     page.close()
 
 

@@ -40,6 +40,21 @@ def describe(result: LaunchResult) -> str:
     return "\n".join(lines)
 
 
+def stopped_by_user(result: LaunchResult) -> bool:
+    """The launch ended because you stopped it (Stop, an interrupt), not by a failure or a timeout."""
+    reason = result.stop_reason or ""
+    return bool(reason) and not reason.startswith("timed out") and first_failed(result) is None and not result.failure
+
+
+def last_lines(result: LaunchResult) -> str:
+    """Each rank's state and its last line: what a stopped run had reached."""
+    out = []
+    for r in result.ranks:
+        last = next((line for line in reversed(r.output.splitlines()) if line.strip()), "(no output)")
+        out.append(f"rank {r.rank}{f' on {r.host}' if r.host else ''}: {r.state}; last line: {last}")
+    return "\n".join(out)
+
+
 def _rank_failed(result: LaunchResult, rank: RankResult) -> LaunchError:
     how = (
         f"was killed by {rank.signal}" if rank.exit_code is None and rank.signal else f"failed (exit {rank.exit_code})"
@@ -78,7 +93,8 @@ def raise_for_failure(result: LaunchResult) -> None:
                 fix="Look at each rank's last lines above; raise timeout= if loading is just slow.",
             )
         raise LaunchError(
-            f"The launch was stopped by you ({reason}); {_where(result)} was stopped.\n{describe(result)}",
+            f"The launch was stopped by you ({reason}) after {result.seconds:.1f} s; {_where(result)} was "
+            f"stopped.\n{last_lines(result)}",
             result=result,
             fix="Nothing to fix: run the cell again when you are ready.",
         )

@@ -3,15 +3,20 @@ each host has (every host of a slice has the same chips: this host's, or the ``c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from tpu_lab._report import Finding
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.chips import TpuChips, rank_count_problem
+from tpu_lab.tp.remote_command import resolve_hosts
 
 
-def host_count(hosts: int | Sequence[str]) -> int:
-    """How many hosts ``hosts`` names (a count, or the list you would give tl.launch)."""
+def host_count(hosts: int | Sequence[str] | str) -> int:
+    """How many hosts ``hosts`` names: a count, the list you would give tl.launch (checked the same way:
+    plain names, each once), or "TPU_WORKER_HOSTNAMES"."""
+    if hosts == "TPU_WORKER_HOSTNAMES" or (isinstance(hosts, (list, tuple)) and hosts):
+        return len(resolve_hosts(hosts, os.environ))
     if isinstance(hosts, bool) or not isinstance(hosts, (int, list, tuple)) or (isinstance(hosts, int) and hosts < 1):
         raise InvalidArgument(
             f"hosts={hosts!r} must be a number of hosts or a list of them.",
@@ -23,7 +28,7 @@ def host_count(hosts: int | Sequence[str]) -> int:
     return count
 
 
-def check_hosts(tp: int, hosts: int | Sequence[str], chips: TpuChips) -> list[Finding]:
+def check_hosts(tp: int, hosts: int | Sequence[str] | str, chips: TpuChips) -> list[Finding]:
     """``tp`` ranks on ``hosts`` hosts of ``chips`` each: an even split, chips per host x hosts against
     the ranks, the generation's rank counts per host, and tensor parallelism that crosses hosts."""
     n = host_count(hosts)

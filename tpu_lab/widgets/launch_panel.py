@@ -15,6 +15,7 @@ import ipywidgets as w
 
 from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
+from tpu_lab.tp.outcome import stopped_by_user
 from tpu_lab.tp.rank_live import compile_words
 from tpu_lab.tp.remote_command import Hosts, Remote, resolve_hosts
 from tpu_lab.tp.results import LaunchResult
@@ -22,8 +23,9 @@ from tpu_lab.tp.run_state import RankState
 from tpu_lab.tp.runner import Runner
 from tpu_lab.widgets._common import error_html
 
-LOG_LINES = 40
+LOG_LINES = 12  # the newest lines of each rank, all in view (the result keeps 200)
 REFRESH_SECONDS = 0.25  # redraw at most this often: a chatty rank must not flood the frontend
+TICK_SECONDS = 0.5  # and at least this often while the run goes on
 STATE_COLOURS = {
     RankState.WAITING: "#555",
     RankState.RUNNING: "#1565c0",
@@ -110,14 +112,22 @@ class LaunchPanel(w.VBox):
 
     def _wait(self) -> None:
         assert self.run is not None
+        ticker = threading.Thread(target=self._tick, name="tpu_lab-launch-panel-tick", daemon=True)
+        ticker.start()  # the clock and the logs move even while no rank prints
         try:
             self.result = self.run.wait(self.timeout, on_output=self._on_output)
         except Exception as e:
             self.error = e
             self.result = getattr(e, "result", None)
-            self.message.value = error_html(e)
+            stopped = isinstance(self.result, LaunchResult) and stopped_by_user(self.result)
+            self.message.value = _stopped_html(self.result) if stopped else error_html(e)
         self.stop_button.disabled = True
         self._draw()
+
+    def _tick(self) -> None:
+        while self.run is not None and self.run.state.finished is None:
+            time.sleep(TICK_SECONDS)
+            self._draw()
 
     def _on_output(self, rank: int | None, line: str) -> None:
         if time.monotonic() - self._last_draw > REFRESH_SECONDS:
@@ -141,7 +151,7 @@ class LaunchPanel(w.VBox):
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
                 + (f" &middot; <span class='tpu-lab-rank-compiles'>{escape(compiles)}</span>" if compiles else "")
-                + f"<pre style='max-height:14em;overflow:auto;font-size:11px;margin:2px 0'>{escape(chr(10).join(lines))}</pre></div>"
+                + f"<pre style='font-size:11px;margin:2px 0;overflow-x:auto'>{escape(chr(10).join(lines))}</pre></div>"
             )
 
     def _draw_compiles(self) -> None:
@@ -153,6 +163,16 @@ class LaunchPanel(w.VBox):
 
     def _on(self, rank: int) -> str:
         return f" on {escape(self.host_names[rank // self.nproc])}" if self.host_names else ""
+
+
+def _stopped_html(result: LaunchResult | None) -> str:
+    """A run you stopped: a calm note, not an error box (each rank's last lines stay in its view)."""
+    seconds = f" after {result.seconds:.1f} s" if result is not None else ""
+    return (
+        f"<div class='tpu-lab-stopped' style='border-left:4px solid #555;padding:2px 8px;color:#333'>"
+        f"<b>Stopped by you{seconds}.</b> Every process of the run was stopped; each rank's last lines are "
+        "above. Run the cell again when you are ready.</div>"
+    )
 
 
 def _host_names(hosts: Hosts | None) -> list[str]:

@@ -4,12 +4,15 @@ during a run, and each host's result. Pure: reads what ``runners.ssh`` gathered.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tpu_lab.errors import LaunchError
-from tpu_lab.tp.remote_command import host_python
+from tpu_lab.tp.remote_command import Remote, host_python
 from tpu_lab.tp.results import HostResult
 from tpu_lab.tp.run_state import RunState
+
+if TYPE_CHECKING:
+    from tpu_lab.tp.runners.ssh import _Host
 
 SSH_FAILED = 255  # OpenSSH's own exit code: it could not connect or authenticate
 NOT_FOUND = (126, 127)  # env(1): the interpreter does not exist or cannot run
@@ -21,12 +24,12 @@ _SSH_FIX = (
 _NOTHING = "Nothing was started on any host."
 
 
-def _tail(host: Any, n: int = 6) -> str:
+def _tail(host: _Host, n: int = 6) -> str:
     lines = [line for line in host.own if line.strip()][-n:]
     return "\n    ".join(lines) if lines else "(no output)"
 
 
-def _why(host: Any, remote: Any) -> tuple[str, str, str]:
+def _why(host: _Host, remote: Remote) -> tuple[str, str, str]:
     """(what, cause, fix) for one host that failed before its check passed."""
     python = host_python(remote, host.name)
     label = f"host {host.name} (node {host.node})"
@@ -64,13 +67,13 @@ def _why(host: Any, remote: Any) -> tuple[str, str, str]:
     )
 
 
-def check_failed(failed: list[Any], remote: Any) -> LaunchError:
+def check_failed(failed: list[_Host], remote: Remote) -> LaunchError:
     whys = [_why(h, remote) for h in failed]
     what = "\n".join(f"Launch refused: {w}" for w, _, _ in whys) + f"\n{_NOTHING}"
     return LaunchError(what, cause=whys[0][1], fix=whys[0][2])
 
 
-def unreachable(silent: list[Any], waited: float) -> LaunchError:
+def unreachable(silent: list[_Host], waited: float) -> LaunchError:
     names = ", ".join(f"{h.name} (node {h.node})" for h in silent)
     return LaunchError(
         f"Launch refused: no answer from host(s) {names} after {waited:.0f} s. {_NOTHING}",
@@ -80,7 +83,7 @@ def unreachable(silent: list[Any], waited: float) -> LaunchError:
     )
 
 
-def not_ready(waiting: list[Any], waited: float) -> LaunchError:
+def not_ready(waiting: list[_Host], waited: float) -> LaunchError:
     names = ", ".join(f"{h.name} (node {h.node})" for h in waiting)
     return LaunchError(
         f"Launch refused: host(s) {names} did not finish their checks in {waited:.0f} s. {_NOTHING}",
@@ -89,7 +92,7 @@ def not_ready(waiting: list[Any], waited: float) -> LaunchError:
     )
 
 
-def other_python(host: Any, problem: str) -> LaunchError:
+def other_python(host: _Host, problem: str) -> LaunchError:
     return LaunchError(
         f"Launch refused: {problem} {_NOTHING}",
         cause=f"host {host.name} (node {host.node}) has another environment than this kernel",
@@ -98,7 +101,7 @@ def other_python(host: Any, problem: str) -> LaunchError:
     )
 
 
-def first_trouble(hosts: list[Any], state: RunState, silent_before: float) -> tuple[str, float] | None:
+def first_trouble(hosts: list[_Host], state: RunState, silent_before: float) -> tuple[str, float] | None:
     """What went wrong first and when (wall clock), or None: a rank that failed (the earliest by its
     failure time), a torchrun that died, a host lost (its connection ended without a result) or silent
     since ``silent_before`` (monotonic; frozen, or its machine gone)."""
@@ -120,13 +123,13 @@ def first_trouble(hosts: list[Any], state: RunState, silent_before: float) -> tu
     return None
 
 
-def silent(hosts: list[Any], before: float) -> list[Any]:
+def silent(hosts: list[_Host], before: float) -> list[_Host]:
     """Hosts whose runner runs torchrun but has said nothing (not even its heartbeat) since ``before``."""
     return [h for h in hosts if h.result is None and h.exit_code is None and h.argv and h.last_heard < before]
 
 
 def earliest_failure(
-    hosts: list[Any], noticed: str | None, noticed_at: float | None
+    hosts: list[_Host], noticed: str | None, noticed_at: float | None
 ) -> tuple[str | None, float | None]:
     """The failure that is not a rank's (a torchrun killed on a host, a host lost or silent), the
     earliest one, with its time; (None, None) when there was none."""
@@ -143,7 +146,7 @@ def earliest_failure(
     return text, at
 
 
-def host_state(host: Any) -> str:
+def host_state(host: _Host) -> str:
     if not host.argv and host.result is None:
         return "not started"
     if host.result is None:
@@ -154,7 +157,7 @@ def host_state(host: Any) -> str:
     return "ok" if states and all(s == "ok" for s in states) else "stopped"
 
 
-def host_error(host: Any) -> str | None:
+def host_error(host: _Host) -> str | None:
     if host.problem:
         return host.problem
     if host.result is not None and host.result.get("failure"):
@@ -165,7 +168,7 @@ def host_error(host: Any) -> str | None:
     return None
 
 
-def host_results(hosts: list[Any], nproc: int) -> tuple[HostResult, ...]:
+def host_results(hosts: list[_Host], nproc: int) -> tuple[HostResult, ...]:
     """Per host, in node order."""
     return tuple(
         HostResult(
