@@ -89,15 +89,7 @@ class LaunchPanel(w.VBox):
         self.stop_button.disabled = False
         self._thread = threading.Thread(target=self._wait, name="tpu_lab-launch-panel", daemon=True)
         self._thread.start()
-        threading.Thread(target=self._tick, name="tpu_lab-launch-panel-tick", daemon=True).start()
         return self
-
-    def _tick(self) -> None:
-        # A rank compiling says nothing for a long time: redraw anyway, so "compiling for N s" moves.
-        while self._thread is not None and self._thread.is_alive():
-            time.sleep(1.0)
-            if time.monotonic() - self._last_draw > 0.9:
-                self._draw()
 
     def wait(self, timeout: float | None = None) -> LaunchResult | None:
         """Block until the run ends; returns the result (None when it failed: see ``.error``)."""
