@@ -33,6 +33,7 @@ _EXPORTS = {
     "PreflightReport": "tpu_lab.tp.preflight",
     "launch": "tpu_lab.tp.launch",
     "Remote": "tpu_lab.tp.remote_command",
+    "RayCluster": "tpu_lab.tp.runners.ray_cluster",
     "LaunchResult": "tpu_lab.tp.results",
     "RunCompiles": "tpu_lab.tp.rank_compiles",
     "report": "tpu_lab.tp.results",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from tpu_lab.tp.rank_compiles import RunCompiles
     from tpu_lab.tp.remote_command import Remote
     from tpu_lab.tp.results import LaunchResult, report
+    from tpu_lab.tp.runners.ray_cluster import RayCluster
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--timeout S]
+"""``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--cluster ADDR|VAR] [--timeout S]
 [--panel] [--no-watch]`` (run the cell on N ranks, on each host; each rank's compiles are watched unless
 ``--no-watch``) and
 ``%%watch [--panel]`` (run the cell and show every compilation in it, per function and input signature)."""
@@ -22,6 +22,11 @@ class TpuLabMagics(Magics):
     @argument("--panel", action="store_true", help="show a LaunchPanel (live logs, Stop button) instead")
     @argument("--hosts", default=None, help="comma-separated hosts (N ranks on each), or TPU_WORKER_HOSTNAMES")
     @argument("--remote", default=None, help="name of a tl.Remote variable: how to reach the hosts")
+    @argument(
+        "--cluster",
+        default=None,
+        help="a Ray cluster: its address (ray://HEAD:10001, HEAD:6379, auto) or a tl.RayCluster variable",
+    )
     @argument("--no-watch", action="store_true", help="run the ranks without the compile watcher")
     @cell_magic
     def tp_run(self, line: str, cell: str):
@@ -44,17 +49,30 @@ class TpuLabMagics(Magics):
                 f"--remote {args.remote}: no such variable. Define it first: {args.remote} = tl.Remote(...)"
             )
         remote = None if args.remote is None else self.shell.user_ns[args.remote]
+        cluster = self.shell.user_ns.get(args.cluster, args.cluster) if args.cluster else None
         if args.panel:
             from tpu_lab.widgets import LaunchPanel
 
             panel = LaunchPanel(
-                cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, watch=not args.no_watch
+                cell,
+                nproc=args.nproc,
+                timeout=args.timeout,
+                hosts=hosts,
+                remote=remote,
+                cluster=cluster,
+                watch=not args.no_watch,
             )
             panel.start()
             return panel
         try:
             result = launch(
-                cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, watch=not args.no_watch
+                cell,
+                nproc=args.nproc,
+                timeout=args.timeout,
+                hosts=hosts,
+                remote=remote,
+                cluster=cluster,
+                watch=not args.no_watch,
             )
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result

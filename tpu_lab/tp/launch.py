@@ -1,5 +1,5 @@
-"""``launch()``: run a cell's code under torchrun on N processes (on this machine, on ssh hosts, or, later,
-on a Ray cluster), stream each rank's output, collect each rank's result, and leave nothing running.
+"""``launch()``: run a cell's code under torchrun on N processes (on this machine, on ssh hosts, or on a
+Ray cluster), stream each rank's output, collect each rank's result, and leave nothing running.
 
 Everything that can be checked is checked before a process starts (``tp.job``), then one runner
 (``tp.runners``) is picked by ``select_runner`` and started. Every runner implements ``tp.runner.Runner``
@@ -28,16 +28,14 @@ def select_runner(
     cluster: object | None,
     environ: Mapping[str, str],
 ) -> Runner:
-    """The runner for a launch, not started: ``hosts=`` -> ssh; ``cluster=`` -> Ray (not yet: raises);
+    """The runner for a launch, not started: ``hosts=`` -> ssh; ``cluster=`` -> a Ray cluster;
     neither -> this machine. The one place that knows every runner."""
     if cluster is not None:
-        # The Ray runner (tp/runners/ray.py, issue 18 items 2-4) plugs in here.
-        if hosts is not None:
-            raise InvalidArgument("hosts= and cluster= both name where to run.", fix="Pass one of them.")
-        raise InvalidArgument(
-            "cluster= (a Ray cluster) is not available in this version of tpu_lab.",
-            fix="Use hosts=[...] to run on ssh hosts, or leave both out to run on this machine.",
-        )
+        if hosts is not None or remote is not None:
+            raise InvalidArgument("hosts=/remote= and cluster= both name where to run.", fix="Pass one of them.")
+        from tpu_lab.tp.runners.ray import RayRunner
+
+        return RayRunner(job, cluster=cluster, environ=environ)
     if hosts is not None:
         from tpu_lab.tp.runners.ssh import SshRunner
 
@@ -94,7 +92,8 @@ def launch(
 
     ``hosts``: a list of hosts (or ``"TPU_WORKER_HOSTNAMES"``) runs ``nproc`` ranks on each, one torchrun
     per host over ssh, the rendezvous on the first host; ``remote`` (a ``tl.Remote``) says how to reach them.
-    ``cluster``: reserved for the Ray runner (raises until it exists).
+    ``cluster``: a Ray cluster (``"ray://HEAD:10001"``, ``"HEAD:6379"``, ``"auto"`` or a ``tl.RayCluster``) runs
+    ``nproc`` ranks on each host it reserves there, one torchrun per host in a Ray actor.
     ``watch`` (default True): every rank runs inside the compile watcher; ``result.compiles`` holds each
     rank's compile table, merged, with the ranks that diverge named (``tp.rank_compiles``).
 

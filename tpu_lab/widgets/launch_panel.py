@@ -61,7 +61,8 @@ class LaunchPanel(w.VBox):
         self.stop_button.on_click(lambda _: self.stop())
         self.header = w.HTML()
         self.host_names = _host_names(hosts)
-        count = nproc * max(1, len(self.host_names)) if isinstance(nproc, int) and 0 < nproc <= 64 else 0
+        hosts_count = max(1, len(self.host_names), getattr(cluster, "hosts", None) or 0)  # a tl.RayCluster's
+        count = nproc * hosts_count if isinstance(nproc, int) and 0 < nproc <= 64 else 0
         self.rank_views = [w.HTML(layout=w.Layout(width=f"{max(24, 98 // min(count, 4))}%")) for _ in range(count)]
         self.message = w.HTML()
         self.compiles = w.HTML()  # who compiles, who waits (live); each rank's compiles merged (at the end)

@@ -2,6 +2,7 @@
 
 ``local`` (this machine; also the torchrun driver every host uses), ``ssh`` (hosts reached over OpenSSH:
 ``ssh`` in the kernel, ``ssh_host`` on each host, ``ssh_wire`` what they say to each other,
-``ssh_results`` how their checks and results are worded) and, later, ``ray`` (a Ray cluster).
+``ssh_results`` how their checks and results are worded) and ``ray`` (a Ray cluster: ``ray`` in the
+kernel, ``ray_host`` in one Ray actor per host, ``ray_cluster`` attaching and reserving the hosts).
 ``tp.launch.select_runner`` picks one.
 """
