@@ -28,6 +28,9 @@ from typing import Any
 from tpu_lab.errors import LaunchError
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import interrupts_held
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import watched
+from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import forwarded_env
 from tpu_lab.tp.results import LaunchResult, rank_results
 from tpu_lab.tp.run_state import TAIL_LINES, RankState, RunState
@@ -35,6 +38,8 @@ from tpu_lab.tp.runner import OutputCallback, Runner
 from tpu_lab.tp.runners import ray_cluster, ssh_results
 from tpu_lab.tp.runners import ssh_wire as wire
 from tpu_lab.tp.runners.ray_cluster import NOTHING
+
+# (*) ssh_results is typed with ssh._Host since issue-18-20's 3008c17; this _Host has the fields it reads.
 
 CHECK_DEADLINE_S = 150.0  # every host has checked itself (torch_tpu's launch environment takes a while)
 STOP_GRACE_S = 10.0  # an actor stops its torchrun within ~6 s; then it is killed all the same
@@ -132,7 +137,7 @@ class RayRunner(Runner):
         deadline = time.monotonic() + CHECK_DEADLINE_S
         while pending:
             if time.monotonic() > deadline:
-                raise ssh_results.not_ready(list(pending.values()), CHECK_DEADLINE_S)
+                raise ssh_results.not_ready(list(pending.values()), CHECK_DEADLINE_S)  # type: ignore[arg-type]  # (*)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 host = pending.pop(ref)
@@ -152,7 +157,7 @@ class RayRunner(Runner):
             assert h.hello is not None
             problem = wire.facts_problem(h.name, h.hello["executable"], h.hello, ours)
             if problem:
-                raise ssh_results.other_python(h, problem)
+                raise ssh_results.other_python(h, problem)  # type: ignore[arg-type]  # (*)
 
     # ---- stream -----------------------------------------------------------------------------------
 
@@ -184,6 +189,8 @@ class RayRunner(Runner):
                 self.state.set_rank(
                     r["rank"], RankState(r["state"]), **{k: r[k] for k in ("exit_code", "signal", "failed_at")}
                 )
+                if r.get("compiles"):
+                    self.state.set_compiles(r["rank"], RankCompiles.from_marker(r["compiles"]))
             h.result = reply["result"]
             heard = heard or bool(reply["lines"])
         return heard
@@ -268,13 +275,23 @@ class RayRunner(Runner):
         ranks = rank_results(
             self.state, {r["rank"]: r.get("value") for r in reported}, {r["rank"]: r.get("error") for r in reported}
         )
-        per_host = ssh_results.host_results(self.hosts, self.job.nproc)
+        per_host = ssh_results.host_results(self.hosts, self.job.nproc)  # type: ignore[arg-type]  # (*)
         run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
         failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
         argv = self.hosts[0].argv if self.hosts else ()
         launcher = "\n".join(self.state.lines(None))
+        files = {r["rank"]: r.get("compiles") for r in reported}
+        compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
         return LaunchResult(
-            argv, run_dir, self.state.elapsed, ranks, launcher, self.state.stop_reason, hosts=per_host, failure=failure
+            argv,
+            run_dir,
+            self.state.elapsed,
+            ranks,
+            launcher,
+            self.state.stop_reason,
+            hosts=per_host,
+            failure=failure,
+            compiles=compiles,
         )
 
 
