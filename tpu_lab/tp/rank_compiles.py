@@ -190,7 +190,7 @@ class RunCompiles(Report):
         cells = [
             (
                 _cut(m.function, 60),
-                _cut(m.signature or "-", 80),
+                _cut(self._differing(m), 80),
                 "all"
                 if m.ranks == everyone and len(everyone) > 1
                 else rank_span(m.ranks).split(" ", 1)[1]
@@ -203,6 +203,17 @@ class RunCompiles(Report):
         ]
         return cells, left
 
+    def _differing(self, row: MergedRow) -> str:
+        """The row's inputs less those every row of its function shares (the model itself, flags)."""
+        from tpu_lab.tp.divergence import split_signature
+
+        parts = [split_signature(m.signature) for m in self.merged if m.function == row.function]
+        if len(parts) < 2:
+            return row.signature or "-"
+        shared = {k for k, v in parts[0].items() if all(p.get(k) == v for p in parts[1:])}
+        mine = split_signature(row.signature)
+        return ", ".join(f"{k}: {v}" for k, v in mine.items() if k not in shared) or row.signature or "-"
+
     def to_text(self) -> str:
         lines = [f"compiles per rank: {len(self.tables)} rank(s), {self.total} compile(s)"]
         lines += [
@@ -210,7 +221,7 @@ class RunCompiles(Report):
         ]
         cells, left = self._merged_cells()
         if cells:
-            lines.append("merged (function x inputs -> ranks):")
+            lines.append("merged (function x the inputs that differ between its rows -> ranks):")
             lines += [f"  {c[0]}  {c[1]}  ranks: {c[2]}  compiles: {c[3]}  {c[4]}" for c in cells]
             if left:
                 lines.append(f"  ... and {left} more rows (result.compiles.merged holds them all)")
@@ -220,7 +231,7 @@ class RunCompiles(Report):
     def to_html(self) -> str:
         per_rank = table(self.per_rank(), ["rank", "graphs", "compiles", "note"])
         cells, left = self._merged_cells()
-        merged = table(cells, ["function", "inputs", "ranks", "compiles", "why"]) if cells else ""
+        merged = table(cells, ["function", "inputs (those that differ)", "ranks", "compiles", "why"]) if cells else ""
         more = f"<div>... and {left} more rows (result.compiles.merged holds them all)</div>" if left else ""
         return (
             f"<div class='tpu-lab-rank-compiles'><b>compiles per rank: {len(self.tables)} rank(s), "
