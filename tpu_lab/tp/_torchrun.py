@@ -121,15 +121,24 @@ def _note_failures_before_stop() -> None:
     from torch.distributed.elastic.multiprocessing import api
 
     context = getattr(api, "SubprocessContext", None)
-    close = getattr(context, "close", None)
+    close, poll = getattr(context, "close", None), getattr(context, "_poll", None)
     folder = os.environ.get(RESULT_DIR_ENV)
     if context is None or close is None or not folder:
         return
 
+    def noting_poll(self: Any, *args: Any, **kwargs: Any) -> Any:
+        looked = time.time()
+        result = poll(self, *args, **kwargs)  # type: ignore[misc]
+        if result is None:
+            self._tpu_lab_alive_at = looked  # every rank was running when this look began
+        return result
+
     def noting_close(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_tpu_lab_noted", False):
             self._tpu_lab_noted = True  # later closes see the ranks this one stopped
-            died_by = time.time() - MONITOR_S - 0.05  # each died after torchrun's previous look, at the earliest
+            # Each died after torchrun's last look that found every rank running (a true lower bound,
+            # however loaded the machine); without that look, one monitor interval before now.
+            died_by = getattr(self, "_tpu_lab_alive_at", time.time() - MONITOR_S - 0.05)
             failed = {}
             for local_rank, handler in dict(getattr(self, "subprocess_handlers", {})).items():
                 code = handler.proc.poll()
@@ -140,6 +149,8 @@ def _note_failures_before_stop() -> None:
         return close(self, *args, **kwargs)
 
     context.close = noting_close
+    if poll is not None:
+        context._poll = noting_poll
 
 
 def _become_subreaper() -> None:

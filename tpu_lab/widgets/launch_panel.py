@@ -99,9 +99,12 @@ class LaunchPanel(w.VBox):
         return self.result
 
     def stop(self) -> None:
-        """Stop every process of the run."""
+        """Stop every process of the run (in the background: hosts may take seconds to confirm, and the
+        kernel stays free meanwhile)."""
         if self.run is not None:
-            self.run.stop("Stop button")
+            threading.Thread(
+                target=self.run.stop, args=("Stop button",), name="tpu_lab-launch-stop", daemon=True
+            ).start()
 
     def _wait(self) -> None:
         assert self.run is not None
