@@ -28,6 +28,7 @@ from _side_by_side import measure, report
 
 import tpu_lab as tl
 from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
+from tpu_lab.tp.runners import ray_cluster
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
 CRASH = (
@@ -55,6 +56,7 @@ def main() -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         cluster = tl.RayCluster(address=local.address, hosts=2, resources=BUNDLE)
+        ray_cluster.connect(cluster)  # both cases use this one attachment (Ray would attach by itself otherwise)
         script = Path(tempfile.mkdtemp()) / "worker.py"
         script.write_text(WORKER)
         hand_actor = ray.remote(HandRunner)

@@ -151,6 +151,19 @@ def test_a_crash_on_the_second_host_stops_everything_and_names_it_fast(two_hosts
     nothing_left(within=5)
 
 
+def test_tp_run_and_the_launch_panel_on_the_cluster(two_hosts, capsys, ipython_shell):
+    ip = ipython_shell
+    ip.user_ns["lab_cluster"] = two_hosts
+    code = "import os, tpu_lab as tl\nprint('on', os.environ['RANK'])\ntl.report(int(os.environ['GROUP_RANK']))"
+    result = ip.run_cell_magic("tp_run", "-n 1 --cluster lab_cluster --timeout 120", code)
+    assert result.values == [0, 1] and ip.user_ns["_tp_result"] is result
+    assert f"[{result.hosts[1].host} rank 1] on 1" in capsys.readouterr().out
+    panel = tl.widgets.LaunchPanel(code, nproc=1, cluster=two_hosts)
+    assert len(panel.rank_views) == 2
+    assert panel.start().wait(120).ok and "2 ok" in panel.header.value
+    nothing_left(within=5)
+
+
 def test_too_few_hosts_is_refused_before_anything_starts(cluster, capsys):
     three = tl.RayCluster(address=cluster.address, hosts=3, resources={"CPU": 1, HOST_RESOURCE: 1})
     with pytest.raises(tl.LaunchError) as e:

@@ -23,9 +23,9 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from tpu_lab.errors import LaunchError
+from tpu_lab.errors import EnvironmentProblem, LaunchError
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import interrupts_held
 from tpu_lab.tp.rank_compiles import RunCompiles
@@ -39,7 +39,6 @@ from tpu_lab.tp.runners import ray_cluster, ssh_results
 from tpu_lab.tp.runners import ssh_wire as wire
 from tpu_lab.tp.runners.ray_cluster import NOTHING
 
-# (*) ssh_results is typed with ssh._Host since issue-18-20's 3008c17; this _Host has the fields it reads.
 
 CHECK_DEADLINE_S = 150.0  # every host has checked itself (torch_tpu's launch environment takes a while)
 STOP_GRACE_S = 10.0  # an actor stops its torchrun within ~6 s; then it is killed all the same
@@ -84,8 +83,14 @@ class RayRunner(Runner):
         self._group, self._slice = group, handle
 
     def start(self) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        try:
+            import ray
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        except ImportError as e:
+            raise EnvironmentProblem(
+                f"cluster= needs Ray, which this kernel cannot import ({e}).",
+                fix='pip install "tpu-lab[ray]" (the same Ray version as the cluster), then restart the kernel.',
+            ) from e
 
         from tpu_lab.tp.runners.ray_host import RayHost
 
@@ -137,7 +142,7 @@ class RayRunner(Runner):
         deadline = time.monotonic() + CHECK_DEADLINE_S
         while pending:
             if time.monotonic() > deadline:
-                raise ssh_results.not_ready(list(pending.values()), CHECK_DEADLINE_S)  # type: ignore[arg-type]  # (*)
+                raise ssh_results.not_ready(_as_ssh(list(pending.values())), CHECK_DEADLINE_S)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 host = pending.pop(ref)
@@ -157,7 +162,7 @@ class RayRunner(Runner):
             assert h.hello is not None
             problem = wire.facts_problem(h.name, h.hello["executable"], h.hello, ours)
             if problem:
-                raise ssh_results.other_python(h, problem)  # type: ignore[arg-type]  # (*)
+                raise ssh_results.other_python(_as_ssh([h])[0], problem)
 
     # ---- stream -----------------------------------------------------------------------------------
 
@@ -245,11 +250,13 @@ class RayRunner(Runner):
         if self._torn_down:
             return
         self._torn_down = True
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
+        try:
+            import ray
+            from ray.util.placement_group import remove_placement_group
+        except ImportError:
+            return  # nothing was ever started
         if not ray.is_initialized():
-            return
+            return  # detached (e.g. Ray's own exit hook ran first): the cluster ends this driver's actors
         pending = {h.actor.stop.remote(): h for h in self.hosts if h.result is None and h.exit_code is None}
         done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_GRACE_S) if pending else ([], [])
         for ref in done:
@@ -275,7 +282,7 @@ class RayRunner(Runner):
         ranks = rank_results(
             self.state, {r["rank"]: r.get("value") for r in reported}, {r["rank"]: r.get("error") for r in reported}
         )
-        per_host = ssh_results.host_results(self.hosts, self.job.nproc)  # type: ignore[arg-type]  # (*)
+        per_host = ssh_results.host_results(_as_ssh(self.hosts), self.job.nproc)
         run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
         failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
         argv = self.hosts[0].argv if self.hosts else ()
@@ -293,6 +300,12 @@ class RayRunner(Runner):
             failure=failure,
             compiles=compiles,
         )
+
+
+def _as_ssh(hosts: list[_Host]) -> list[Any]:
+    """The ssh runner's wording reads only the fields both kinds of host have (name, node, hello, problem,
+    result, exit_code, argv, killed_remotely, own): share it rather than word the same things twice."""
+    return cast(list[Any], hosts)
 
 
 def _cannot_run(host: _Host, error: Exception) -> LaunchError:

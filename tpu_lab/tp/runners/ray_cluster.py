@@ -92,6 +92,14 @@ def stay_on_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+def _gcs_address(ray: Any) -> str | None:
+    """The GCS address this process is attached to (also when the user called ray.init() themselves)."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # Ray Client mode has no local GCS address
+        return None
+
+
 def connect(cluster: RayCluster) -> bool:
     """Attach this process to the cluster (a bounded wait). Returns False when it was already attached
     there (``"auto"`` takes whatever cluster this process is attached to)."""
@@ -109,7 +117,7 @@ def connect(cluster: RayCluster) -> bool:
             ) from e
     if ray.is_initialized():
         current = _ATTACHED.get("address")
-        if cluster.address in ("auto", current):
+        if cluster.address in ("auto", current) or cluster.address == _gcs_address(ray):
             return False
         if current is None:
             raise LaunchError(
