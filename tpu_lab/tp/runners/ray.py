@@ -39,7 +39,6 @@ from tpu_lab.tp.runners import ray_cluster, ssh_results
 from tpu_lab.tp.runners import ssh_wire as wire
 from tpu_lab.tp.runners.ray_cluster import NOTHING
 
-
 CHECK_DEADLINE_S = 150.0  # every host has checked itself (torch_tpu's launch environment takes a while)
 STOP_GRACE_S = 10.0  # an actor stops its torchrun within ~6 s; then it is killed all the same
 LOST = -1
