@@ -35,6 +35,7 @@ _EXPORTS = {
     "Remote": "tpu_lab.tp.remote_command",
     "RayCluster": "tpu_lab.tp.runners.ray_cluster",
     "LaunchResult": "tpu_lab.tp.results",
+    "RunCompiles": "tpu_lab.tp.rank_compiles",
     "report": "tpu_lab.tp.results",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "host", "models", "compile", "tp"}
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from tpu_lab.models.tiny import tiny_model
     from tpu_lab.tp.launch import launch
     from tpu_lab.tp.preflight import PreflightReport, tp_preflight
+    from tpu_lab.tp.rank_compiles import RunCompiles
     from tpu_lab.tp.remote_command import Remote
     from tpu_lab.tp.results import LaunchResult, report
     from tpu_lab.tp.runners.ray_cluster import RayCluster

@@ -1,5 +1,6 @@
 """``%load_ext tpu_lab`` registers ``%%tp_run -n N [--hosts H,H|TPU_WORKER_HOSTNAMES] [--remote VAR] [--cluster ADDR|VAR] [--timeout S]
-[--panel]`` (run the cell on N ranks, on each host) and
+[--panel] [--no-watch]`` (run the cell on N ranks, on each host; each rank's compiles are watched unless
+``--no-watch``) and
 ``%%watch [--panel]`` (run the cell and show every compilation in it, per function and input signature)."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class TpuLabMagics(Magics):
         default=None,
         help="a Ray cluster: its address (ray://HEAD:10001, HEAD:6379, auto) or a tl.RayCluster variable",
     )
+    @argument("--no-watch", action="store_true", help="run the ranks without the compile watcher")
     @cell_magic
     def tp_run(self, line: str, cell: str):
         """Run this cell under torchrun on N processes; each rank's output streams here, labelled.
@@ -52,12 +54,26 @@ class TpuLabMagics(Magics):
             from tpu_lab.widgets import LaunchPanel
 
             panel = LaunchPanel(
-                cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, cluster=cluster
+                cell,
+                nproc=args.nproc,
+                timeout=args.timeout,
+                hosts=hosts,
+                remote=remote,
+                cluster=cluster,
+                watch=not args.no_watch,
             )
             panel.start()
             return panel
         try:
-            result = launch(cell, nproc=args.nproc, timeout=args.timeout, hosts=hosts, remote=remote, cluster=cluster)
+            result = launch(
+                cell,
+                nproc=args.nproc,
+                timeout=args.timeout,
+                hosts=hosts,
+                remote=remote,
+                cluster=cluster,
+                watch=not args.no_watch,
+            )
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result
             raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab

@@ -10,6 +10,7 @@ Generation session: ``session`` (with ``session_checks``, ``hooks``, ``batching`
 ``generation_record``) generates with bounded shapes; ``signature``, ``tally`` and ``table`` are its
 per-shape rows. Buckets and advice: ``buckets`` pads to shape buckets and compares policies, ``advice``
 finds the buckets that pad least (1-D and batch x length), ``policies`` is the panel's menu.
+Launched ranks: ``rank_watch`` keeps a rank's watch table in its run folder (armed by ``tp._worker``).
 
 May import: ``tpu_lab.host`` and the base (``errors``, ``_report``, ``_checks``). Never models, tp or widgets.
 """

@@ -12,6 +12,10 @@ launch environment in a short-lived child; ``process`` is the one module that sp
 processes; ``remote_command`` says how hosts are reached (``tl.Remote``, pure); ``results`` holds what
 comes back and ``outcome`` the error a failed launch raises; ``rundirs`` keeps the last run folders;
 ``_torchrun`` runs torchrun's main with a store bound to one address; ``_worker`` is what each rank runs.
+Compiles per rank: ``rank_files`` (arming each rank's watcher, reading its file), ``rank_compiles``
+(``LaunchResult.compiles``: each rank's table, merged) with
+``divergence`` (where ranks differ, in words) and ``rank_live`` (each rank's compiles while it runs, in
+``RunState``). The rank-side watcher is ``tpu_lab.compile.rank_watch``, armed by name (``_worker``).
 
 May import: ``tpu_lab.host``, ``tpu_lab.models`` (config resolution for the preflight) and the base.
 Never compile or widgets.

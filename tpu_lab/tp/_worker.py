@@ -1,7 +1,9 @@
 """What torchrun runs on each rank: ``python -m tpu_lab.tp._worker SCRIPT [ARGS...]``.
 
 It ties the rank's life to torchrun's (so a killed launcher never leaves a rank behind), runs the user's
-script as ``__main__``, and records this rank's exit code and, on failure, its traceback.
+script as ``__main__``, and records this rank's exit code and, on failure, its traceback. When the launch
+names a rank-side module (``RANK_SETUP_ENV``: the compile watcher, ``tp.rank_compiles``), its ``arm``
+runs before the script and what it returns after it, however the script ends.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import traceback
 from pathlib import Path
 
 from tpu_lab.tp.results import RESULT_DIR_ENV, write_atomic
+
+RANK_SETUP_ENV = "TPU_LAB_RANK_SETUP"
+_finish: list = []  # what the rank-side module asked to run at the end
 
 
 def _die_with_parent() -> None:
@@ -33,7 +38,21 @@ def _die_with_parent() -> None:
         os._exit(1)  # torchrun died before the line above (re-parented to init or a subreaper): nothing to wait for
 
 
+def _rank_setup() -> None:
+    # Named, not imported: the module (tpu_lab.compile.rank_watch) is in a layer tp may not import.
+    name, folder = os.environ.get(RANK_SETUP_ENV), os.environ.get(RESULT_DIR_ENV)
+    if name and folder:
+        import importlib
+
+        _finish.append(importlib.import_module(name).arm(folder, int(os.environ.get("RANK", "0"))))
+
+
 def _status(code: int, error: str | None = None) -> None:
+    while _finish:
+        try:
+            _finish.pop()()
+        except Exception as e:  # the watcher's trouble must not change how the rank ends
+            sys.stderr.write(f"tpu_lab: the compile watcher failed at the end: {type(e).__name__}: {e}\n")
     folder = os.environ.get(RESULT_DIR_ENV)
     if folder:
         import json
@@ -49,6 +68,7 @@ def main() -> None:
     os.dup2(1, 2)
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
+    _rank_setup()
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:

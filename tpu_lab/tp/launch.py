@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from tpu_lab._checks import optional_callable, positive_seconds
+from tpu_lab._checks import boolean, optional_callable, positive_seconds
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.tp.job import Job, make_job
+from tpu_lab.tp.rank_files import watch_env
 from tpu_lab.tp.remote_command import Hosts, Remote
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.runner import OutputCallback, Runner
@@ -58,11 +59,13 @@ def start(
     remote: Remote | None = None,
     cluster: object | None = None,
     environ: Mapping[str, str] | None = None,
+    watch: bool = True,
 ) -> Runner:
     """Check everything, then start the launch and return its runner (``.state`` is live; ``.wait()``,
     ``.stop()``). A start that fails leaves no process and no run folder."""
     environ = os.environ if environ is None else environ
-    job = make_job(code_or_path, nproc=nproc, args=args, env=env)
+    boolean(watch, "watch")
+    job = watch_env(make_job(code_or_path, nproc=nproc, args=args, env=env), watch)
     runner = select_runner(job, hosts=hosts, remote=remote, cluster=cluster, environ=environ)
     try:
         runner.start()
@@ -83,6 +86,7 @@ def launch(
     hosts: Hosts | None = None,
     remote: Remote | None = None,
     cluster: object | None = None,
+    watch: bool = True,
 ) -> LaunchResult:
     """Run ``code_or_path`` (Python source, or a .py file) on ``nproc`` ranks under torchrun.
 
@@ -90,6 +94,8 @@ def launch(
     per host over ssh, the rendezvous on the first host; ``remote`` (a ``tl.Remote``) says how to reach them.
     ``cluster``: a Ray cluster (``"ray://HEAD:10001"``, ``"HEAD:6379"``, ``"auto"`` or a ``tl.RayCluster``) runs
     ``nproc`` ranks on each host it reserves there, one torchrun per host in a Ray actor.
+    ``watch`` (default True): every rank runs inside the compile watcher; ``result.compiles`` holds each
+    rank's compile table, merged, with the ranks that diverge named (``tp.rank_compiles``).
 
     Each rank's output is streamed live, labelled by rank (``on_output(rank, line)``; rank None is
     the launcher's own lines). Ranks hand values back with ``tl.report(value)``. Raises LaunchError naming
@@ -98,7 +104,8 @@ def launch(
     """
     timeout = positive_seconds(timeout)
     optional_callable(on_output, "on_output")
-    job = make_job(code_or_path, nproc=nproc, args=args, env=env)
+    boolean(watch, "watch")
+    job = watch_env(make_job(code_or_path, nproc=nproc, args=args, env=env), watch)
     runner = select_runner(job, hosts=hosts, remote=remote, cluster=cluster, environ=os.environ)
     try:
         runner.start()

@@ -14,11 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpu_lab._report import Report, table
 from tpu_lab.errors import InvalidArgument, TpuLabWarning
 from tpu_lab.tp.run_state import RankState, RunState
+
+if TYPE_CHECKING:
+    from tpu_lab.tp.rank_compiles import RunCompiles
 
 # Duplicated from tp.command on purpose: workers import this module, and it must stay this light.
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
@@ -142,6 +145,8 @@ class LaunchResult(Report):
     """What failed when no rank did (torchrun itself killed, a host lost), in words."""
     failed_at: float | None = None
     """Wall-clock time of ``failure`` (compared with the ranks' to blame what failed first)."""
+    compiles: RunCompiles | None = None
+    """Each rank's compile table, merged, with divergences in words (None: launched with watch=False)."""
 
     @property
     def ok(self) -> bool:
@@ -171,6 +176,8 @@ class LaunchResult(Report):
         lines += [f"  host {h.host} (node {h.node_rank}): {h.state}" for h in self.hosts]
         at = {r.rank: f" on {r.host}" if r.host else "" for r in self.ranks}
         lines += [f"  rank {r.rank}{at[r.rank]}: {r.state}, value={r.value!r}" for r in self.ranks]
+        if self.compiles is not None and (self.compiles.total or self.compiles.findings):
+            lines.append(self.compiles.to_text())
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -182,8 +189,12 @@ class LaunchResult(Report):
         ]
         return (
             f"<div class='tpu-lab-launch-result'><b>{len(self.ranks)} rank(s){on}, {escape(self.verdict)}, "
-            f"{self.seconds:.1f} s</b>{table(cols, head)}</div>"
+            f"{self.seconds:.1f} s</b>{table(cols, head)}{self._compiles_html()}</div>"
         )
+
+    def _compiles_html(self) -> str:
+        shown = self.compiles is not None and (self.compiles.total or self.compiles.findings)
+        return self.compiles.to_html() if shown and self.compiles is not None else ""
 
 
 def rank_results(

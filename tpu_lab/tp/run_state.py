@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tpu_lab.tp.rank_live import RankCompiles
+
 TAIL_LINES = 200
 """Lines kept per rank (and for the launcher's own lines)."""
 
@@ -53,6 +55,8 @@ class RankStatus:
     """Wall-clock time (time.time()) of its failure, to blame the first rank that failed."""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     """Its latest output lines."""
+    compiles: RankCompiles | None = None
+    """Its compiles so far, live (None: not watched, or it has not imported Dynamo); see ``tp.rank_live``."""
 
     @property
     def label(self) -> str:
@@ -110,6 +114,12 @@ class RunState:
             status.state = state
             for name, value in fields.items():
                 setattr(status, name, value)
+
+    def set_compiles(self, rank: int, compiles: RankCompiles) -> None:
+        """A rank's live compile state, as its runner last read it (rank_live.RankCompiles)."""
+        with self._lock:
+            if 0 <= rank < len(self.ranks):
+                self.ranks[rank].compiles = compiles
 
     def end(self) -> None:
         """The launch is over: ranks that never reported a final state were stopped."""

@@ -16,6 +16,7 @@ import ipywidgets as w
 from tpu_lab._checks import positive_seconds
 from tpu_lab.tp.launch import start
 from tpu_lab.tp.outcome import stopped_by_user
+from tpu_lab.tp.rank_live import compile_words
 from tpu_lab.tp.remote_command import Hosts, Remote, resolve_hosts
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.run_state import RankState
@@ -47,9 +48,10 @@ class LaunchPanel(w.VBox):
         hosts: Hosts | None = None,
         remote: Remote | None = None,
         cluster: object | None = None,
+        watch: bool = True,
     ) -> None:
         self.code, self.nproc, self.timeout, self.hosts, self.remote = code, nproc, timeout, hosts, remote
-        self.cluster = cluster
+        self.cluster, self.watch = cluster, watch
         self.run: Runner | None = None
         self.result: LaunchResult | None = None
         self.error: Exception | None = None
@@ -63,8 +65,9 @@ class LaunchPanel(w.VBox):
         count = nproc * hosts_count if isinstance(nproc, int) and 0 < nproc <= 64 else 0
         self.rank_views = [w.HTML(layout=w.Layout(width=f"{max(24, 98 // min(count, 4))}%")) for _ in range(count)]
         self.message = w.HTML()
+        self.compiles = w.HTML()  # who compiles, who waits (live); each rank's compiles merged (at the end)
         rows = [w.HBox(self.rank_views[i : i + 4]) for i in range(0, count, 4)]
-        super().__init__([w.HBox([self.stop_button, self.header]), *rows, self.message])
+        super().__init__([w.HBox([self.stop_button, self.header]), self.compiles, *rows, self.message])
         self.add_class("tpu-lab-launch-panel")
         self._draw()
 
@@ -72,7 +75,14 @@ class LaunchPanel(w.VBox):
         """Start the run in the background (the kernel stays free, so Stop works)."""
         try:
             positive_seconds(self.timeout)  # NaN or infinity would never fire
-            self.run = start(self.code, nproc=self.nproc, hosts=self.hosts, remote=self.remote, cluster=self.cluster)
+            self.run = start(
+                self.code,
+                nproc=self.nproc,
+                hosts=self.hosts,
+                remote=self.remote,
+                cluster=self.cluster,
+                watch=self.watch,
+            )
         except Exception as e:  # bad input: shown in the panel, nothing started
             self.error = e
             self.message.value = error_html(e)
@@ -127,15 +137,25 @@ class LaunchPanel(w.VBox):
         summary = " &middot; ".join(f"{n} {s.value}" for s, n in counts.items() if n and s is not RankState.WAITING)
         elapsed = f"{state.elapsed:.1f} s" if state else "not started"
         self.header.value = f"<b>{len(self.rank_views)} rank(s)</b> &middot; {summary or 'waiting'} &middot; {elapsed}"
+        self._draw_compiles()
         for rank, view in enumerate(self.rank_views):
             status = ranks[rank] if rank < len(ranks) else None
             label, colour = (status.label, STATE_COLOURS[status.state]) if status else ("waiting", "#555")
+            compiles = status.compiles.label() if status is not None and status.compiles is not None else ""
             lines = state.lines(rank)[-LOG_LINES:] if state and status else []
             view.value = (
                 f"<div class='tpu-lab-rank' data-rank='{rank}'><b>rank {rank}{self._on(rank)}</b> "
                 f"<span class='tpu-lab-rank-state' style='color:{colour}'>{escape(label)}</span>"
-                f"<pre style='font-size:11px;margin:2px 0;overflow-x:auto'>{escape(chr(10).join(lines))}</pre></div>"
+                + (f" &middot; <span class='tpu-lab-rank-compiles'>{escape(compiles)}</span>" if compiles else "")
+                + f"<pre style='font-size:11px;margin:2px 0;overflow-x:auto'>{escape(chr(10).join(lines))}</pre></div>"
             )
+
+    def _draw_compiles(self) -> None:
+        if self.result is not None and self.result.compiles is not None:
+            self.compiles.value = self.result.compiles.to_html()
+        elif self.run is not None:
+            words = compile_words(self.run.state)
+            self.compiles.value = f"<div class='tpu-lab-compiling'>{escape(words)}</div>" if words else ""
 
     def _on(self, rank: int) -> str:
         return f" on {escape(self.host_names[rank // self.nproc])}" if self.host_names else ""

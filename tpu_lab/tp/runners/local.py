@@ -25,6 +25,8 @@ from tpu_lab.tp.command import FAILURES_FILE, LaunchSpec, build_command
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.launch_env import check_rank_memory, tpu_launch_env
 from tpu_lab.tp.process import interrupts_held, kill_run, spawn_launcher, terminate_then_kill
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import CompileFiles, watched
 from tpu_lab.tp.results import LaunchResult, rank_results, read_json
 from tpu_lab.tp.run_state import RankState, RunState
 from tpu_lab.tp.rundirs import new_run_dir, remove_run_dir
@@ -97,6 +99,8 @@ class Torchrun:
         self._logs = {spec.first_rank + i: _RankLog(spec.first_rank + i) for i in range(spec.nproc)}
         self._reader_done = False
         self._lock = threading.Lock()
+        # The ranks' compile watcher files (tp.rank_compiles), read live when the launch watches them.
+        self.compile_files = CompileFiles(spec.run_dir, self._logs) if watched(env) else None
 
     def start(self) -> None:
         with interrupts_held():  # started and known, or neither
@@ -127,6 +131,8 @@ class Torchrun:
             pass
         self._tail(on_output)
         self._read_statuses()
+        if self.compile_files is not None:
+            self.compile_files.update(self.state)
         if not self._reader_done or self.proc is None or self.proc.poll() is None:
             return False
         self._tail(on_output)
@@ -134,6 +140,8 @@ class Torchrun:
             for line in log.close():
                 self.state.add_line(rank, line)
                 on_output(rank, line)
+        if self.compile_files is not None:
+            self.compile_files.update(self.state)  # the final tables, written as the ranks ended
         self._settle()
         return True
 
@@ -263,6 +271,7 @@ class LocalRunner(Runner):
         self.state.end()
         ranks = rank_results(self.state, t.values(), t.errors())
         launcher = "\n".join(self.state.lines(None))
+        files = t.compile_files
         return LaunchResult(
             tuple(t.argv),
             t.spec.run_dir,
@@ -271,4 +280,5 @@ class LocalRunner(Runner):
             launcher,
             self.state.stop_reason,
             failure=t.failure,
+            compiles=None if files is None else RunCompiles.from_files(files.files, self.job.nproc),
         )

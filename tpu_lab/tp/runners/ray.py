@@ -28,6 +28,9 @@ from typing import Any, cast
 from tpu_lab.errors import EnvironmentProblem, LaunchError
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import interrupts_held
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import watched
+from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import forwarded_env
 from tpu_lab.tp.results import LaunchResult, rank_results
 from tpu_lab.tp.run_state import TAIL_LINES, RankState, RunState
@@ -190,6 +193,8 @@ class RayRunner(Runner):
                 self.state.set_rank(
                     r["rank"], RankState(r["state"]), **{k: r[k] for k in ("exit_code", "signal", "failed_at")}
                 )
+                if r.get("compiles"):
+                    self.state.set_compiles(r["rank"], RankCompiles.from_marker(r["compiles"]))
             h.result = reply["result"]
             heard = heard or bool(reply["lines"])
         return heard
@@ -281,8 +286,18 @@ class RayRunner(Runner):
         failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
         argv = self.hosts[0].argv if self.hosts else ()
         launcher = "\n".join(self.state.lines(None))
+        files = {r["rank"]: r.get("compiles") for r in reported}
+        compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
         return LaunchResult(
-            argv, run_dir, self.state.elapsed, ranks, launcher, self.state.stop_reason, hosts=per_host, failure=failure
+            argv,
+            run_dir,
+            self.state.elapsed,
+            ranks,
+            launcher,
+            self.state.stop_reason,
+            hosts=per_host,
+            failure=failure,
+            compiles=compiles,
         )
 
 

@@ -110,6 +110,7 @@ class RayHost:
                 "exit_code": s.exit_code,
                 "signal": s.signal,
                 "failed_at": s.failed_at,
+                "compiles": s.compiles.to_marker() if s.compiles is not None else None,  # live (tp.rank_live)
             }
             for s in mine
         ]
@@ -120,7 +121,11 @@ class RayHost:
             return {"ranks": [], "failure": None, "stopped": True}
         self.state.end()
         values, errors = run.values(), run.errors()
-        ranks = [{**r, "value": values[r["rank"]], "error": errors[r["rank"]]} for r in self._ranks()]
+        files = run.compile_files.files if run.compile_files is not None else {}  # each rank's final table
+        ranks = [
+            {**r, "value": values[r["rank"]], "error": errors[r["rank"]], "compiles": files.get(r["rank"])}
+            for r in self._ranks()
+        ]
         return {"ranks": ranks, "failure": run.failure, "stopped": run.stopping}
 
     def poll(self) -> dict[str, Any]:

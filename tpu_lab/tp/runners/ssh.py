@@ -29,6 +29,9 @@ from typing import Any
 from tpu_lab.tp.command import RUN_ID_ENV
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import end_clients, interrupts_held, run_briefly, spawn_client
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import watched
+from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import (
     CONNECT_TIMEOUT_S,
     Hosts,
@@ -189,6 +192,8 @@ class SshRunner(Runner):
                 host.argv = tuple(data.get("argv") or ())
             elif message == "rank":
                 self._rank_update(data)
+            elif message == "compiles" and isinstance(data.get("rank"), int):
+                self.state.set_compiles(data["rank"], RankCompiles.from_marker(data))
             elif message == "result":
                 host.result = data
                 for r in data.get("ranks", []):
@@ -290,6 +295,8 @@ class SshRunner(Runner):
         launcher = "\n".join(self.state.lines(None))
         failure, failed_at = ssh_results.earliest_failure(self.hosts, self.state.failure, self._failed_at)
         argv = self.hosts[0].argv if self.hosts else ()
+        files = {r["rank"]: r.get("compiles") for h in self.hosts for r in (h.result or {}).get("ranks", [])}
+        compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
         return LaunchResult(
             argv,
             run_dir,
@@ -300,4 +307,5 @@ class SshRunner(Runner):
             hosts=per_host,
             failure=failure,
             failed_at=failed_at,
+            compiles=compiles,
         )

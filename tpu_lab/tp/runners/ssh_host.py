@@ -157,6 +157,7 @@ def _run(job: dict[str, Any], go: dict[str, Any], hello: dict[str, Any], out: _O
     threading.Thread(target=_watch_stdin, args=(run,), name="tpu_lab-remote-stdin", daemon=True).start()
     mine = range(spec.first_rank, spec.first_rank + nproc)
     sent: dict[int, RankState] = {}
+    sent_compiles: dict[int, object] = {}
     try:
         finished = False
         while not finished:
@@ -167,6 +168,9 @@ def _run(job: dict[str, Any], go: dict[str, Any], hello: dict[str, Any], out: _O
                     sent[r] = status.state
                     fields = {"exit_code": status.exit_code, "signal": status.signal, "failed_at": status.failed_at}
                     out.write(wire.control("rank", rank=r, state=status.state.value, **fields))
+                if status.compiles is not sent_compiles.get(r) and status.compiles is not None:
+                    sent_compiles[r] = status.compiles  # the rank's live compiles (tp.rank_live), as they change
+                    out.write(wire.control("compiles", rank=r, **status.compiles.to_marker()))
     finally:
         if finished:
             run.end()
@@ -184,6 +188,7 @@ def _run(job: dict[str, Any], go: dict[str, Any], hello: dict[str, Any], out: _O
             "failed_at": state.ranks[r].failed_at,
             "value": values[r],
             "error": errors[r],
+            "compiles": run.compile_files.files.get(r) if run.compile_files is not None else None,
         }
         for r in mine
     ]

@@ -3,7 +3,8 @@ stdout, and the facts a host reports about its Python, checked against the kerne
 
 Kernel -> host, one JSON object a line: the job, then ``{"kind": "go", ...}`` or ``{"kind": "stop"}``
 (the end of stdin means stop too). Host -> kernel: control lines (``CONTROL`` + JSON: ``hi``, ``hello``,
-``error``, ``started`` (its argv), ``rank`` (a rank's new state), ``beat`` (every second: not frozen),
+``error``, ``started`` (its argv), ``rank`` (a rank's new state), ``compiles`` (a rank's live compiles,
+``tp.rank_live``), ``beat`` (every second: not frozen),
 ``result``) and output lines ``<global rank>\\t<text>`` (``-`` for torchrun's own lines).
 Anything else (ssh's own messages, a traceback before the runner started) is passed on as is.
 """
