@@ -350,3 +350,35 @@ def test_generate_with_a_static_cache_and_another_max_new_tokens(dynamo, qwen):
     (cause,) = causes(w)
     assert cause.kind == "cache_length" and cause.words.startswith("static cache length changed")
     assert "max_cache_len" in cause.fix
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(depth))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_module_list_that_grows_and_a_mark_static_input(dynamo):
+    # progressive growing of a network (a layer appended between stages), and torch._dynamo.mark_static
+    model = Stack(2)
+    f = torch.compile(model, backend=BACKEND)
+    g = torch.compile(lambda x: x * 2, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        model.layers.append(torch.nn.Linear(2, 2))
+        f(torch.ones(2))
+        for n in (2, 3, 4):
+            x = torch.ones(n)
+            torch._dynamo.mark_static(x, 0)
+            g(x)
+    check_against_dynamo(w, dynamo)
+    (grown,) = only_causes(w, "Stack.forward")
+    assert grown.words == "self.layers has another number of modules (was 2)" and grown.kind == "length"
+    pinned = only_causes(w, "<lambda>")
+    assert [c.words.split(" (")[0] for c in pinned] == ["x dimension 0 changed 2 -> 3", "x dimension 0 changed 3 -> 4"]
+    assert all("mark_static" in c.words and "mark_dynamic" not in c.fix for c in pinned)

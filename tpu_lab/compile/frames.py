@@ -183,6 +183,8 @@ def describe(value: Any) -> str:
         grad = " requires_grad" if value.requires_grad else ""
         marked = getattr(value, "_dynamo_dynamic_indices", None)  # torch._dynamo.mark_dynamic
         extra = f" mark_dynamic{sorted(marked)}" if marked else ""
+        static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
+        extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
         return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, value.shape))}]{grad}{extra}"
     if isinstance(value, bool) or value is None:

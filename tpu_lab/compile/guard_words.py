@@ -42,7 +42,7 @@ _KEYS = re.compile(
 _TYPE = re.compile(r"expected type of '(?P<name>.+?)' to be a tensor type, ' but found <class '(?P<cls>[\w.]+)'>")
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
-_LEN = re.compile(r"^len\((?P<name>.+?)\) == (?P<n>\d+)$")
+_LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
@@ -75,10 +75,21 @@ def _user_line(stack: str) -> str:
     return f"{mine[-1][0]}:{mine[-1][1]}" if mine else ""
 
 
-def words(f: Failure, *, tpu: bool = False, static: bool = False, cache: str = "") -> Cause:
-    """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class)."""
+def words(
+    f: Failure, *, tpu: bool = False, static: bool = False, cache: str = "", pinned: frozenset[str] = frozenset()
+) -> Cause:
+    """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
+    ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``)."""
     g, at = f.guard, f.where
-    if m := _TENSOR.search(g):
+    if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
+        return Cause(
+            "size",
+            f"{local_name(m['name'])} dimension {m['i']} changed {m['a']} -> {m['b']} (marked with "
+            "torch._dynamo.mark_static: every size is its own graph)",
+            g,
+            "expected under mark_static; drop it (or pad to a few sizes) where sizes vary",
+        )
+    if m:
         return (
             size_words(m, g, tpu, static, cache)
             if m["what"] == "size"
@@ -198,6 +209,13 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False, cache: str = "
             f"a keyword argument was added or dropped (there were {m['n']})",
             g,
             "pass the same keyword arguments every call (e.g. always attention_mask)",
+        )
+    if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
+        return Cause(
+            "length",
+            f"{local_name(m['name'][: -len('._modules')])} has another number of modules (was {m['n']})",
+            g,
+            "expected once per model depth; add or remove layers before the first compiled call",
         )
     if m:
         return Cause(
