@@ -22,10 +22,14 @@ class Cause:
 
 
 def local_name(source: str) -> str:
-    """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it."""
+    """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it.
+    ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a
+    functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
     s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
-    return re.sub(r"\._modules\['([^']+)'\]", r".\1", s)
+    s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
+    s = re.sub(r"^fn\.keywords\['([^']+)'\]", r"\1", s)
+    return re.sub(r"^fn\.", "self.", s)
 
 
 KIND_LABELS = {
@@ -53,5 +57,12 @@ KIND_LABELS = {
     "cache_length": "the static cache length changed",
     "none": "None vs a value",
     "aliasing": "inputs aliasing changed",
+    "enum": "an enum value changed",
+    "type": "a value's type changed",
+    "shared_wrapper": "another callable through torch.compile's shared wrapper",
+    "inference": "inference tensor vs normal tensor",
+    "dispatch": "a tensor's dispatch keys changed",
+    "parameter_shape": "a parameter's shape changed",
+    "cache_state": "the KV cache went from empty to filled",
 }
 """A short label per guard family, for the summary under a table."""

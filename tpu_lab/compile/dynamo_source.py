@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.frames import Capture, FunctionKey, Signature, describe_inputs, function_key
+from tpu_lab.compile.frames import Capture, FunctionKey, Signature, break_location, describe_inputs, function_key
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
@@ -30,6 +30,7 @@ class GraphBreak(NamedTuple):
     reason: str
     filename: str
     line: int
+    library: str = ""  # file:line where it broke, when that is library code (torch, site-packages)
 
 
 Listener = Callable[[Capture], None]
@@ -212,7 +213,6 @@ CACHE_HIT_FIELDS = (
     "aotautograd_local_cache_hit_count",
 )
 
-
 _utils: Any = None  # torch._dynamo.utils, once imported (newest_record runs per session forward)
 
 
@@ -231,8 +231,6 @@ def records_since(last: Any) -> list[Any]:
     import torch._dynamo.utils as dynamo_utils
 
     after = dynamo_utils.get_compilation_metrics()
-    if last is None:
-        return list(after)
     for i in range(len(after) - 1, -1, -1):
         if after[i] is last:
             return list(after[i + 1 :])
@@ -256,8 +254,7 @@ def record_function(record: Any) -> FunctionKey | None:
 
 
 def compile_seconds(record: Any) -> float:
-    seconds = getattr(record, "entire_frame_compile_time_s", None)
-    if seconds:
+    if seconds := getattr(record, "entire_frame_compile_time_s", None):
         return float(seconds)
     return float(getattr(record, "backward_cumulative_compile_time_us", 0) or 0) / 1e6
 
@@ -291,13 +288,14 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
             continue
         name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
+        name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
         if dims:
             out.append(f"{name} dim {', '.join(dims)}")
         elif scalar:
             out.append(name)
-    return ", ".join(out)
+    return ", ".join(dict.fromkeys(out))
 
 
 # ---- graph breaks --------------------------------------------------------------------------------
@@ -321,10 +319,5 @@ def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], 
     start = marker[1] if same else 0
     out = []
     for item in found[start:]:
-        stack = list(getattr(item, "user_stack", None) or [])
-        mine = [s for s in stack if "/torch/" not in s.filename and "/site-packages/" not in s.filename] or stack
-        where = mine[-1] if mine else None
-        out.append(
-            GraphBreak(str(item.reason), where.filename if where else "", int(where.lineno or 0) if where else 0)
-        )
+        out.append(GraphBreak(str(item.reason), *break_location(list(getattr(item, "user_stack", None) or []))))
     return out, (id(found), len(found), resets)

@@ -55,10 +55,13 @@ def causes_of(
     order = list(dict.fromkeys(f.graph for f in failures))
     far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
     best = min(order, key=lambda g: (_distance(inputs[g], signature) if g in inputs else far, order.index(g)))
+    marks = ((n, re.search(r"mark_static\[([\d, ]+)\]", d)) for n, d in signature)
+    pinned = frozenset(f"{n}/{i.strip()}" for n, m in marks if m for i in m[1].split(","))
+    cache = next((d.split()[0] for _, d in signature if d.split()[0].endswith("Cache")), "")
     out: dict[str, Cause] = {}
     for f in failures:
         if f.graph == best:
-            cause = guard_words.words(f, tpu=tpu, static=static)
+            cause = guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned)
             out.setdefault(cause.words, cause)
     return list(out.values())
 

@@ -100,10 +100,41 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:
                 return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
+        elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
+            return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
         later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
         return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
     return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+
+
+def break_location(stack: list[Any]) -> tuple[str, int, str]:
+    """Where a graph break is, from its stack (``traceback.FrameSummary``s): the user's innermost file
+    and line, and file:line of the break itself when that is library code (torch, site-packages)."""
+    library = [("/torch/" in s.filename or "/site-packages/" in s.filename) for s in stack]
+    mine = [s for s, lib in zip(stack, library, strict=True) if not lib] or stack
+    if not mine:
+        return "", 0, ""
+    inner = stack[-1]
+    return (
+        mine[-1].filename,
+        int(mine[-1].lineno or 0),
+        f"{inner.filename.rsplit('/', 1)[-1]}:{inner.lineno}" if library[-1] else "",
+    )
+
+
+def _wrapped_key(fn: Any) -> FunctionKey | None:
+    """A functools.partial by the function it binds; a callable object by its class's ``__call__``."""
+    import functools
+
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    code = getattr(inspect.unwrap(fn), "__code__", None) if inspect.isroutine(fn) else None
+    name = getattr(fn, "__qualname__", "")
+    if code is None and callable(fn):
+        call = inspect.unwrap(type(fn).__call__)
+        code, name = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__"
+    return FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno) if code else None
 
 
 def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -152,6 +183,8 @@ def describe(value: Any) -> str:
         grad = " requires_grad" if value.requires_grad else ""
         marked = getattr(value, "_dynamo_dynamic_indices", None)  # torch._dynamo.mark_dynamic
         extra = f" mark_dynamic{sorted(marked)}" if marked else ""
+        static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
+        extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
         return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, value.shape))}]{grad}{extra}"
     if isinstance(value, bool) or value is None:

@@ -35,10 +35,27 @@ _STATE = {
 }
 
 
-def size_words(m: re.Match, g: str, tpu: bool, static: bool) -> Cause:
+def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "") -> Cause:
+    """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any."""
     name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
+    if is_parameter(m["name"], g):
+        return Cause(
+            "parameter_shape",
+            f"parameter {name} has another shape (dimension {i}: {a} -> {b}): a model of another size",
+            g,
+            "expected once per model size (parameter shapes are static; "
+            "torch._dynamo.config.force_parameter_static_shapes = False makes them dynamic)",
+        )
     bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
     if ("cache" in name or "keys" in name or "values" in name) and i == "2":
+        if cache and not cache.startswith("Static"):
+            return Cause(
+                "cache_length",
+                f"KV cache length changed {a} -> {b} (a {cache} grows by one token per step)",
+                g,
+                "expected until Dynamo makes the length dynamic; for one decode graph use a static cache "
+                "(cache_implementation='static' with a fixed max_cache_len)",
+            )
         return Cause(
             "cache_length",
             f"static cache length changed {a} -> {b}",
@@ -66,6 +83,11 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool) -> Cause:
     return Cause("size", words, g, fix)
 
 
+def is_parameter(raw: str, g: str) -> bool:
+    """The guard is on a module's parameter (Dynamo says so), not on an input."""
+    return "Guard failed on a parameter" in g or "._parameters[" in raw
+
+
 def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
     name = local_name(raw)
     if "param_groups" in name and "'lr'" in name:
@@ -84,6 +106,18 @@ def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
             g,
             "pass it as an argument (a tensor if it changes often) instead of reading a global",
         )
+    if name.endswith(".is_initialized") and "cache" in name:
+        return Cause(
+            "cache_state",
+            "the KV cache was "
+            + (
+                "empty, now holds tokens (prefill -> decode)"
+                if value == "False"
+                else "filled, now empty (a new prompt's prefill)"
+            ),
+            g,
+            "expected once: prefill and decode are separate graphs",
+        )
     if value in ("True", "False"):
         return Cause(
             "flag",
@@ -96,7 +130,9 @@ def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
     words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
     if kind == "string":
         return Cause("string", words, g, "expected once per value")
-    if kind == "float" or static:
+    if "." in name and (kind == "float" or static):  # an attribute: a library's code may need a float
+        fix = "set it once before the first compiled call, or hold it in a tensor where the code accepts one"
+    elif kind == "float" or static:
         fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
         if kind == "int":
             fix += ", or keep it to a few values (each is a graph: dynamic=False or a TPU)"
@@ -111,3 +147,46 @@ def state_words(g: str) -> Cause:
     if not fields or None in said:
         return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
     return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
+
+
+def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
+    """A tensor's dispatch keys changed: another device, or an inference tensor (torch.inference_mode())
+    where a normal one was compiled for (or the reverse); other key changes are named as they are."""
+    a, b = ([k.strip() for k in s.split(",") if k.strip()] for s in (expected, actual))
+    if a[:1] != b[:1]:
+        return Cause(
+            "device",
+            f"{name} moved device: {a[0] if a else '?'} -> {b[0] if b else '?'}",
+            g,
+            "expected once per device; move inputs to one device before the call",
+        )
+    autograd = [k for k in a if k.startswith(("Autograd", "ADInplaceOrView"))]
+    if autograd and not any(k in b for k in autograd):
+        return Cause(
+            "inference",
+            f"{name} is now an inference tensor (made under torch.inference_mode()), was a normal tensor",
+            g,
+            _INFERENCE_FIX,
+        )
+    autograd = [k for k in b if k.startswith(("Autograd", "ADInplaceOrView"))]
+    if autograd and not any(k in a for k in autograd):
+        return Cause(
+            "inference",
+            f"{name} is now a normal tensor, was an inference tensor (made under torch.inference_mode())",
+            g,
+            _INFERENCE_FIX,
+        )
+    added, dropped = [k for k in b if k not in a], [k for k in a if k not in b]
+    return Cause(
+        "dispatch",
+        f"{name}'s dispatch keys changed (added: {', '.join(added) or 'none'}; dropped: "
+        f"{', '.join(dropped) or 'none'}): a tensor subclass, mode or functorch transform wraps it",
+        g,
+        "pass tensors made the same way every call",
+    )
+
+
+_INFERENCE_FIX = (
+    "expected once per kind; make inputs the same way every call (all under torch.inference_mode(), "
+    "or evaluate under torch.no_grad() throughout)"
+)

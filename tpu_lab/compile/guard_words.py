@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from tpu_lab.compile.cause import Cause, local_name
-from tpu_lab.compile.guard_values import size_words, state_words, value_words
+from tpu_lab.compile.guard_values import dispatch_words, is_parameter, size_words, state_words, value_words
 
 
 class Failure(NamedTuple):
@@ -34,17 +34,20 @@ _TENSOR = re.compile(
 _RANK = re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
 _DTYPE = re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<a>\w+), actual (?P<b>\w+)")
 _GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
-_DEVICE = re.compile(
-    r"tensor '(?P<name>.+?)' (?:dispatch key set|device) mismatch.*?expected \w*\(?(?P<a>\w+).*?actual \w*\(?(?P<b>\w+)"
+_DEVICE = re.compile(r"tensor '(?P<name>.+?)' device mismatch.*?expected \w*\(?(?P<a>\w+).*?actual \w*\(?(?P<b>\w+)")
+_KEYS = re.compile(
+    r"tensor '(?P<name>.+?)' dispatch key set mismatch\. expected DispatchKeySet\((?P<a>[^)]*)\), "
+    r"actual DispatchKeySet\((?P<b>[^)]*)\)"
 )
 _TYPE = re.compile(r"expected type of '(?P<name>.+?)' to be a tensor type, ' but found <class '(?P<cls>[\w.]+)'>")
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
-_LEN = re.compile(r"^len\((?P<name>.+?)\) == (?P<n>\d+)$")
+_LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
+_TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
 
@@ -72,12 +75,23 @@ def _user_line(stack: str) -> str:
     return f"{mine[-1][0]}:{mine[-1][1]}" if mine else ""
 
 
-def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
-    """One failed guard in words, with the fix for this backend."""
+def words(
+    f: Failure, *, tpu: bool = False, static: bool = False, cache: str = "", pinned: frozenset[str] = frozenset()
+) -> Cause:
+    """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
+    ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``)."""
     g, at = f.guard, f.where
-    if m := _TENSOR.search(g):
+    if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
+        return Cause(
+            "size",
+            f"{local_name(m['name'])} dimension {m['i']} changed {m['a']} -> {m['b']} (marked with "
+            "torch._dynamo.mark_static: every size is its own graph)",
+            g,
+            "expected under mark_static; drop it (or pad to a few sizes) where sizes vary",
+        )
+    if m:
         return (
-            size_words(m, g, tpu, static)
+            size_words(m, g, tpu, static, cache)
             if m["what"] == "size"
             else Cause(
                 "stride",
@@ -102,13 +116,22 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             "expected once per dtype; cast inputs to one dtype before the call",
         )
     if m := _GRAD.search(g):
-        was = m["a"] == "1"
+        was, name = m["a"] == "1", local_name(m["name"])
+        if is_parameter(m["name"], g):
+            return Cause(
+                "requires_grad",
+                f"parameter {name} was {'frozen' if was else 'unfrozen'} (requires_grad {was} -> {not was})",
+                g,
+                "expected once per setting; freeze or unfreeze parameters before the first compiled call",
+            )
         return Cause(
             "requires_grad",
-            f"{local_name(m['name'])}.requires_grad changed {was} -> {not was}",
+            f"{name}.requires_grad changed {was} -> {not was}",
             g,
             "expected once per setting; detach() inputs (or set requires_grad) the same way every call",
         )
+    if m := _KEYS.search(g):
+        return dispatch_words(local_name(m["name"]), m["a"], m["b"], g)
     if m := _DEVICE.search(g):
         return Cause(
             "device",
@@ -187,6 +210,13 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             g,
             "pass the same keyword arguments every call (e.g. always attention_mask)",
         )
+    if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
+        return Cause(
+            "length",
+            f"{local_name(m['name'][: -len('._modules')])} has another number of modules (was {m['n']})",
+            g,
+            "expected once per model depth; add or remove layers before the first compiled call",
+        )
     if m:
         return Cause(
             "length",
@@ -211,8 +241,35 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
             "or express the branch with torch.cond",
             at,
         )
+    if (m := _TYPE_ID.search(g) or _OBJ.search(g)) and _shared_wrapper(m, at):
+        was = m["cls"].rsplit(".", 1)[-1] if "cls" in m.groupdict() and m["cls"] else "another callable"
+        return Cause(
+            "shared_wrapper",
+            f"the first compile of this callable: torch.compile wraps every non-module callable in one "
+            f"shared function, so Dynamo counts it as a recompile of that wrapper (it last held a {was})",
+            g,
+            "none for this one; but those callables (partials, objects with __call__) share one recompile "
+            "limit (torch._dynamo.config.recompile_limit): for many, compile the function they call once",
+        )
+    if m := _TYPE_ID.search(g):
+        name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
+        module = "._modules[" in m["name"] or ".nn.modules." in (m["cls"] or "")
+        return Cause(
+            "type",
+            f"{name} is now of another type, was {was}" + (" (a submodule was replaced)" if module else ""),
+            g,
+            "expected once per type; "
+            + ("swap submodules before the first compiled call" if module else "pass the same type every call"),
+        )
     if m := _OBJ.search(g):
         name = local_name(m["name"] or m["name2"] or "an input")
+        if (cls := _enum_class(g)) is not None:
+            return Cause(
+                "enum",
+                f"{name} is another {cls} member (each enum value is its own graph)",
+                g,
+                "expected once per value; pass an int or a tensor instead if it changes often",
+            )
         return Cause(
             "identity",
             f"{name} is a different object than the one compiled for (another module "
@@ -223,6 +280,22 @@ def words(f: Failure, *, tpu: bool = False, static: bool = False) -> Cause:
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static)
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+
+
+def _shared_wrapper(m: re.Match, where: str) -> bool:
+    """A guard on ``fn`` itself in torch.compile's wrapper (``external_utils.inner``): another callable."""
+    name = next((v for v in m.groups() if v), "")
+    return name.strip() == "fn" and (not where or "external_utils" in where)
+
+
+def _enum_class(g: str) -> str | None:
+    """The class named in an identity guard (``type=<class 'train.Mode'>``) when it is an Enum."""
+    import enum
+    import sys
+
+    m = re.search(r"type=<class '(?P<module>[\w.]+)\.(?P<cls>\w+)'>", g)
+    cls = getattr(sys.modules.get(m["module"]), m["cls"], None) if m else None
+    return m["cls"] if m and isinstance(cls, type) and issubclass(cls, enum.Enum) else None
 
 
 def _short(where: str) -> str:

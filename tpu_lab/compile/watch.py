@@ -195,8 +195,10 @@ class Watch:
         seen = self._dynamic.get(cap.function, "")
         new = [d for d in dynamic.split(", ") if d and d not in seen.split(", ")]
         if new:  # said once per function: the first graph that made it dynamic
-            fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes reuse this graph"
+            fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes and values reuse this graph"
             words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
+            if causes[0].kind == "first":  # automatic dynamic needs an earlier graph: this was asked for
+                words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
             causes.append(RowCause(words, "", fix, "dynamic", 0))
             self._dynamic[cap.function] = ", ".join(filter(None, [seen, *new]))
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
@@ -240,7 +242,7 @@ class Watch:
     def _poll_breaks(self) -> None:
         found, self._break_marker = dynamo.graph_breaks_since(self._break_marker)
         for b in found:
-            cause = graph_break_words(b.reason)
+            cause = graph_break_words(b.reason, b.library)
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             entry = self._breaks.setdefault((cause.words, where), [cause, 0])
             entry[1] += 1
