@@ -15,7 +15,7 @@ ALLOWED = {
     "host": set(),
     "models": {"host"},
     "compile": {"host"},
-    "tp": {"host", "models"},
+    "tp": {"host", "models", "compile"},  # compile: every launched rank runs inside the watcher
     "widgets": {"host", "models", "compile", "tp"},
     "app": {"host", "models", "compile", "tp", "widgets"},
 }

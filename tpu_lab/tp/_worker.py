@@ -2,7 +2,7 @@
 
 It ties the rank's life to torchrun's (so a killed launcher never leaves a rank behind), runs the user's
 script as ``__main__``, and records this rank's exit code and, on failure, its traceback. When the launch
-names a rank-side module (``RANK_SETUP_ENV``: the compile watcher, ``tp.rank_compiles``), its ``arm``
+watches its compiles (``WATCH_ENV``, set by ``tp.rank_files.watch_env``), the compile watcher's ``arm``
 runs before the script and what it returns after it, however the script ends.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tpu_lab.tp.results import RESULT_DIR_ENV, write_atomic
 
-RANK_SETUP_ENV = "TPU_LAB_RANK_SETUP"
+WATCH_ENV = "TPU_LAB_WATCH"  # "1": this rank runs inside the compile watcher
 _finish: list = []  # what the rank-side module asked to run at the end
 
 
@@ -39,12 +39,11 @@ def _die_with_parent() -> None:
 
 
 def _rank_setup() -> None:
-    # Named, not imported: the module (tpu_lab.compile.rank_watch) is in a layer tp may not import.
-    name, folder = os.environ.get(RANK_SETUP_ENV), os.environ.get(RESULT_DIR_ENV)
-    if name and folder:
-        import importlib
+    folder = os.environ.get(RESULT_DIR_ENV)
+    if os.environ.get(WATCH_ENV) == "1" and folder:
+        from tpu_lab.compile.rank_watch import arm  # light: torch only once the rank's code imports Dynamo
 
-        _finish.append(importlib.import_module(name).arm(folder, int(os.environ.get("RANK", "0"))))
+        _finish.append(arm(folder, int(os.environ.get("RANK", "0"))))
 
 
 def _status(code: int, error: str | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The ranks' compile-watcher files: how a launch arms the watcher in every rank (``watch_env``: by name,
+"""The ranks' compile-watcher files: how a launch arms the watcher in every rank (``watch_env``: a flag
 in the ranks' environment, so every runner arms it by passing ``job.env`` on), where each rank writes
 (``rank{R}.compiles.json`` in its run folder, beside ``tl.report``'s values) and how a runner reads them
 while the ranks run (``CompileFiles``: one stat per rank per poll, the live state into ``RunState``).
@@ -15,19 +15,17 @@ from tpu_lab.tp.job import Job
 from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.results import read_json
 
-WATCH_MODULE = "tpu_lab.compile.rank_watch"
-"""The rank-side watcher ``tp._worker`` arms (by name: tp may not import compile, README Architecture)."""
 RANK_FILE = "rank{rank}.compiles.json"
 
 
 def watch_env(job: Job, watch: bool) -> Job:
-    """``job`` with the compile watcher named in its ranks' environment when ``watch`` (every runner
+    """``job`` with the compile watcher switched on in its ranks' environment when ``watch`` (every runner
     passes ``job.env`` to every rank, so this one place arms all of them)."""
-    from tpu_lab.tp._worker import RANK_SETUP_ENV
+    from tpu_lab.tp._worker import WATCH_ENV
 
-    env = {k: v for k, v in job.env.items() if k != RANK_SETUP_ENV}
+    env = {k: v for k, v in job.env.items() if k != WATCH_ENV}
     if watch:
-        env[RANK_SETUP_ENV] = WATCH_MODULE
+        env[WATCH_ENV] = "1"
     return dataclasses.replace(job, env=env)
 
 
@@ -39,9 +37,9 @@ def read_rank_file(run_dir: Path, rank: int) -> dict[str, Any] | None:
 
 def watched(env: Mapping[str, str]) -> bool:
     """Whether the ranks' environment arms the compile watcher."""
-    from tpu_lab.tp._worker import RANK_SETUP_ENV
+    from tpu_lab.tp._worker import WATCH_ENV
 
-    return env.get(RANK_SETUP_ENV) == WATCH_MODULE
+    return env.get(WATCH_ENV) == "1"
 
 
 class CompileFiles:
