@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _user_text import notebook_defects
 
 # The notebooks whose every screen is checked; the others' owners add theirs once they read as prose.
-CHECKED = {"01_device_probe.ipynb", "02_load_model.ipynb", "03_recompiles.ipynb"}
+CHECKED = {"01_device_probe.ipynb", "02_load_model.ipynb", "03_recompiles.ipynb", "04_tensor_parallel.ipynb", "05_debug_recompiles.ipynb", "06_multi_host.ipynb"}
 
 
 @pytest.hookimpl(wrapper=True)

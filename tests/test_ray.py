@@ -164,6 +164,21 @@ def test_tp_run_and_the_launch_panel_on_the_cluster(two_hosts, capsys, ipython_s
     nothing_left(within=5)
 
 
+def test_the_panels_stop_returns_after_the_cluster_is_clean(two_hosts):
+    # Stop runs in a background thread; the panel's wait() must not return while that stop is still
+    # tearing down (the notebook printed the run's placement group and actors as left over).
+    from tpu_lab.tp.run_state import RankState
+
+    panel = tl.widgets.LaunchPanel(SLEEP, nproc=1, cluster=two_hosts).start()
+    deadline = time.monotonic() + 120
+    while panel.run.state.counts()[RankState.RUNNING] < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    panel.stop()
+    panel.wait(120)
+    assert panel.result is not None and "Stopped by you" in panel.message.value
+    nothing_left()  # at once: the stop (actors killed, group removed) finished before wait() returned
+
+
 def test_too_few_hosts_is_refused_before_anything_starts(cluster, capsys):
     three = tl.RayCluster(address=cluster.address, hosts=3, resources={"CPU": 1, HOST_RESOURCE: 1})
     with pytest.raises(tl.LaunchError) as e:

@@ -218,7 +218,8 @@ class RayRunner(Runner):
 
     def stream(self, on_output: OutputCallback, seconds: float) -> bool:
         if self._torn_down:
-            return True
+            with self._lock:  # a stop in another thread (the panel's Stop) may still be tearing down: wait
+                return True
         heard = self._poll(on_output)
         if self.state.failure is None and self.state.stop_reason is None:
             self.state.failure = self._first_trouble()
