@@ -62,6 +62,17 @@ def test_a_signal_death_on_one_host_names_what_died(action, expected):
     assert leftovers() == []
 
 
+def test_a_rank_that_aborts_itself_is_not_blamed_on_the_oom_killer():
+    # SIGABRT comes from inside the rank (gloo aborts on a mismatched collective, a C++ check fails);
+    # the OOM killer only ever sends SIGKILL
+    action = "if os.environ['RANK'] == '1':\n    time.sleep(1); os.abort()"
+    with pytest.raises(tl.LaunchError) as e:
+        tl.launch(SLEEPERS.format(action=action), nproc=2, on_output=lambda rank, line: None)
+    assert str(e.value).startswith("Rank 1 was killed by SIGABRT")
+    assert "OOM" not in e.value.cause and "ended itself with SIGABRT" in e.value.cause
+    assert leftovers() == []
+
+
 def test_two_ranks_writing_a_megabyte_without_a_newline_keep_their_own_bytes():
     code = "import os, sys\nr = os.environ['RANK']\nsys.stdout.write(r * 1_000_000)\nsys.stdout.flush()\n"
     seen: dict[int, list[str]] = {0: [], 1: []}

@@ -54,6 +54,29 @@ def test_a_rank_with_another_input_shape_is_named_with_both_shapes(shapes):
     )
 
 
+def test_a_rank_that_died_right_after_a_compile_still_shows_its_inputs(shapes):
+    # notebook 04's divergent run: rank 0 compiled, ran into the mismatched all-reduce and was aborted
+    # before Dynamo's record reached its table; its marker still names what it compiled
+    row = shapes[64]["table"]["rows"][0]
+    aborted = {
+        **shapes[64],
+        "table": {"rows": []},
+        "done": False,
+        "last": {"function": row["function"], "inputs": row["signature"], "ended": time.time()},
+    }
+    compiles = RunCompiles.from_files({0: aborted, 1: shapes[96]}, 2)
+    assert compiles[0].compiles == 1 and "rank ended right after this compile" in str(compiles[0])
+    assert [f.code for f in compiles.findings] == ["rank-inputs-differ"]  # not "compiled nothing"
+    assert compiles.findings[0].message.startswith("rank 1: prefill input_ids i64[1, 96] where rank 0 had i64[1, 64]")
+
+
+def test_a_rank_that_ended_early_with_nothing_compiled_is_not_blamed_on_a_disable(shapes):
+    ended = {**shapes[64], "table": {"rows": []}, "compiles": 0, "last": None, "done": False}
+    (finding,) = RunCompiles.from_files({0: shapes[64], 1: ended}, 2).findings
+    assert finding.code == "rank-compiled-nothing" and "ended before its code finished" in finding.message
+    assert "torch.compiler.disable" not in finding.message
+
+
 def test_uniform_ranks_have_no_divergence(shapes):
     compiles = RunCompiles.from_files({0: shapes[64], 1: shapes[64]}, 2)
     assert compiles.findings == () and not compiles.diverged

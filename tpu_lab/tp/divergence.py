@@ -83,6 +83,8 @@ def _silent_ranks(tables: Sequence[RankTable]) -> list[Finding]:
             why = "Dynamo was disabled on it (torch._dynamo.config.disable = True)"
         elif not t.seen:
             why = "it never imported Dynamo: its code took a path without torch.compile"
+        elif not t.live.done:
+            why = "it ended before its code finished (see its state and output), so it may have stopped first"
         else:
             why = "its compiled functions never ran, or ran under torch.compiler.disable"
         out.append(

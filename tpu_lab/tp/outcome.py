@@ -64,6 +64,17 @@ def _rank_failed(result: LaunchResult, rank: RankResult) -> LaunchError:
         what = f"Rank {rank.rank} on host {rank.host} (node {node}) {how}; every process on every host was stopped."
     else:
         what = f"Rank {rank.rank} {how}; torchrun stopped the others."
+    diverged = _divergence(result)
+    if rank.exit_code is None and rank.signal in _SELF_INFLICTED:
+        return LaunchError(
+            f"{what}\n{describe(result)}",
+            result=result,
+            cause=diverged
+            or f"the rank's own process ended itself with {rank.signal}: a native library (gloo, libtpu, a C++ "
+            "check) hit a fatal error, such as a collective whose ranks disagree",
+            fix="Read the rank's last lines; make every rank run the same code on the same shapes "
+            "(result.compiles shows what each rank compiled).",
+        )
     if rank.exit_code is None and rank.signal:
         return LaunchError(
             f"{what}\n{describe(result)}",
@@ -75,6 +86,7 @@ def _rank_failed(result: LaunchResult, rank: RankResult) -> LaunchError:
     return LaunchError(
         f"{what}\n{describe(result)}",
         result=result,
+        cause=diverged,
         fix="Fix the error in the traceback above (the same code runs on every rank).",
     )
 
@@ -120,3 +132,16 @@ def raise_for_failure(result: LaunchResult) -> None:
         )
     if not result.ok:
         raise LaunchError(f"The launch did not finish.\n{describe(result)}", result=result)
+
+
+# Signals a process raises on itself (abort, a crash in native code), never the OOM killer's SIGKILL.
+_SELF_INFLICTED = {"SIGABRT", "SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGTRAP"}
+
+
+def _divergence(result: LaunchResult) -> str | None:
+    """The ranks' first divergence in words, when their compiles differ (a likely cause of a failed collective)."""
+    compiles = result.compiles
+    if compiles is None or not compiles.diverged:
+        return None
+    first = next(f for f in compiles.findings if f.severity != "info")
+    return f"the ranks ran different graphs: {first.message}"

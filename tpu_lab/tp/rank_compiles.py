@@ -18,6 +18,23 @@ SHOWN_ROWS = 30
 """Merged rows rendered; every row stays in ``merged`` and ``to_dict()``."""
 
 
+UNRECORDED = "its details never reached the table: the rank ended right after this compile"
+
+
+def _unrecorded(rows: list[dict[str, Any]], data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The compile the marker counted but the table lacks: a rank that dies right after a compile (a
+    collective that aborts, say) ends before Dynamo's record of it is folded in. The marker still names
+    the function and its inputs, which is what a comparison between ranks needs."""
+    last, counted = data.get("last"), int(data.get("compiles") or 0)
+    missing = counted - sum(int(r.get("compiles") or 0) for r in rows)
+    if missing <= 0 or not isinstance(last, dict) or not last.get("function"):
+        return []
+    signature = str(last.get("inputs") or "")
+    if any(r.get("function") == last["function"] and r.get("signature") == signature for r in rows):
+        return []
+    return [{"function": str(last["function"]), "signature": signature, "compiles": missing, "cause": UNRECORDED}]
+
+
 @dataclass(frozen=True)
 class RankTable(Report):
     """What one rank compiled, as its watcher last wrote it."""
@@ -42,9 +59,10 @@ class RankTable(Report):
         if not data:
             return cls(rank)
         t: Mapping[str, Any] = data.get("table") or {} if isinstance(data.get("table"), dict) else {}
+        rows = [r for r in t.get("rows", ()) if isinstance(r, dict)]
         return cls(
             rank,
-            tuple(r for r in t.get("rows", ()) if isinstance(r, dict)),
+            (*rows, *_unrecorded(rows, data)),
             tuple(b for b in t.get("graph_breaks", ()) if isinstance(b, dict)),
             bool(t.get("limit_hit")),
             data.get("tpu"),
