@@ -39,7 +39,11 @@ _KEYS = re.compile(
     r"tensor '(?P<name>.+?)' dispatch key set mismatch\. expected DispatchKeySet\((?P<a>[^)]*)\), "
     r"actual DispatchKeySet\((?P<b>[^)]*)\)"
 )
-_TYPE = re.compile(r"expected type of '(?P<name>.+?)' to be a tensor type, ' but found <class '(?P<cls>[\w.]+)'>")
+# torch 2.13: "to be a tensor type, ' but found <class 'C'>"; 2.14: "to be <class 'torch.Tensor'>, but found ..."
+_TYPE = re.compile(
+    r"expected type of '(?P<name>.+?)' to be (?:a tensor type, '|<class '(?P<want>torch\.[\w.]+)'>,) "
+    r"but found <class '(?P<cls>[\w.]+)'>"
+)
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
@@ -147,10 +151,14 @@ def words(
             "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
     if m:
+        now = m["cls"].rsplit(".", 1)[-1]
+        if m["want"]:  # torch 2.14 names the type compiled for
+            was = "plain tensor" if m["want"] == "torch.Tensor" else m["want"].rsplit(".", 1)[-1]
+        else:  # 2.13 does not: a plain Tensor found means a subclass was compiled for, and the reverse
+            was = "tensor subclass (such as nn.Parameter)" if now == "Tensor" else "plain tensor"
         return Cause(
             "tensor_type",
-            f"{local_name(m['name'])} is now a {m['cls'].rsplit('.', 1)[-1]}, not the plain tensor "
-            "compiled for (nn.Parameter vs Tensor)",
+            f"{local_name(m['name'])} is now a {now}, not the {was} compiled for (nn.Parameter vs Tensor)",
             g,
             "pass the same kind each time (p.detach() for a plain tensor)",
         )
