@@ -1,3 +1,4 @@
+import builtins
 import importlib.util
 import os
 import uuid
@@ -47,3 +48,14 @@ def ipython_shell():
     shell = start_ipython() or get_ipython()
     shell.run_line_magic("load_ext", "tpu_lab")
     return shell
+
+
+@pytest.fixture(autouse=True)
+def _real_print():
+    """Ray's driver replaces ``builtins.print`` once a tqdm_ray update reaches it
+    (ray/experimental/tqdm_ray.py, ``RAY_TQDM_PATCH_PRINT``), for the rest of the process: a test that
+    compiles a ``print`` must meet the real one, whichever Ray test ran before it in this process."""
+    saved = builtins.print
+    yield
+    builtins.print = saved
+
