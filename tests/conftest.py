@@ -58,4 +58,3 @@ def _real_print():
     saved = builtins.print
     yield
     builtins.print = saved
-
