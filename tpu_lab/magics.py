@@ -50,30 +50,16 @@ class TpuLabMagics(Magics):
             )
         remote = None if args.remote is None else self.shell.user_ns[args.remote]
         cluster = self.shell.user_ns.get(args.cluster, args.cluster) if args.cluster else None
+        options = {"nproc": args.nproc, "timeout": args.timeout, "hosts": hosts, "remote": remote}
+        options |= {"cluster": cluster, "watch": not args.no_watch}  # the same launch, as a panel or here
         if args.panel:
             from tpu_lab.widgets import LaunchPanel
 
-            panel = LaunchPanel(
-                cell,
-                nproc=args.nproc,
-                timeout=args.timeout,
-                hosts=hosts,
-                remote=remote,
-                cluster=cluster,
-                watch=not args.no_watch,
-            )
+            panel = LaunchPanel(cell, **options)
             panel.start()
             return panel
         try:
-            result = launch(
-                cell,
-                nproc=args.nproc,
-                timeout=args.timeout,
-                hosts=hosts,
-                remote=remote,
-                cluster=cluster,
-                watch=not args.no_watch,
-            )
+            result = launch(cell, **options)
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result
             raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab
