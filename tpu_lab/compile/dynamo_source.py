@@ -3,8 +3,8 @@ only folds what this hands it. Names are Dynamo's (torch 2.13-2.14); where one i
 still counted, its cause shown as Dynamo's guard text.
 
 * The compile-start callback reads ``convert_frame._compile``'s locals: the user's ``frame`` (function,
-  live inputs) and ``reasons`` (one failed guard per graph Dynamo holds). ``reset()`` clears callbacks:
-  ours is put back and the reset counted. The recompile-limit warning is heard too.
+  live inputs) and ``reasons`` (the first failed guard per graph Dynamo holds; ``dynamo_guards`` adds
+  the others). ``reset()`` clears callbacks: ours is put back and the reset counted. The recompile-limit warning is heard too.
 * Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals) and
   ``graph_break_reasons`` (every break with the user's stack; the counter misses data-dependent ones).
 """
@@ -19,7 +19,17 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.frames import Capture, FunctionKey, Signature, break_location, describe_inputs, function_key
+from tpu_lab.compile.dynamo_guards import every_failure
+from tpu_lab.compile.frames import (
+    Capture,
+    FunctionKey,
+    Signature,
+    break_location,
+    describe_inputs,
+    function_key,
+    library_caller,
+    user_names,
+)
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
@@ -141,11 +151,13 @@ def _on_compile_start(args: Any) -> None:
     frame, reasons = local.get("frame"), _reasons(local)
     frame = frame if hasattr(frame, "f_code") and hasattr(frame, "f_locals") else None
     if frame is not None:
+        reasons = every_failure(frame, reasons) if reasons else reasons
         key = function_key(frame.f_code, frame.f_locals)
         signature = describe_inputs(frame.f_code, frame.f_locals)
+        names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(1))
     else:  # e.g. a backward graph compiled lazily at the first backward call
         key = FunctionKey(f"<{str(getattr(args, 'callback_trigger', 'compile')).split('.')[-1].lower()}>", "", 0)
-        signature = ()
+        signature, names, caller = (), (), ""
     compile_id = str(getattr(args, "compile_id", ""))
     capture = Capture(
         compile_id,
@@ -159,6 +171,8 @@ def _on_compile_start(args: Any) -> None:
         _graphs_of(reasons),
         _static(),
         resets,
+        names,
+        caller,
     )
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()

@@ -4,11 +4,13 @@ from the shape signatures compiled before. Pure: strings in, strings out."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 
 from tpu_lab.compile import guard_words
 from tpu_lab.compile.cause import Cause
+from tpu_lab.compile.frames import renamed
 from tpu_lab.compile.signature import ShapeSignature
 
 LIMIT_TEXT = (
@@ -43,27 +45,86 @@ def causes_of(
     *,
     tpu: bool = False,
     static: bool = False,
+    names: Sequence[tuple[str, str]] = (),
+    caller: str = "",
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
-    inputs. Dynamo checks every graph it holds and gives one failure per graph; a guard failing only
-    against a far graph (a dtype compiled long ago, a size a later dynamic graph covers) is no cause.
-    Closest: fewest differing input tokens, ties to the most recent graph (Dynamo lists it first)."""
+    inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
+    compiled long ago, a size a later dynamic graph covers) is no cause. Closest: fewest distinct
+    failures, then fewest differing input tokens, ties to the most recent graph (Dynamo lists it first).
+    ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function."""
     failures = guard_words.parse(reasons)
     if not failures:
         return []
-    inputs = dict(graphs)
-    order = list(dict.fromkeys(f.graph for f in failures))
-    far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
-    best = min(order, key=lambda g: (_distance(inputs[g], signature) if g in inputs else far, order.index(g)))
     marks = ((n, re.search(r"mark_static\[([\d, ]+)\]", d)) for n, d in signature)
     pinned = frozenset(f"{n}/{i.strip()}" for n, m in marks if m for i in m[1].split(","))
     cache = next((d.split()[0] for _, d in signature if d.split()[0].endswith("Cache")), "")
-    out: dict[str, Cause] = {}
-    for f in failures:
-        if f.graph == best:
-            cause = guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned)
-            out.setdefault(cause.words, cause)
-    return list(out.values())
+    now = dict(signature)
+    per_graph: dict[str, list[Cause]] = {}
+    for graph in dict.fromkeys(f.graph for f in failures):
+        found = [
+            (
+                guard_words.subject(f),
+                guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, now=now),
+            )
+            for f in failures
+            if f.graph == graph
+        ]
+        per_graph[graph] = [
+            dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names))
+            for c in _cache_first(_merged(found))
+        ]
+    inputs, order = dict(graphs), list(per_graph)
+    far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
+    best = min(
+        order,
+        key=lambda g: (
+            len(per_graph[g]),
+            _distance(inputs[g], signature) if g in inputs else far,
+            order.index(g),
+        ),
+    )
+    return per_graph[best]
+
+
+def _cache_first(causes: list[Cause]) -> list[Cause]:
+    """A size change that follows the KV cache's length (the attention mask spans the cache) is part of
+    that cause, not one of its own: its guard joins the cache's."""
+    cache = next((c for c in causes if c.kind == "cache_length"), None)
+    change = re.search(r"\d+ -> \d+", cache.words) if cache else None
+    if cache is None or change is None:
+        return causes
+    follows = [c for c in causes if c.kind == "size" and f"changed {change[0]}" in c.words]
+    if not follows:
+        return causes
+    guards = "\n".join([cache.guard, *(c.guard for c in follows)])
+    names = [
+        "the attention mask" if c.words.startswith("attention mask") else c.words.split(" dimension ")[0]
+        for c in follows
+    ]
+    also = f"{names[0]} follows it" if len(names) == 1 else f"{', '.join(names)} follow it"
+    joined = dataclasses.replace(cache, words=f"{cache.words} ({also})", guard=guards)
+    return [joined if c is cache else c for c in causes if c not in follows]
+
+
+def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
+    """Causes that differ only in the input they name, as one (``batch['a'], batch['b'] dimension 0
+    changed 2 -> 4``): several inputs failing the same way is one change; their guards are kept, one
+    per line. The fix keeps the first name and says it applies to the others too."""
+    groups: dict[tuple[str, str, str], list[tuple[str, Cause]]] = {}
+    for name, cause in found:
+        words, fix = (cause.words.replace(name, "\0"), cause.fix.replace(name, "\0")) if name else (cause.words, "")
+        groups.setdefault((cause.kind, words, fix if name else cause.words), []).append((name, cause))
+    out = []
+    for (_, words, _), same in groups.items():
+        first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
+        if len(names) < 2:
+            out.append(first)
+            continue
+        also = f" (the same for {', '.join(names[1:])})" if names[0] in first.fix else ""
+        guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
+        out.append(Cause(first.kind, words.replace("\0", ", ".join(names)), guards, first.fix + also, first.where))
+    return out
 
 
 def _distance(old: Signature, new: Signature) -> float:

@@ -5,7 +5,9 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import inspect
+import re
 import sys
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised
@@ -81,6 +83,10 @@ class Capture(NamedTuple):
     """Compiled with automatic dynamic shapes off (``torch.compile(dynamic=False)``): every size is a graph."""
     resets: int = 0
     """torch._dynamo.reset() calls seen when this compile started."""
+    names: tuple[tuple[str, str], ...] = ()
+    """Dynamo's input names -> the user's, where a wrapper hides them (``args[0]`` -> ``input``)."""
+    caller: str = ""
+    """The library that called the compiled function (``transformers``) when that was not the user."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
@@ -106,6 +112,62 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
         return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
     return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+
+
+def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Dynamo's names for a module's inputs reached through a generic wrapper (``args[0]``,
+    ``kwargs['input_ids']``: torch.compile(module)'s ``inner``, transformers' decorators) -> the names in
+    the module's ``forward`` signature (``input``, ``input_ids``); the module itself reads ``self``."""
+    import torch
+
+    args, kwargs = values.get("args"), values.get("kwargs")
+    if code.co_name not in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or not isinstance(args, tuple):
+        return ()
+    module, skip = values.get("fn"), 0
+    if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
+        module, skip = args[0], 1  # a decorated forward: args[0] is the model
+    if not isinstance(module, torch.nn.Module):
+        return ()
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return ()
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    out = [("args[0]", "self")] if skip else []
+    out += [(f"args[{i + skip}]", n) for i, n in enumerate(positional[: max(len(args) - skip, 0)])]
+    out += [(f"kwargs[{k!r}]", k) for k in (kwargs or {}) if isinstance(k, str) and k.isidentifier()]
+    return tuple(out)
+
+
+def library_caller(stack: Any) -> str:
+    """The package whose code called the compiled function ('' for the user's code), from the stack of
+    Dynamo's compile callback (torch's and tpu_lab's frames skipped): a pipeline or generate() builds
+    the inputs, so advice must not ask the user to mark them."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    f = stack
+    while f is not None and _passes_through(f.f_code.co_filename, stdlib):
+        f = f.f_back
+    path = f.f_code.co_filename if f is not None else ""
+    for folder in ("/site-packages/", "/dist-packages/"):
+        if folder in path:
+            return path.split(folder, 1)[1].split("/", 1)[0].removesuffix(".py")
+    return ""
+
+
+def _passes_through(path: str, stdlib: str) -> bool:
+    """torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo."""
+    if "/torch/" in path or "/tpu_lab/" in path or path.startswith("<"):
+        return True
+    return path.startswith(stdlib) and "-packages/" not in path
+
+
+def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
+    """``text`` with Dynamo's input names replaced by the user's (see ``user_names``)."""
+    for raw, user in names:
+        text = re.sub(re.escape(raw) + r"(?![\w(])", user, text)
+    return text
 
 
 def break_location(stack: list[Any]) -> tuple[str, int, str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from tpu_lab.compile import dynamo_source
 from tpu_lab.compile.explain import causes_of
-from tpu_lab.compile.frames import Capture
+from tpu_lab.compile.frames import Capture, renamed
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 
@@ -46,12 +46,19 @@ class NoRecompiles:
         if ok:
             self.allowed += 1
             return
-        causes = causes_of(capture.reasons, capture.graphs, capture.signature, static=capture.static)
+        causes = causes_of(
+            capture.reasons,
+            capture.graphs,
+            capture.signature,
+            static=capture.static,
+            names=capture.names,
+            caller=capture.caller,
+        )
         if causes:
             changed = "; ".join(dict.fromkeys(c.words for c in causes))
         else:
             changed = "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
-        inputs = ", ".join(f"{n}: {d}" for n, d in capture.signature)
+        inputs = ", ".join(f"{renamed(n, capture.names)}: {d}" for n, d in capture.signature)
         fixes = "; ".join(dict.fromkeys(c.fix.removeprefix("usually none: ") for c in causes if c.fix))
         self._refused = RecompileError(
             f"{capture.function} would compile inside no_recompiles() because {changed}"

@@ -35,8 +35,15 @@ _STATE = {
 }
 
 
-def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "") -> Cause:
-    """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any."""
+STATIC_WORDS = (
+    "automatic dynamic shapes are off (torch.compile(dynamic=False) or "
+    "torch._dynamo.config.automatic_dynamic_shapes = False): every size is its own graph"
+)
+
+
+def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
+    """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
+    ``caller``: the library that called the compiled function (``transformers``), when not the user."""
     name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
     if is_parameter(m["name"], g):
         return Cause(
@@ -69,15 +76,20 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "") ->
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    if caller:  # the user never holds this tensor: mark_dynamic is out of reach
+        dynamic = (
+            f"{caller} builds this input, so mark_dynamic is out of reach: pad your inputs to a few lengths "
+            "(tokenizer padding='max_length' or pad_to_multiple_of=...), or compile with dynamic=True"
+        )
     if tpu:
         fix = bucket
-    elif i == "0" and int(b) < int(a):
+    elif i == "0" and int(b) < int(a) and not caller:
         fix = f"for a short last batch, DataLoader(drop_last=True) or pad it to {a}; else {dynamic}"
     else:
-        fix = f"{dynamic}, or pad to a few sizes"
+        fix = dynamic if caller else f"{dynamic}, or pad to a few sizes"
     if static and not tpu:
-        words += " (compiled with dynamic=False: every size is its own graph)"
-        fix = f"pad to a few sizes, or {dynamic}: it is honoured under dynamic=False too"
+        words += f" ({STATIC_WORDS})"
+        fix = dynamic if caller else f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
     if not tpu:
         fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
     return Cause("size", words, g, fix)
@@ -88,7 +100,8 @@ def is_parameter(raw: str, g: str) -> bool:
     return "Guard failed on a parameter" in g or "._parameters[" in raw
 
 
-def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
+def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Cause:
+    """``now``: the input's description in the new call (``float 2.5``), to name a change of type."""
     name = local_name(raw)
     if "param_groups" in name and "'lr'" in name:
         return Cause(
@@ -128,6 +141,15 @@ def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
     if "cell_contents" in raw:
         name = "a closure variable"
     words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
+    became = now.split()[0] if now else kind
+    if became != kind and kind in ("int", "float") and became in ("int", "float", "bool", "str", "None"):
+        return Cause(
+            "type",
+            f"{name} is now {'None' if became == 'None' else f'a {became}'}, was the {kind} {value} "
+            "(each type is its own graph, and an int or float value is baked into it)",
+            g,
+            "pass the same type every call (e.g. always a float: 2.0, not 2)",
+        )
     if kind == "string":
         return Cause("string", words, g, "expected once per value")
     if "." in name and (kind == "float" or static):  # an attribute: a library's code may need a float
@@ -135,7 +157,7 @@ def value_words(raw: str, value: str, g: str, static: bool) -> Cause:
     elif kind == "float" or static:
         fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
         if kind == "int":
-            fix += ", or keep it to a few values (each is a graph: dynamic=False or a TPU)"
+            fix += ", or keep it to a few values (each is a graph with automatic dynamic off or on a TPU)"
     else:
         fix = "usually none: after a second value Dynamo makes an int dynamic; where it is data, pass a tensor"
     return Cause("value", words, g, fix)

@@ -5,7 +5,7 @@ verbatim and marked so, never guessed."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from tpu_lab.compile.cause import Cause, local_name
@@ -73,6 +73,12 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
     return out
 
 
+def subject(f: Failure) -> str:
+    """The input a tensor or value guard is about, as its words name it ('' for other guards)."""
+    m = re.match(r"tensor '(?P<name>.+?)' ", f.guard) or _VALUE.match(f.guard)
+    return local_name(m["name"]) if m else ""
+
+
 def _user_line(stack: str) -> str:
     frames = [(f["file"], f["line"]) for f in _FILE.finditer(stack)]
     mine = [f for f in frames if "/torch/" not in f[0] and "/site-packages/" not in f[0]] or frames
@@ -80,10 +86,18 @@ def _user_line(stack: str) -> str:
 
 
 def words(
-    f: Failure, *, tpu: bool = False, static: bool = False, cache: str = "", pinned: frozenset[str] = frozenset()
+    f: Failure,
+    *,
+    tpu: bool = False,
+    static: bool = False,
+    cache: str = "",
+    pinned: frozenset[str] = frozenset(),
+    caller: str = "",
+    now: Mapping[str, str] | None = None,
 ) -> Cause:
     """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
-    ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``)."""
+    ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``; ``caller``: the
+    library that called the compiled function; ``now``: the new call's inputs, described by name)."""
     g, at = f.guard, f.where
     if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
@@ -95,7 +109,7 @@ def words(
         )
     if m:
         return (
-            size_words(m, g, tpu, static, cache)
+            size_words(m, g, tpu, static, cache, caller)
             if m["what"] == "size"
             else Cause(
                 "stride",
@@ -286,7 +300,7 @@ def words(
             "reuse one instance across calls",
         )
     if m := _VALUE.match(g):
-        return value_words(m["name"], m["value"], g, tpu or static)
+        return value_words(m["name"], m["value"], g, tpu or static, (now or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
 
 

@@ -24,7 +24,7 @@ from tpu_lab.compile import frames
 from tpu_lab.compile.break_words import graph_break_words
 from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
-from tpu_lab.compile.frames import Capture, FunctionKey
+from tpu_lab.compile.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.tpu_source import CompileEvent
 from tpu_lab.compile.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
@@ -184,14 +184,22 @@ class Watch:
         self._forward_of[cap.compile_id] = cap
         causes = [
             RowCause(c.words, c.guard, c.fix, c.kind)
-            for c in causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
+            for c in causes_of(
+                cap.reasons,
+                cap.graphs,
+                cap.signature,
+                tpu=self.on_tpu,
+                static=cap.static,
+                names=cap.names,
+                caller=cap.caller,
+            )
         ]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
             words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
             causes = [RowCause(words, kind="first")]
-        dynamic = dynamo.dynamic_inputs(record, cap.signature)
+        dynamic = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
         seen = self._dynamic.get(cap.function, "")
         new = [d for d in dynamic.split(", ") if d and d not in seen.split(", ")]
         if new:  # said once per function: the first graph that made it dynamic
@@ -202,7 +210,7 @@ class Watch:
             causes.append(RowCause(words, "", fix, "dynamic", 0))
             self._dynamic[cap.function] = ", ".join(filter(None, [seen, *new]))
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(cap.function, cap.signature)
+        row = self._row(cap.function, _shown(cap))
         row.compiles += 1
         row.compile_seconds += seconds
         for c in causes:
@@ -219,7 +227,7 @@ class Watch:
         forward = self._forward_of.pop(cap.compile_id, None)
         key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(key, forward.signature if forward else ())
+        row = self._row(key, _shown(forward) if forward else ())
         row.compiles += 1
         row.compile_seconds += seconds
         row.add(
@@ -231,10 +239,18 @@ class Watch:
     def _fold_limit(self, cap: Capture) -> CompileEvent:
         self._handled.add(cap.compile_id)
         self._limited.add(cap.function)
-        row = self._row(cap.function, cap.signature)
+        row = self._row(cap.function, _shown(cap))
         row.limit_hit = True
         row.uncompiled += 1
-        last = causes_of(cap.reasons, cap.graphs, cap.signature, tpu=self.on_tpu, static=cap.static)
+        last = causes_of(
+            cap.reasons,
+            cap.graphs,
+            cap.signature,
+            tpu=self.on_tpu,
+            static=cap.static,
+            names=cap.names,
+            caller=cap.caller,
+        )
         words = f"{last[0].words} (refused: recompile limit)" if last else LIMIT_TEXT
         row.add(RowCause(words, last[0].guard if last else "", last[0].fix if last else "", "limit", 0))
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
@@ -317,3 +333,8 @@ def _tpu_source() -> Any:
     from tpu_lab.compile.tpu_source import TpuCacheSource
 
     return TpuCacheSource()
+
+
+def _shown(cap: Capture) -> tuple[tuple[str, str], ...]:
+    """A compile's inputs under the user's names (``input`` for a compiled module's ``args[0]``)."""
+    return tuple((renamed(n, cap.names), d) for n, d in cap.signature) if cap.names else cap.signature

@@ -129,7 +129,7 @@ class WatchTable(CompileTableBase):
                 compiled_words(r.compiles, r.cached) + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
                 f"{r.compile_seconds:.2f}",
                 cut(r.cause, 160),
-                cut(r.guard.splitlines()[0] if r.guard else "", 60),
+                _first_guard(r.guard),
                 cut("; ".join(dict.fromkeys(c.fix for c in r.causes if c.fix)), 120),
             )
             for r in self.rows
@@ -222,3 +222,9 @@ class WatchTable(CompileTableBase):
         if names:
             fig.legend(fontsize=7, loc="outside lower center", ncols=1 if len(names) > 3 else len(names))
         return fig
+
+
+def _first_guard(guards: str) -> str:
+    """The first guard behind a row, shortened, and how many more failed (all are in ``to_dict()``)."""
+    lines = guards.splitlines()
+    return cut(lines[0], 60) + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "") if lines else ""
