@@ -4,6 +4,7 @@ import os
 import uuid
 
 import pytest
+from _dynamo_oracle import dynamo  # noqa: F401  (the fixture, for the watch tests)
 
 HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
 # Marks every process this session starts, so tests count only their own leftovers (tests/_processes.py).

@@ -294,7 +294,7 @@ def test_compiled_module_forward_and_lazy_backward_are_separate_rows():
         ("Linear.forward", 1),
         ("Linear.forward (backward)", 1),
     ]
-    assert "first backward pass" in rows[1].cause and rows[2].cause.startswith("args[0] dimension 0 changed 3 -> 5")
+    assert "first backward pass" in rows[1].cause and rows[2].cause.startswith("input dimension 0 changed 3 -> 5")
 
 
 CACHED_RUN = """

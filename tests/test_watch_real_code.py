@@ -6,89 +6,13 @@ Each is checked against Dynamo's own compilation records AND its TORCH_LOGS outp
 recompiles/graph_breaks log records) for the same run: the count equals Dynamo's, every recompile's
 words name the guard Dynamo logged, and the fix fits."""
 
-import logging
-
 import pytest
 import torch
+from _dynamo_oracle import check_against_dynamo, only_causes
 
 import tpu_lab as tl
 
 BACKEND = "eager"
-
-
-class DynamoLog:
-    """Dynamo's own account of one run: its compilation records and its TORCH_LOGS records."""
-
-    def __init__(self) -> None:
-        self.records: list[logging.LogRecord] = []
-        self.first = None
-
-    def compiles(self) -> int:
-        from torch._dynamo.utils import get_compilation_metrics
-
-        found = list(get_compilation_metrics())
-        start = next((i + 1 for i, r in enumerate(found) if r is self.first), 0) if self.first else 0
-        return sum(1 for r in found[start:] if r.has_guarded_code and getattr(r, "is_forward", True))
-
-    def messages(self, artifact: str) -> list[str]:
-        return [r.getMessage() for r in self.records if r.name.endswith(f".__{artifact}")]
-
-    def recompile_reasons(self) -> list[str]:
-        return [m for m in self.messages("recompiles") if m.startswith("Recompiling function")]
-
-    def graph_breaks(self) -> list[str]:
-        return [m for m in self.messages("graph_breaks") if "Graph break" in m and "in user code" in m]
-
-
-@pytest.fixture
-def dynamo():
-    from torch._dynamo.utils import get_compilation_metrics
-
-    torch._dynamo.reset()
-    log = DynamoLog()
-    found = list(get_compilation_metrics())
-    log.first = found[-1] if found else None
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            log.records.append(record)
-
-    handler = Keep(logging.DEBUG)
-    torch._logging.set_logs(recompiles=True, graph_breaks=True)
-    root = logging.getLogger("torch._dynamo")
-    root.addHandler(handler)
-    yield log
-    root.removeHandler(handler)
-    torch._logging.set_logs()
-
-
-def check_against_dynamo(w, log, also=()):
-    """The watch's count equals Dynamo's records; every recompile Dynamo logged is explained by one of the
-    guards it logged failing (the watch picks the graph nearest the new inputs, not always the first);
-    every graph break it logged is counted. Dynamo logs only the first failed guard per graph: a row may
-    name more only where the test says which (``also``: each must appear, and nothing else may)."""
-    table = w.table
-    assert table.total_compiles - sum(r.compiles for r in table if "(backward)" in r.function) == log.compiles()
-    logged = []
-    for message in log.recompile_reasons():
-        failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
-        logged.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
-    ours = [g for r in table for c in r.causes for g in c.guard.splitlines()]  # a merged cause: one per line
-    for failures in logged:
-        assert any(g in failures for g in ours), (failures, ours)
-    every = {f for failures in logged for f in failures}
-    explained = sum(
-        c.count or (c.kind == "limit") for r in table for c in r.causes if set(c.guard.splitlines()) & every
-    )
-    assert explained == len(logged)  # one cause from a logged failed guard per recompile Dynamo logged
-    extra = [g for g in ours if g not in every]
-    assert all(any(a in g for a in also) for g in extra), (extra, every)  # no guard nobody expected
-    assert all(any(a in g for g in extra) for a in also), (also, extra)  # each expected one is named
-    assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
-
-
-def only_causes(w, name):
-    return [c for r in w.table.by_function(name) for c in r.causes if c.kind not in ("first", "dynamic")]
 
 
 def test_dataloader_last_batch_is_smaller(dynamo):
@@ -122,12 +46,17 @@ def test_dynamic_false_recompiles_per_size(dynamo):
             f(torch.ones(n))
     check_against_dynamo(w, dynamo)
     causes = only_causes(w, "<lambda>")
-    static = " (compiled with dynamic=False: every size is its own graph)"
+    static = (
+        " (automatic dynamic shapes off, by torch.compile(dynamic=False) or "
+        "torch._dynamo.config.automatic_dynamic_shapes = False: every size is its own graph)"
+    )
     assert [c.words for c in causes] == [
         f"x dimension 0 changed 2 -> 3{static}",
         f"x dimension 0 changed 3 -> 5{static}",
     ]
-    assert "honoured under dynamic=False" in causes[0].fix  # against the nearest graph, advice for dynamic=False
+    assert (
+        "honoured with automatic dynamic off too" in causes[0].fix
+    )  # against the nearest graph, advice for dynamic=False
 
 
 @pytest.mark.slow

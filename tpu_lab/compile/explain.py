@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tpu_lab.compile import guard_words
 from tpu_lab.compile.cause import Cause
 from tpu_lab.compile.frames import renamed
+from tpu_lab.compile.guard_values import STATIC_WORDS
 from tpu_lab.compile.signature import ShapeSignature
 
 LIMIT_TEXT = (
@@ -113,18 +114,44 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     per line. The fix keeps the first name and says it applies to the others too."""
     groups: dict[tuple[str, str, str], list[tuple[str, Cause]]] = {}
     for name, cause in found:
-        words, fix = (cause.words.replace(name, "\0"), cause.fix.replace(name, "\0")) if name else (cause.words, "")
-        groups.setdefault((cause.kind, words, fix if name else cause.words), []).append((name, cause))
+        size = _SIZE.search(cause.guard) if cause.kind == "size" else None
+        if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
+            key = (cause.kind, "size {} {} {}".format(*size.groups()), STATIC_WORDS in cause.words)
+        elif name:
+            key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
+        else:
+            key = (cause.kind, cause.words, cause.words)
+        groups.setdefault(key, []).append((name, cause))  # type: ignore[arg-type]
     out = []
-    for (_, words, _), same in groups.items():
+    for same in groups.values():
         first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
         if len(names) < 2:
             out.append(first)
             continue
         also = f" (the same for {', '.join(names[1:])})" if names[0] in first.fix else ""
         guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
-        out.append(Cause(first.kind, words.replace("\0", ", ".join(names)), guards, first.fix + also, first.where))
+        out.append(Cause(first.kind, _merged_words(names, same), guards, first.fix + also, first.where))
     return out
+
+
+_SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+
+
+def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
+    joined = ", ".join(names)
+    first = same[0][1]
+    size = _SIZE.search(first.guard) if first.kind == "size" else None
+    if size is None:
+        words = first.words.replace(same[0][0], "\0")
+        plural = words.replace("\0 is ", "\0 are ").replace("\0 has ", "\0 have ").replace("\0's ", "\0: their ")
+        plural = plural.replace("parameter \0", "parameters \0")
+        return plural.replace("\0", joined)
+    i, a, b = size.groups()
+    if i == "1" and any("input_ids" in n for n in names):
+        words = f"prompt length changed {a} -> {b} in {joined} (a new prompt length, or prefill <-> decode)"
+    else:
+        words = f"{joined} dimension {i} changed {a} -> {b}"
+    return words + (f" ({STATIC_WORDS})" if STATIC_WORDS in first.words else "")
 
 
 def _distance(old: Signature, new: Signature) -> float:

@@ -36,8 +36,8 @@ _STATE = {
 
 
 STATIC_WORDS = (
-    "automatic dynamic shapes are off (torch.compile(dynamic=False) or "
-    "torch._dynamo.config.automatic_dynamic_shapes = False): every size is its own graph"
+    "automatic dynamic shapes off, by torch.compile(dynamic=False) or "
+    "torch._dynamo.config.automatic_dynamic_shapes = False: every size is its own graph"
 )
 
 
@@ -199,6 +199,15 @@ def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
             _INFERENCE_FIX,
         )
     added, dropped = [k for k in b if k not in a], [k for k in a if k not in b]
+    if dropped and not added and all(k.startswith("Autograd") for k in dropped):
+        # the tensor kept its own keys; inference mode (thread-local) turns autograd off for every tensor
+        return Cause(
+            "inference",
+            f"{name} is seen without autograd: the call ran under torch.inference_mode(), the graph was "
+            "compiled outside it",
+            g,
+            _INFERENCE_FIX,
+        )
     return Cause(
         "dispatch",
         f"{name}'s dispatch keys changed (added: {', '.join(added) or 'none'}; dropped: "
