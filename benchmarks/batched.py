@@ -64,7 +64,7 @@ def reference_dp(lengths: list[int], k: int) -> int:
 
 def advice_speed(requests: int, skip_old: bool) -> None:
     import tpu_lab as tl
-    from tpu_lab.compile.buckets import bucket_for
+    from tpu_lab.compile.buckets.buckets import bucket_for
 
     rng = random.Random(0)
     for distinct, k in ((4000, 16), (2000, 8)):

@@ -17,7 +17,7 @@ import torch
 from _side_by_side import measure, report
 
 import tpu_lab as tl
-from tpu_lab.compile.hooks import private_copy as _private_copy
+from tpu_lab.compile.generation.hooks import private_copy as _private_copy
 from tpu_lab.models.workload import prompt_ids
 
 NEW_TOKENS = 8

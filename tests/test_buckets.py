@@ -4,9 +4,9 @@ import random
 import pytest
 
 import tpu_lab as tl
-from tpu_lab.compile import advice
-from tpu_lab.compile.advice import BucketAdvice, advise, partition
-from tpu_lab.compile.buckets import (
+from tpu_lab.compile.buckets import advice
+from tpu_lab.compile.buckets.advice import BucketAdvice, advise, partition
+from tpu_lab.compile.buckets.buckets import (
     batch_bucket_for,
     bucket_for,
     compare_policies,
@@ -15,7 +15,7 @@ from tpu_lab.compile.buckets import (
     validate_buckets,
     warmup_shapes,
 )
-from tpu_lab.compile.policies import buckets_for_policy
+from tpu_lab.compile.buckets.policies import buckets_for_policy
 from tpu_lab.errors import InvalidArgument
 
 

@@ -110,7 +110,7 @@ WRONG = [
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Any weight loading or generation fails the test: wrong input must be refused before."""
-    import tpu_lab.compile.session as session
+    import tpu_lab.compile.generation.session as session
     import tpu_lab.models.loading as loading
 
     def forbidden(*args, **kwargs):

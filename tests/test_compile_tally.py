@@ -2,11 +2,11 @@
 
 from types import SimpleNamespace
 
-from tpu_lab.compile.dynamo_source import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
-from tpu_lab.compile.explain import explain
-from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.tally import ForwardCall, ShapeTally
-from tpu_lab.compile.tpu_source import CompileEvent, TpuCacheSource, read_tpu_stats
+from tpu_lab.compile.causes.explain import explain
+from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.generation.tally import ForwardCall, ShapeTally
+from tpu_lab.compile.sources.dynamo_source import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
+from tpu_lab.compile.sources.tpu_source import CompileEvent, TpuCacheSource, read_tpu_stats
 
 
 def fold(calls):
@@ -138,7 +138,7 @@ def test_explain_fallbacks():
 
 
 def test_explain_new_batch_sizes_and_pairs():
-    from tpu_lab.compile.explain import explain_new_shape
+    from tpu_lab.compile.causes.explain import explain_new_shape
 
     def s(phase, batch, length, cache=96):
         return ShapeSignature(phase, batch, length if phase == "prefill" else 1, cache, True)

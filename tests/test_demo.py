@@ -41,7 +41,7 @@ def test_short_reason_keeps_the_first_clause():
 
 
 def _run(name, passes, real, padded):
-    from tpu_lab.compile.table import CompileTable
+    from tpu_lab.compile.generation.table import CompileTable
 
     totals = tuple(PassTotals(c, s, w) for c, s, w in passes)
     return PolicyRun(name, name, "aot_eager", CompileTable(()), totals, (), real, padded)

@@ -22,13 +22,13 @@ _EXPORTS = {
     "TpuLabError": "tpu_lab.errors",
     "RecompileError": "tpu_lab.errors",
     "LaunchError": "tpu_lab.errors",
-    "watch": "tpu_lab.compile.watch",
-    "Watch": "tpu_lab.compile.watch",
-    "no_recompiles": "tpu_lab.compile.guard",
-    "GenerationSession": "tpu_lab.compile.session",
-    "GenerationRecord": "tpu_lab.compile.generation_record",
-    "recommend_buckets": "tpu_lab.compile.buckets",
-    "compare_policies": "tpu_lab.compile.buckets",
+    "watch": "tpu_lab.compile.watching.watch",
+    "Watch": "tpu_lab.compile.watching.watch",
+    "no_recompiles": "tpu_lab.compile.watching.guard",
+    "GenerationSession": "tpu_lab.compile.generation.session",
+    "GenerationRecord": "tpu_lab.compile.generation.generation_record",
+    "recommend_buckets": "tpu_lab.compile.buckets.buckets",
+    "compare_policies": "tpu_lab.compile.buckets.buckets",
     "tp_preflight": "tpu_lab.tp.preflight",
     "PreflightReport": "tpu_lab.tp.preflight",
     "launch": "tpu_lab.tp.launch",
@@ -45,11 +45,11 @@ __all__ = sorted([*_EXPORTS, *_SUBMODULES])
 if TYPE_CHECKING:
     from tpu_lab import compile, errors, host, models, testing, tp, widgets
     from tpu_lab._report import Finding
-    from tpu_lab.compile.buckets import compare_policies, recommend_buckets
-    from tpu_lab.compile.generation_record import GenerationRecord
-    from tpu_lab.compile.guard import no_recompiles
-    from tpu_lab.compile.session import GenerationSession
-    from tpu_lab.compile.watch import Watch, watch
+    from tpu_lab.compile.buckets.buckets import compare_policies, recommend_buckets
+    from tpu_lab.compile.generation.generation_record import GenerationRecord
+    from tpu_lab.compile.generation.session import GenerationSession
+    from tpu_lab.compile.watching.guard import no_recompiles
+    from tpu_lab.compile.watching.watch import Watch, watch
     from tpu_lab.errors import LaunchError, RecompileError, TpuLabError
     from tpu_lab.host.probe import DeviceReport, probe
     from tpu_lab.models.loading import LoadedModel, load_model

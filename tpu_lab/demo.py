@@ -168,7 +168,7 @@ def run_demo(
 ) -> DemoResult:
     """Run the demo, printing through ``say``; return its ``DemoResult``. ``chart``: a .png path, True
     (the default: a new temporary folder, named in the output) or None (no chart)."""
-    from tpu_lab.compile.buckets import recommend_buckets
+    from tpu_lab.compile.buckets.buckets import recommend_buckets
     from tpu_lab.host.probe import probe
     from tpu_lab.models.workload import mixed_lengths
 
@@ -200,7 +200,7 @@ def run_demo(
             {"buckets": buckets, "max_cache_len": buckets[-1] + max_new_tokens},
         ),
     )
-    from tpu_lab.compile.session import DEFAULT_BACKEND
+    from tpu_lab.compile.generation.session import DEFAULT_BACKEND
 
     say(
         f"workload: {prompts} prompts, {len(set(lengths))} distinct lengths ({min(lengths)}-{max(lengths)} tokens), "
@@ -234,7 +234,7 @@ def run_demo(
 def _run_policy(
     name: str, title: str, model: str, lengths: list[int], options: dict, *, backend: str | None, max_new_tokens: int
 ) -> PolicyRun:
-    from tpu_lab.compile.session import GenerationSession
+    from tpu_lab.compile.generation.session import GenerationSession
     from tpu_lab.models.loading import load_model
     from tpu_lab.models.workload import mixed_workload
 

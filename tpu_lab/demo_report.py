@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_lab._report import Report, table
-from tpu_lab.compile.table import CompileTable
+from tpu_lab.compile.generation.table import CompileTable
 
 INTRO = (
     "What this shows:",

@@ -75,7 +75,7 @@ class TpuLabMagics(Magics):
         """Run this cell inside tl.watch(); the table of compiles shows under the cell (``_watch`` keeps it)."""
         args = parse_argstring(self.watch, line)
         assert self.shell is not None
-        from tpu_lab.compile.watch import Watch
+        from tpu_lab.compile.watching.watch import Watch
 
         if args.panel:
             from tpu_lab.widgets import WatchPanel

@@ -6,7 +6,7 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpu_lab.compile.tally import ShapeRow
+from tpu_lab.compile.generation.tally import ShapeRow
 
 
 def compile_chart(tables: Mapping[str, Sequence[ShapeRow]]) -> Any:

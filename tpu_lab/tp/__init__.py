@@ -15,7 +15,7 @@ comes back and ``outcome`` the error a failed launch raises; ``rundirs`` keeps t
 Compiles per rank: ``rank_files`` (arming each rank's watcher, reading its file), ``rank_compiles``
 (``LaunchResult.compiles``: each rank's table, merged) with
 ``divergence`` (where ranks differ, in words) and ``rank_live`` (each rank's compiles while it runs, in
-``RunState``). The rank-side watcher is ``tpu_lab.compile.rank_watch``, armed by ``_worker``.
+``RunState``). The rank-side watcher is ``tpu_lab.compile.watching.rank_watch``, armed by ``_worker``.
 
 May import: ``tpu_lab.host``, ``tpu_lab.models`` (config resolution for the preflight),
 ``tpu_lab.compile`` (the rank-side watcher) and the base. Never widgets.

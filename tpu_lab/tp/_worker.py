@@ -41,7 +41,7 @@ def _die_with_parent() -> None:
 def _rank_setup() -> None:
     folder = os.environ.get(RESULT_DIR_ENV)
     if os.environ.get(WATCH_ENV) == "1" and folder:
-        from tpu_lab.compile.rank_watch import arm  # light: torch only once the rank's code imports Dynamo
+        from tpu_lab.compile.watching.rank_watch import arm  # light: torch only once the rank's code imports Dynamo
 
         _finish.append(arm(folder, int(os.environ.get("RANK", "0"))))
 

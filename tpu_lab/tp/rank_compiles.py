@@ -1,5 +1,5 @@
 """Compiles per rank in a launch (``LaunchResult.compiles``): each rank's compile table as its watcher
-wrote it (``rank{R}.compiles.json`` in the run folder, see ``tpu_lab.compile.rank_watch``), the tables
+wrote it (``rank{R}.compiles.json`` in the run folder, see ``tpu_lab.compile.watching.rank_watch``), the tables
 merged per function x inputs with the ranks that compiled each, and the findings where ranks diverge
 (``tp.divergence``). Pure over plain data: the tables cross processes and hosts as JSON.
 """

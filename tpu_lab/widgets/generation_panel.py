@@ -6,11 +6,11 @@ from html import escape
 
 import ipywidgets as w
 
-from tpu_lab.compile.buckets import compare_policies
+from tpu_lab.compile.buckets.buckets import compare_policies
+from tpu_lab.compile.buckets.policies import POLICIES, buckets_for_policy
 from tpu_lab.compile.chart import png_bytes
-from tpu_lab.compile.generation_record import GenerationRecord
-from tpu_lab.compile.policies import POLICIES, buckets_for_policy
-from tpu_lab.compile.session import GenerationSession
+from tpu_lab.compile.generation.generation_record import GenerationRecord
+from tpu_lab.compile.generation.session import GenerationSession
 from tpu_lab.widgets._common import error_html
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as w
 
 from tpu_lab.compile.chart import png_bytes
-from tpu_lab.compile.watch import Watch
+from tpu_lab.compile.watching.watch import Watch
 
 REFRESH_SECONDS = 0.5
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_lab.compile.explain import explain
+from tpu_lab.compile.causes.explain import explain
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,16 @@ def read_tpu_stats(raw: Any) -> TpuCacheStats:
         compilations=int(get(raw, "num_compilations")),
         compile_seconds=seconds,
     )
+
+
+def for_this_process() -> TpuCacheSource | None:
+    """torch_tpu's counters, where this process holds a TPU (None elsewhere: nothing to read)."""
+    import sys
+
+    if "torch_tpu" not in sys.modules:
+        return None
+    from tpu_lab.host.chips import holds_tpu
+
+    if not holds_tpu():  # counters exist only once this process uses the TPU
+        return None
+    return TpuCacheSource()

@@ -19,14 +19,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile import dynamo_source as dynamo
-from tpu_lab.compile import frames
-from tpu_lab.compile.break_words import graph_break_words
-from tpu_lab.compile.dynamo_source import LIMIT_TRIGGER
-from tpu_lab.compile.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
-from tpu_lab.compile.frames import Capture, FunctionKey, renamed
-from tpu_lab.compile.tpu_source import CompileEvent
-from tpu_lab.compile.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
+from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
+from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
+from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
+from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -56,9 +56,9 @@ class Watch:
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
         self._last_record = dynamo.newest_record()
-        self._break_marker = dynamo.graph_break_marker()
+        self._break_marker = dynamo_breaks.graph_break_marker()
         self._resets_before = dynamo.resets
-        self._tpu = _tpu_source() if tpu is None or tpu else None
+        self._tpu = tpu_source.for_this_process() if tpu is None or tpu else None
         self._tpu_before = self._tpu.snapshot() if self._tpu else None
         self.on_tpu = bool(tpu) or self._tpu is not None
         """Advice is for torch_tpu's backend (pad to buckets) rather than CPU/CUDA remedies."""
@@ -256,7 +256,7 @@ class Watch:
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
     def _poll_breaks(self) -> None:
-        found, self._break_marker = dynamo.graph_breaks_since(self._break_marker)
+        found, self._break_marker = dynamo_breaks.graph_breaks_since(self._break_marker)
         for b in found:
             cause = graph_break_words(b.reason, b.library)
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
@@ -264,7 +264,7 @@ class Watch:
             entry[1] += 1
 
     def _poll_tpu(self) -> list[CompileEvent]:
-        if self._tpu is None:
+        if self._tpu is None or self._tpu_before is None:
             return []
         now = self._tpu.snapshot()
         events = self._tpu.events_between(self._tpu_before, now)
@@ -319,20 +319,6 @@ class Watch:
 def watch() -> Watch:
     """Watch every compilation inside a block (``with tl.watch() as w:``) or a function (``@tl.watch()``)."""
     return Watch()
-
-
-def _tpu_source() -> Any:
-    import sys
-
-    if "torch_tpu" not in sys.modules:
-        return None
-    from tpu_lab.host.chips import holds_tpu
-
-    if not holds_tpu():  # counters exist only once this process uses the TPU
-        return None
-    from tpu_lab.compile.tpu_source import TpuCacheSource
-
-    return TpuCacheSource()
 
 
 def _shown(cap: Capture) -> tuple[tuple[str, str], ...]:

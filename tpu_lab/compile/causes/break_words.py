@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tpu_lab.compile.cause import Cause
+from tpu_lab.compile.causes.cause import Cause
 
 _UNHELPFUL = ("Please report an issue", "fundamental", "Please file an issue")
 

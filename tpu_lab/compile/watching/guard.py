@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile import dynamo_source
-from tpu_lab.compile.explain import causes_of
-from tpu_lab.compile.frames import Capture, renamed
+from tpu_lab.compile.causes.explain import causes_of
+from tpu_lab.compile.sources import dynamo_source
+from tpu_lab.compile.sources.frames import Capture, renamed
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 

@@ -11,8 +11,8 @@ from html import escape
 from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
-from tpu_lab.compile.cause import KIND_LABELS
-from tpu_lab.compile.explain import LIMIT_TEXT
+from tpu_lab.compile.causes.cause import KIND_LABELS
+from tpu_lab.compile.causes.explain import LIMIT_TEXT
 from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
 
 CALLS_NOTE = (

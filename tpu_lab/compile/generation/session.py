@@ -17,17 +17,17 @@ from typing import Any, overload
 
 from tpu_lab._checks import positive_int
 from tpu_lab._report import Report
-from tpu_lab.compile import batching
-from tpu_lab.compile import buckets as bk
-from tpu_lab.compile.explain import innermost, innermost_message
-from tpu_lab.compile.generation_record import GenerationRecord, call_fields, row_records
-from tpu_lab.compile.guard import NoRecompiles
-from tpu_lab.compile.hooks import keep_attention_masks, private_copy, signature_of
-from tpu_lab.compile.session_checks import COMPILE_PHASES, check_fits, check_session_args
-from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.table import CompileTable
-from tpu_lab.compile.tally import ForwardCall, ShapeTally
-from tpu_lab.compile.watch import Watch
+from tpu_lab.compile.buckets import buckets as bk
+from tpu_lab.compile.causes.explain import innermost, innermost_message
+from tpu_lab.compile.generation import batching
+from tpu_lab.compile.generation.generation_record import GenerationRecord, call_fields, row_records
+from tpu_lab.compile.generation.hooks import keep_attention_masks, private_copy, signature_of
+from tpu_lab.compile.generation.session_checks import COMPILE_PHASES, check_fits, check_session_args
+from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.generation.table import CompileTable
+from tpu_lab.compile.generation.tally import ForwardCall, ShapeTally
+from tpu_lab.compile.watching.guard import NoRecompiles
+from tpu_lab.compile.watching.watch import Watch
 from tpu_lab.errors import RecompileError
 
 DEFAULT_BACKEND = {"cpu": "aot_eager", "cuda": "inductor", "tpu": "tpu"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, local_name
 
 _STATE = {
     "grad_mode": (

@@ -8,11 +8,11 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from tpu_lab.compile import guard_words
-from tpu_lab.compile.cause import Cause
-from tpu_lab.compile.frames import renamed
-from tpu_lab.compile.guard_values import STATIC_WORDS
-from tpu_lab.compile.signature import ShapeSignature
+from tpu_lab.compile.causes import guard_words
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.guard_values import STATIC_WORDS
+from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.sources.frames import renamed
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -66,7 +66,7 @@ def causes_of(
         found = [
             (
                 guard_words.subject(f),
-                guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, now=now),
+                guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now),
             )
             for f in failures
             if f.graph == graph
@@ -116,12 +116,12 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     for name, cause in found:
         size = _SIZE.search(cause.guard) if cause.kind == "size" else None
         if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
-            key = (cause.kind, "size {} {} {}".format(*size.groups()), STATIC_WORDS in cause.words)
+            key = (cause.kind, "size {} {} {}".format(*size.groups()), str(STATIC_WORDS in cause.words))
         elif name:
             key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
         else:
             key = (cause.kind, cause.words, cause.words)
-        groups.setdefault(key, []).append((name, cause))  # type: ignore[arg-type]
+        groups.setdefault(key, []).append((name, cause))
     out = []
     for same in groups.values():
         first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from tpu_lab.compile.explain import explain_new_shape
-from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.tpu_source import CompileEvent
+from tpu_lab.compile.causes.explain import explain_new_shape
+from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.sources.tpu_source import CompileEvent
 
 
 class ForwardCall(NamedTuple):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tpu_lab.compile.signature import ShapeSignature
+from tpu_lab.compile.generation.signature import ShapeSignature
 
 _session_ids = itertools.count(1)
 

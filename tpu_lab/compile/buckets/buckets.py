@@ -16,7 +16,7 @@ from typing import Any, overload
 
 from tpu_lab._checks import positive_int, token_counts
 from tpu_lab._report import Report, table
-from tpu_lab.compile.advice import BucketAdvice, advise, batch_pairs, batches_of, partition
+from tpu_lab.compile.buckets.advice import BucketAdvice, advise, batch_pairs, batches_of, partition
 from tpu_lab.errors import InvalidArgument
 
 DEFAULT_FIXED = (32, 64, 128, 256, 512, 1024)

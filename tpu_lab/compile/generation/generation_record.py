@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpu_lab.compile.signature import ShapeSignature
-from tpu_lab.compile.tally import ForwardCall
+from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.generation.tally import ForwardCall
 
 
 @dataclass(frozen=True)

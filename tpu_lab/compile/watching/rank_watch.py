@@ -91,8 +91,8 @@ class RankWatch:
         try:
             from torch._dynamo.callback import callback_handler
 
-            from tpu_lab.compile import dynamo_source
-            from tpu_lab.compile.watch import Watch
+            from tpu_lab.compile.sources import dynamo_source
+            from tpu_lab.compile.watching.watch import Watch
 
             self.watch = Watch().__enter__()
             dynamo_source.add_listener(self._on_start)
@@ -183,7 +183,7 @@ def _tpu_counters() -> dict[str, Any] | None:
     try:
         import dataclasses
 
-        from tpu_lab.compile.tpu_source import TpuCacheSource
+        from tpu_lab.compile.sources.tpu_source import TpuCacheSource
 
         return dataclasses.asdict(TpuCacheSource().snapshot())
     except Exception:

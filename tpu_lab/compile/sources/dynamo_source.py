@@ -5,8 +5,8 @@ still counted, its cause shown as Dynamo's guard text.
 * The compile-start callback reads ``convert_frame._compile``'s locals: the user's ``frame`` (function,
   live inputs) and ``reasons`` (the first failed guard per graph Dynamo holds; ``dynamo_guards`` adds
   the others). ``reset()`` clears callbacks: ours is put back and the reset counted. The recompile-limit warning is heard too.
-* Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals) and
-  ``graph_break_reasons`` (every break with the user's stack; the counter misses data-dependent ones).
+* Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals).
+Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo_breaks`` (graph breaks).
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
-from tpu_lab.compile.dynamo_guards import every_failure
-from tpu_lab.compile.frames import (
+from tpu_lab.compile.sources.dynamo_guards import every_failure
+from tpu_lab.compile.sources.frames import (
     Capture,
     FunctionKey,
     Signature,
-    break_location,
     describe_inputs,
     function_key,
     library_caller,
@@ -32,15 +31,6 @@ from tpu_lab.compile.frames import (
 )
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
-
-
-class GraphBreak(NamedTuple):
-    """One graph break Dynamo took: its reason (with Dynamo's hints) and the user's file and line."""
-
-    reason: str
-    filename: str
-    line: int
-    library: str = ""  # file:line where it broke, when that is library code (torch, site-packages)
 
 
 Listener = Callable[[Capture], None]
@@ -310,28 +300,3 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         elif scalar:
             out.append(name)
     return ", ".join(dict.fromkeys(out))
-
-
-# ---- graph breaks --------------------------------------------------------------------------------
-
-
-def graph_break_marker() -> tuple[int, int, int]:
-    import torch._dynamo.utils as dynamo_utils
-
-    found = getattr(dynamo_utils, "graph_break_reasons", None)
-    return (id(found), len(found), resets) if isinstance(found, list) else (0, 0, resets)
-
-
-def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], tuple[int, int, int]]:
-    """Breaks recorded after ``marker`` (a reset empties the list: then all of them), and the new marker."""
-    import torch._dynamo.utils as dynamo_utils
-
-    found = getattr(dynamo_utils, "graph_break_reasons", None)
-    if not isinstance(found, list):
-        return [], marker
-    same = marker[0] == id(found) and marker[2] == resets and marker[1] <= len(found)
-    start = marker[1] if same else 0
-    out = []
-    for item in found[start:]:
-        out.append(GraphBreak(str(item.reason), *break_location(list(getattr(item, "user_stack", None) or []))))
-    return out, (id(found), len(found), resets)

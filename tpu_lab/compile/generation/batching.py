@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_lab.compile.session_checks import token_ids
+from tpu_lab.compile.generation.session_checks import token_ids
 from tpu_lab.errors import InvalidArgument
 
 Prompt = str | Sequence[int]

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from tpu_lab._report import banner_html
+from tpu_lab.compile.generation.tally import ShapeRow
 from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
-from tpu_lab.compile.tally import ShapeRow
 
 LIMIT_BANNER = (
     "Dynamo's recompile limit was hit: later new shapes ran UNCOMPILED, with only a log line. "

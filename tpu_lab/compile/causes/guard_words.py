@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from tpu_lab.compile.cause import Cause, local_name
-from tpu_lab.compile.guard_values import dispatch_words, is_parameter, size_words, state_words, value_words
+from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_values import dispatch_words, is_parameter, size_words, state_words, value_words
 
 
 class Failure(NamedTuple):
@@ -93,11 +93,11 @@ def words(
     cache: str = "",
     pinned: frozenset[str] = frozenset(),
     caller: str = "",
-    now: Mapping[str, str] | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> Cause:
     """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
     ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``; ``caller``: the
-    library that called the compiled function; ``now``: the new call's inputs, described by name)."""
+    library that called the compiled function; ``inputs``: the new call's inputs, described by name)."""
     g, at = f.guard, f.where
     if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
@@ -300,7 +300,7 @@ def words(
             "reuse one instance across calls",
         )
     if m := _VALUE.match(g):
-        return value_words(m["name"], m["value"], g, tpu or static, (now or {}).get(local_name(m["name"]), ""))
+        return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
 
 
@@ -322,7 +322,7 @@ def _enum_class(g: str) -> str | None:
 
 def _short(where: str) -> str:
     """``/a/b/train.py:81`` -> ``train.py:81``; a notebook cell -> its cell."""
-    from tpu_lab.compile.frames import where_label
+    from tpu_lab.compile.sources.frames import where_label
 
     path, _, line = where.rpartition(":")
     return where_label(path, int(line)) if line.isdigit() else where

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tpu_lab.compile.buckets import DEFAULT_FIXED, DEFAULT_FIXED_BATCHES, power_of_two_buckets, recommend_buckets
+from tpu_lab.compile.buckets.buckets import (
+    DEFAULT_FIXED,
+    DEFAULT_FIXED_BATCHES,
+    power_of_two_buckets,
+    recommend_buckets,
+)
 from tpu_lab.errors import InvalidArgument
 
 # The bucket policies a user can pick (e.g. in the GenerationPanel), with what each means.
