@@ -147,12 +147,14 @@ class WatchTable(CompileTableBase):
             ]
         for fn in dict.fromkeys(r.function for r in self.rows if r.limit_hit):
             rows = [r for r in self.rows if r.function == fn]
-            last = next((c.words for r in rows for c in r.causes if c.kind == "limit" and c.guard), "unknown")
+            limit = next((c for r in rows for c in r.causes if c.kind == "limit" and c.guard), None)
+            last = limit.words.replace(" (refused: recompile limit)", "") if limit else "unknown"
             counted = all(r.calls is not None for r in rows)
             lines.append(
-                f"recompile limit: {fn} stopped compiling; last cause: {last.replace(' (refused: recompile limit)', '')}; "
+                f"recompile limit: {fn} stopped compiling; last cause: {last}; "
                 f"{sum(r.uncompiled for r in rows)} call(s) ran uncompiled"
-                + ("" if counted else " (later calls not counted)")
+                + ("" if counted else " (Dynamo no longer sees later calls, so they are not counted)")
+                + (f"; fix: {limit.fix}" if limit and limit.fix else "")
             )
         if self.resets:
             lines.append(
@@ -163,7 +165,7 @@ class WatchTable(CompileTableBase):
         said: dict[tuple[str, str], str] = {}
         for r in self.rows:
             for c in r.causes:
-                if c.kind not in ("first", "backward", "dynamic") and (c.count or c.guard):
+                if c.kind not in ("first", "backward", "dynamic", "limit") and (c.count or c.guard):
                     key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
                     fixes[key] += max(c.count, 1)
                     said.setdefault(key, KIND_LABELS.get(c.kind, c.words))
