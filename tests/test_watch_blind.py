@@ -517,3 +517,63 @@ def test_generate_static_cache_with_another_batch_size(dynamo, qwen):
     for c in found:
         assert "length changed" not in c.words, c.words  # 1 -> 2 is the batch
         assert "max_length" not in c.fix and "pad your inputs to a few lengths" not in c.fix, c.fix
+
+
+@pytest.mark.slow
+def test_hf_model_switched_to_train_with_a_longer_prompt(dynamo, qwen):
+    # fine-tuning after evaluation: model.train() and a longer sequence in the same call
+    model, _ = qwen
+    f = torch.compile(model, backend=BACKEND)
+    try:
+        with tl.watch() as w:
+            model.eval()
+            f(input_ids=torch.ones(1, 4, dtype=torch.long), use_cache=False)
+            model.train()
+            f(input_ids=torch.ones(1, 6, dtype=torch.long), use_cache=False)
+    finally:
+        model.eval()
+    # Dynamo logs a submodule's training flag; the length alone: "tensor 'kwargs['input_ids']' size mismatch
+    # at index 1. expected 4, actual 6"
+    check_against_dynamo(
+        w, dynamo, also=["tensor 'kwargs['input_ids']' size mismatch at index 1. expected 4, actual 6"]
+    )
+    got = {c.kind: c for c in causes(w)}
+    assert set(got) == {"training", "size"}
+    assert "train/eval switched: self.model" in got["training"].words
+    assert got["size"].words.startswith("prompt length changed 4 -> 6") and "kwargs" not in got["size"].words
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="a text-generation pipeline with batch_size=2 over 3 prompts: the last batch drops a keyword "
+    "argument AND changes input_ids/position_ids from [2, 3] to [1, 5]; only the keyword-argument count is "
+    "named, and its fix tells the user to pass the same keyword arguments, which the pipeline builds",
+)
+def test_pipeline_last_batch_changes_kwargs_and_sizes(dynamo, qwen):
+    # transformers' pipeline docs: pipe(list_of_prompts, batch_size=2)
+    from transformers import pipeline
+
+    model, tok = qwen
+    side = tok.padding_side
+    tok.padding_side = "left"
+    pipe = pipeline("text-generation", model=model, tokenizer=tok)
+    forward = model.forward
+    model.forward = torch.compile(forward, backend=BACKEND, dynamic=False)
+    try:
+        with tl.watch() as w:
+            pipe(["Hello there", "Hi you", "Hey me"], batch_size=2, max_new_tokens=1, do_sample=False)
+    finally:
+        model.forward = forward
+        tok.padding_side = side
+    # Dynamo logs len(kwargs); each tensor's first changed index alone reads "... size mismatch at index 0"
+    check_against_dynamo(
+        w,
+        dynamo,
+        also=["kwargs['input_ids']' size mismatch at index 0", "kwargs['position_ids']' size mismatch at index 0"],
+    )
+    found = causes(w)
+    assert any(c.kind == "kwargs" for c in found)
+    assert any(c.kind == "size" and "input_ids" in c.words and "2 -> 1" in c.words for c in found)
+    assert all("pass the same keyword arguments" not in c.fix for c in found)
+    assert all("torch._dynamo.mark_dynamic(" not in c.fix for c in found)
