@@ -27,9 +27,10 @@ def local_name(source: str) -> str:
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
     s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
+    s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"^fn\.keywords\['([^']+)'\]", r"\1", s)
-    return re.sub(r"^fn\.", "self.", s)
+    return re.sub(r"^fn(?=[.\[])", "self", s)
 
 
 KIND_LABELS = {
@@ -64,5 +65,6 @@ KIND_LABELS = {
     "dispatch": "a tensor's dispatch keys changed",
     "parameter_shape": "a parameter's shape changed",
     "cache_state": "the KV cache went from empty to filled",
+    "optimizer_state": "the optimizer's state was created",
 }
 """A short label per guard family, for the summary under a table."""

@@ -125,11 +125,11 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     out = []
     for same in groups.values():
         first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
-        if len(names) < 2:
-            out.append(first)
+        guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
+        if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
+            out.append(dataclasses.replace(first, guard=guards))
             continue
         also = f" (the same for {', '.join(names[1:])})" if names[0] in first.fix else ""
-        guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
         out.append(Cause(first.kind, _merged_words(names, same), guards, first.fix + also, first.where))
     return out
 

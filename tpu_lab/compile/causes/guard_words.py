@@ -232,6 +232,13 @@ def words(
             g,
             "pass the same keyword arguments every call (e.g. always attention_mask)",
         )
+    if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
+        return Cause(
+            "optimizer_state",
+            "the optimizer's state was created on its first step (momentum or Adam buffers appear then)",
+            g,
+            "expected once: the graph for the steps after the first is reused from then on",
+        )
     if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
         return Cause(
             "length",
@@ -246,10 +253,18 @@ def words(
             g,
             "keep the list/tuple the same length, or pass one stacked tensor",
         )
-    if (m := _KEY.search(g)) or (m := _CONTAINS.search(g)):
+    if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
+        now = "gained" if g.lstrip().startswith("not ") else "lost"
         return Cause(
             "dict_keys",
-            f"dict {local_name(m['name'])}'s keys changed (added, dropped or reordered; had {m['key']})",
+            f"dict {local_name(m['name'])} {now} the key {m['key']}",
+            g,
+            "pass the dict with the same keys every call",
+        )
+    if m := _KEY.search(g):
+        return Cause(
+            "dict_keys",
+            f"dict {local_name(m['name'])}'s keys changed (added, dropped or reordered; key {m['i']} was {m['key']})",
             g,
             "pass the dict with the same keys in the same order every call",
         )

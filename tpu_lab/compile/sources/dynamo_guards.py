@@ -1,10 +1,15 @@
 """Every guard that failed against a compiled graph, not only the first: part of the Dynamo source.
 
 Dynamo stops at the first failed guard per graph, so when two inputs change at once the second change
-has no guard behind it. Its guard tree can be cloned keeping only some nodes (``clone_manager``, how
-Dynamo builds its own diff guards): each input's subtree is re-checked on its own against the frame's
-locals, and inside a failing container each item again, so a batch dict whose ``input_ids`` and
-``attention_mask`` both changed names both. Runs per compile, bounded; never per call.
+has no guard behind it. Two re-checks on Dynamo's own guard tree find the rest, in Dynamo's wording:
+
+* its tree cloned keeping only some nodes (``clone_manager``, how Dynamo builds its diff guards): each
+  input's subtree re-checked alone, and inside a failing container each item again;
+* every node's own guards called on the value its source names (what a node's guards see when a
+  container's own guard, a dict's keys or the global state, fails first and hides them), and every way
+  a tensor differs from the one compiled for, not only the first property Dynamo's check stops at.
+
+Runs per compile, bounded; never per call.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def every_failure(frame: Any, first: tuple[str, ...]) -> tuple[str, ...]:
             continue
         graph = str(getattr(entry, "compile_id", ""))
         try:
-            parts = _failures(root, frame.f_locals)
+            parts = _failures(root, frame.f_locals) + _leaf_failures(entry.guard_manager, frame.f_locals)
         except Exception:  # a guard that cannot be re-checked outside Dynamo: keep what Dynamo said
             continue
         for part in parts:
@@ -91,9 +96,100 @@ def _failures(root: Any, f_locals: dict[str, Any]) -> list[str]:
 def _index(node: Any, subtree: dict[int, set[int]], kids: dict[int, list[Any]]) -> list[Any]:
     """Every node of the guard tree (kept alive by the caller), with its children and subtree ids."""
     held = [node]
-    kids[id(node)] = list(node.get_child_managers())
+    kids[id(node)] = _children(node)
     subtree[id(node)] = {id(node)}
     for child in kids[id(node)]:
         held += _index(child, subtree, kids)
         subtree[id(node)] |= subtree[id(child)]
     return held
+
+
+_MAX_NODES = 4000  # guard nodes visited per graph by the leaf walk (a large model has a few thousand)
+_STOPS = {"TYPE_MATCH", "ID_MATCH", "NONE_MATCH", "NOT_NONE_MATCH", "TENSOR_MATCH"}  # children: consequences
+
+
+def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
+    """Every node's own guards, each called on the value its source names (``L['batch']['scale']``),
+    below the root (the root's own guards are what the clone re-check reports)."""
+    from torch._C._dynamo.guards import RelationalGuard
+
+    globals_ = dict(manager.global_scope)
+    scope = {"L": f_locals, "G": manager.global_scope["G"], **(manager.closure_vars or {})}
+    out: list[str] = []
+    todo = list(reversed(_children(manager.root)))
+    visited = 0
+    while todo and visited < _MAX_NODES:
+        node = todo.pop()
+        visited += 1
+        try:
+            value = eval(node.get_source(), globals_, scope)  # Dynamo's sources are expressions over L and G
+        except Exception:
+            continue  # a part a changed container no longer has: that change is the failure
+        stop = False
+        for leaf in node.get_leaf_guards():
+            if isinstance(leaf, RelationalGuard):
+                continue  # relations between inputs (aliasing) keep state across calls: not callable alone
+            try:
+                if leaf(value):
+                    continue
+            except Exception:
+                continue
+            parts, kind = leaf.verbose_code_parts(), type(leaf).__name__
+            if kind == "TENSOR_MATCH":
+                out += tensor_differences(parts[0], value)
+            elif len(parts) == 1:
+                out.append(parts[0])
+            stop = stop or kind in _STOPS
+        if not stop:
+            todo += reversed(_children(node))
+    return out
+
+
+def _children(node: Any) -> list[Any]:
+    """A node's child managers; a dict's own (keys and values, one pair per entry) come separately."""
+    out = list(node.get_child_managers())
+    pairs = node.get_key_value_managers() if hasattr(node, "get_key_value_managers") else {}
+    return out + [m for _, pair in sorted(pairs.items()) for m in pair if m is not None]
+
+
+_CHECK_TENSOR = re.compile(
+    r"check_tensor\((?P<name>.+?), \w+, DispatchKeySet\([^)]*\), (?P<dtype>torch\.\w+), device=[^,]*, "
+    r"requires_grad=(?P<grad>True|False), size=\[(?P<size>[^\]]*)\], stride=\[(?P<stride>[^\]]*)\]"
+)
+
+
+def tensor_differences(check: str, value: Any) -> list[str]:
+    """Every way ``value`` differs from the tensor a ``check_tensor(...)`` guard was built for, each worded
+    as Dynamo words its first (``tensor 'x' size mismatch at index 1. expected 5, actual 7``)."""
+    import torch
+
+    m = _CHECK_TENSOR.search(check)
+    if m is None or not isinstance(value, torch.Tensor):
+        return []
+    name, out = m["name"], []
+    if str(value.dtype) != m["dtype"]:
+        want = getattr(torch, m["dtype"].removeprefix("torch."))
+        out.append(f"tensor '{name}' dtype mismatch. expected {_scalar(want)}, actual {_scalar(value.dtype)}")
+    if str(value.requires_grad) != m["grad"]:
+        out.append(f"tensor '{name}' requires_grad mismatch. expected requires_grad={int(m['grad'] == 'True')}")
+    size = [x.strip() for x in m["size"].split(",") if x.strip()]
+    if len(size) != value.dim():
+        return [*out, f"tensor '{name}' rank mismatch. expected {len(size)}, actual {value.dim()}"]
+    grown = [(i, a, b) for i, (a, b) in enumerate(zip(size, value.shape, strict=True)) if a != "None" and int(a) != b]
+    out += [f"tensor '{name}' size mismatch at index {i}. expected {a}, actual {b}" for i, a, b in grown]
+    stride = [x.strip() for x in m["stride"].split(",") if x.strip()]
+    if not grown and len(stride) == value.dim():
+        moved = [
+            (i, a, b)
+            for i, (a, b) in enumerate(zip(stride, value.stride(), strict=True))
+            if a != "None" and int(a) != b
+        ]
+        out += [f"tensor '{name}' stride mismatch at index {i}. expected {a}, actual {b}" for i, a, b in moved]
+    return out
+
+
+def _scalar(dtype: Any) -> str:
+    """Dynamo's name for a dtype (c10's scalar type): ``Float``, ``Double``, ``Long``, ``BFloat16``."""
+    import torch
+
+    return torch.empty(0, dtype=dtype).type().rsplit(".", 1)[-1].removesuffix("Tensor")

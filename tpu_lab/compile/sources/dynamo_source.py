@@ -295,8 +295,8 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
-        if dims:
-            out.append(f"{name} dim {', '.join(dims)}")
+        if dims:  # one item per dimension: a later graph may add one dimension of the same input
+            out += [f"{name} dim {d}" for d in dims]
         elif scalar:
             out.append(name)
     return ", ".join(dict.fromkeys(out))
