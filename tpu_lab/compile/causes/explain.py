@@ -134,6 +134,7 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     return out
 
 
+_KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")
 _SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 
 
@@ -147,7 +148,11 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
         plural = plural.replace("parameter \0", "parameters \0")
         return plural.replace("\0", joined)
     i, a, b = size.groups()
-    if i == "1" and any("input_ids" in n for n in names):
+    names = list(dict.fromkeys(_KV.sub("the KV cache", n) for n in names))  # one entry per layer's keys, values
+    joined = ", ".join(names)
+    if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
+        words = f"batch size changed {a} -> {b} in {joined}"
+    elif i == "1" and any("input_ids" in n for n in names):
         words = f"prompt length changed {a} -> {b} in {joined} (a new prompt length, or prefill <-> decode)"
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"

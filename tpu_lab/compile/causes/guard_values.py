@@ -35,6 +35,7 @@ _STATE = {
 }
 
 
+_BATCHED = ("input_ids", "attention_mask", "position_ids", "cache_position", "inputs_embeds", "labels")
 STATIC_WORDS = (
     "automatic dynamic shapes off, by torch.compile(dynamic=False) or "
     "torch._dynamo.config.automatic_dynamic_shapes = False: every size is its own graph"
@@ -69,14 +70,21 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
             g,
             "fix max_cache_len so every call shares one cache size",
         )
-    if "input_ids" in name and i == "1":
+    if i == "0" and any(k in name for k in _BATCHED):
+        words = f"batch size changed {a} -> {b} ({name})"
+    elif "input_ids" in name and i == "1":
         words = f"prompt length changed {a} -> {b} (a new prompt length, or prefill <-> decode)"
     elif "attention_mask" in name:
         words = f"attention mask length changed {a} -> {b}"
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
-    if caller:  # the user never holds this tensor: mark_dynamic is out of reach
+    if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
+        dynamic = (
+            f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "
+            "to a few batch sizes), or accept one graph per batch size"
+        )
+    elif caller:
         dynamic = (
             f"{caller} builds this input, so mark_dynamic is out of reach: pad your inputs to a few lengths "
             "(tokenizer padding='max_length' or pad_to_multiple_of=...), or compile with dynamic=True"

@@ -51,6 +51,8 @@ _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
+_IS = re.compile(r"^(?P<a>[\w\[\]'.]+) is (?P<b>[\w\[\]'.]+)$")
+_NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
 _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
@@ -217,6 +219,27 @@ def words(
             g,
             "pass distinct tensors (or the same one) consistently",
         )
+    if m := _IS.match(g):
+        a, b = local_name(m["a"]), local_name(m["b"])
+        thing = (
+            "tensor" if all(_is_tensor((inputs or {}).get(local_name(x), "")) for x in (m["a"], m["b"])) else "object"
+        )
+        return Cause(
+            "aliasing",
+            f"{a} and {b} are no longer the same {thing}: the graph was compiled with one {thing} passed as both",
+            g,
+            "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
+        )
+    if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
+        passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
+        return Cause(
+            "kwargs",
+            "keyword arguments were passed"
+            + (f" ({', '.join(passed)})" if passed else "")
+            + "; the graph was compiled for a call without any",
+            g,
+            "expected once per set of keyword arguments; pass the same ones every call",
+        )
     if m := _NONE.match(g):
         now = "a value" if m["not"] is None else "None"
         return Cause(
@@ -226,12 +249,13 @@ def words(
             "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
     if (m := _LEN.match(g)) and local_name(m["name"]) == "kwargs":
-        return Cause(
-            "kwargs",
-            f"a keyword argument was added or dropped (there were {m['n']})",
-            g,
-            "pass the same keyword arguments every call (e.g. always attention_mask)",
-        )
+        fix = "pass the same keyword arguments every call (e.g. always attention_mask)"
+        if caller:  # the library chose them, e.g. for the last, smaller batch
+            fix = (
+                f"{caller} chose these keyword arguments: expected once per case; to keep one graph, make every "
+                "call alike (e.g. a number of inputs that batch_size divides)"
+            )
+        return Cause("kwargs", f"a keyword argument was added or dropped (there were {m['n']})", g, fix)
     if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
         return Cause(
             "optimizer_state",
@@ -317,6 +341,11 @@ def words(
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+
+
+def _is_tensor(description: str) -> bool:
+    """An input's description is a tensor's (``f32[2, 5, 8]``)."""
+    return bool(re.match(r"\w+\[", description))
 
 
 def _shared_wrapper(m: re.Match, where: str) -> bool:

@@ -15,7 +15,7 @@ Runs per compile, bounded; never per call.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 # an accessor that raised: a changed input's part is missing (the change itself is a failure already)
 _CONSEQUENCES = re.compile(r"^(KeyError|IndexError|AttributeError|TypeError)\b|object has no attribute|out of range")
@@ -116,6 +116,12 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
     globals_ = dict(manager.global_scope)
     scope = {"L": f_locals, "G": manager.global_scope["G"], **(manager.closure_vars or {})}
     out: list[str] = []
+    related: set[int] = set()
+    # the root's relations between inputs (``L['q'] is L['k']``, shape relations) are expressions, many per
+    # guard: Dynamo evaluates them one by one for its own reason, and so does this
+    lambdas = [*manager.root.get_epilogue_lambda_guards(), *manager.root.get_leaf_guards()]
+    parts = [p for g in lambdas if len(g.verbose_code_parts()) > 1 for p in g.verbose_code_parts()]
+    out += [p for p in parts[:_MAX_NODES] if not _holds(p, globals_, scope)]
     todo = list(reversed(_children(manager.root)))
     visited = 0
     while todo and visited < _MAX_NODES:
@@ -127,8 +133,12 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
             continue  # a part a changed container no longer has: that change is the failure
         stop = False
         for leaf in node.get_leaf_guards():
-            if isinstance(leaf, RelationalGuard):
-                continue  # relations between inputs (aliasing) keep state across calls: not callable alone
+            if isinstance(leaf, RelationalGuard):  # keeps state across the nodes it joins: not callable alone
+                if type(leaf).__name__ == "OBJECT_ALIASING" and id(leaf) not in related:
+                    related.add(id(leaf))  # its code is an expression (``L['q'] is L['k']``): evaluate it
+                    code = cast(Any, leaf).verbose_code_parts()[:1]
+                    out += [p for p in code if not _holds(p, globals_, scope)]
+                continue
             try:
                 if leaf(value):
                     continue
@@ -143,6 +153,13 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
         if not stop:
             todo += reversed(_children(node))
     return out
+
+
+def _holds(code: str, globals_: dict[str, Any], scope: dict[str, Any]) -> bool:
+    try:
+        return bool(eval(code.split("  #")[0], globals_, scope))
+    except Exception:
+        return True  # cannot tell: say nothing
 
 
 def _children(node: Any) -> list[Any]:
