@@ -92,17 +92,17 @@ def test_nothing_unchanged_is_named_when_one_of_several_inputs_changes(dynamo):
     assert cause.words == "y dtype changed Float -> Double"
 
 
-def test_grad_mode_hides_the_other_changes_and_the_inputs_column_still_shows_them(dynamo):
-    # the graph's global-state guard is checked before any input: nothing else can be re-checked
+def test_grad_mode_and_a_smaller_batch_are_both_named(dynamo):
+    # the graph's global-state guard fails first (Dynamo stops there); the input's size failed too
     f = torch.compile(mixed, backend=BACKEND)
     with tl.watch() as w:
         f(torch.ones(2, 3), torch.ones(3), 1)
         with torch.no_grad():
             f(torch.ones(4, 3), torch.ones(3), 1)
-    check_against_dynamo(w, dynamo)
-    (cause,) = only_causes(w, "mixed")
-    assert cause.kind == "global_state" and "grad" in cause.words
-    assert "x: f32[4, 3]" in w.table.rows[-1].signature
+    check_against_dynamo(w, dynamo, also=["tensor 'x' size mismatch at index 0. expected 2, actual 4"])
+    state, size = only_causes(w, "mixed")
+    assert state.kind == "global_state" and "grad" in state.words
+    assert size.words == "x dimension 0 changed 2 -> 4"
 
 
 def test_a_compiled_module_names_its_input_as_forward_does(dynamo):

@@ -125,7 +125,7 @@ def test_reordered_dict_keys(dynamo):
     with tl.watch() as w:
         f({"a": torch.ones(2), "b": torch.ones(1)})
         f({"b": torch.ones(1), "a": torch.ones(2)})
-    check_against_dynamo(w, dynamo)
+    check_against_dynamo(w, dynamo, also=["list(dict.keys(d))[1] == 'b'"])  # both positions moved: one cause
     (cause,) = only_causes(w, "first_value")
     assert cause.kind == "dict_keys" and "keys changed" in cause.words
 
@@ -247,7 +247,8 @@ def test_tensor_guard_families(dynamo, second, kind, words):
     with tl.watch() as w:
         f(torch.ones(4, 4))
         f(second())
-    check_against_dynamo(w, dynamo)
+    # a transposed tensor moves both strides; Dynamo logs the first
+    check_against_dynamo(w, dynamo, also=["stride mismatch at index 1"] if kind == "stride" else [])
     (cause,) = only_causes(w, "<lambda>")
     assert cause.kind == kind and words in cause.words and cause.fix
 
@@ -345,9 +346,12 @@ def test_process_wide_state(dynamo, set_state, words):
             f(torch.ones(2))
         finally:
             set_state(False)
-    check_against_dynamo(w, dynamo)
-    (cause,) = only_causes(w, "<lambda>")
-    assert cause.kind == "global_state" and words in cause.words and "once" in cause.fix
+    # under float64 as the default dtype, torch.ones(2) is a float64 input too
+    dtype = ["tensor 'x' dtype mismatch. expected Float, actual Double"] if "dtype" in words else []
+    check_against_dynamo(w, dynamo, also=dtype)
+    state, *rest = only_causes(w, "<lambda>")
+    assert state.kind == "global_state" and words in state.words and "once" in state.fix
+    assert [c.kind for c in rest] == (["dtype"] if dtype else [])
 
 
 def test_an_optimizer_recreated_per_step_is_a_freed_object(dynamo):

@@ -117,6 +117,8 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         size = _SIZE.search(cause.guard) if cause.kind == "size" else None
         if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
             key = (cause.kind, "size {} {} {}".format(*size.groups()), str(STATIC_WORDS in cause.words))
+        elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
+            key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
             key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
         else:
@@ -132,6 +134,15 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         also = f" (the same for {', '.join(names[1:])})" if names[0] in first.fix else ""
         out.append(Cause(first.kind, _merged_words(names, same), guards, first.fix + also, first.where))
     return out
+
+
+_ONE_PER_INPUT = ("dict_keys", "stride")
+
+
+def _dict_or_tensor(guard: str) -> str:
+    """The dict or tensor a key-order or stride guard is about."""
+    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'", guard)
+    return next((g for g in m.groups() if g), guard) if m else guard
 
 
 _KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")

@@ -60,17 +60,10 @@ def _failures(root: Any, f_locals: dict[str, Any]) -> list[str]:
     nodes = _index(root, subtree, kids)  # held, so ids stay unique while we clone
 
     def check(keep: set[int]) -> str | None:
-        """The first failure of the tree cut down to the nodes ``keep`` (by id; a cut node drops its subtree)."""
         if budget[0] <= 0:
             return None
         budget[0] -= 1
-        debug = root.clone_manager(lambda node: id(node) in keep).check_verbose(f_locals)
-        parts = list(debug.verbose_code_parts)
-        if debug.result or len(parts) != 1 or _CONSEQUENCES.search(parts[0]):
-            # several parts: the root's shape-relation guards, checked after everything else passed (Dynamo
-            # evaluates them one by one for its own reason); an exception: an accessor on a changed input
-            return None
-        return parts[0]
+        return _clone_check(root, keep, f_locals)
 
     out: list[str] = []  # when the root's own guards fail (global state), every check stops there
 
@@ -93,10 +86,21 @@ def _failures(root: Any, f_locals: dict[str, Any]) -> list[str]:
     return out
 
 
+def _clone_check(root: Any, keep: set[int] | frozenset[int], f_locals: dict[str, Any]) -> str | None:
+    """The first failure of the tree cut down to the nodes ``keep`` (by id; a cut node drops its subtree)."""
+    debug = root.clone_manager(lambda node: id(node) in keep).check_verbose(f_locals)
+    parts = list(debug.verbose_code_parts)
+    if debug.result or len(parts) != 1 or _CONSEQUENCES.search(parts[0]):
+        # several parts: the root's shape-relation guards, checked after everything else passed (Dynamo
+        # evaluates them one by one for its own reason); an exception: an accessor on a changed input
+        return None
+    return parts[0]
+
+
 def _index(node: Any, subtree: dict[int, set[int]], kids: dict[int, list[Any]]) -> list[Any]:
     """Every node of the guard tree (kept alive by the caller), with its children and subtree ids."""
     held = [node]
-    kids[id(node)] = _children(node)
+    kids[id(node)] = list(node.get_child_managers())  # a dict's entries: positional here, so left to the walk
     subtree[id(node)] = {id(node)}
     for child in kids[id(node)]:
         held += _index(child, subtree, kids)
@@ -105,7 +109,9 @@ def _index(node: Any, subtree: dict[int, set[int]], kids: dict[int, list[Any]]) 
 
 
 _MAX_NODES = 4000  # guard nodes visited per graph by the leaf walk (a large model has a few thousand)
-_STOPS = {"TYPE_MATCH", "ID_MATCH", "NONE_MATCH", "NOT_NONE_MATCH", "TENSOR_MATCH"}  # children: consequences
+# a node whose guard of these failed: its children's failures follow from it (a list's items shift when its
+# length changes); a dict's length is not among them (its items are found by key)
+_STOPS = {"TYPE_MATCH", "ID_MATCH", "NONE_MATCH", "NOT_NONE_MATCH", "TENSOR_MATCH", "LENGTH_CHECK"}
 
 
 def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
@@ -122,11 +128,16 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
     lambdas = [*manager.root.get_epilogue_lambda_guards(), *manager.root.get_leaf_guards()]
     parts = [p for g in lambdas if len(g.verbose_code_parts()) > 1 for p in g.verbose_code_parts()]
     out += [p for p in parts[:_MAX_NODES] if not _holds(p, globals_, scope)]
-    todo = list(reversed(_children(manager.root)))
-    visited = 0
-    while todo and visited < _MAX_NODES:
-        node = todo.pop()
-        visited += 1
+    held = [manager.root]  # wrappers kept alive, so the ids in ``path`` stay theirs while we clone
+    todo = [(node, frozenset({id(manager.root)})) for node in reversed(_children(manager.root))]
+    dict_checks = _MAX_CHECKS
+    while todo and len(held) < _MAX_NODES:
+        node, path = todo.pop()
+        held.append(node)
+        if type(node).__name__ == "DictGuardManager" and dict_checks > 0:
+            dict_checks -= 1  # its length and key checks are its own, not leaf guards: cut the tree to it
+            if (own := _clone_check(manager.root, path | {id(node)}, f_locals)) is not None:
+                out.append(own)
         try:
             value = eval(node.get_source(), globals_, scope)  # Dynamo's sources are expressions over L and G
         except Exception:
@@ -151,7 +162,7 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
                 out.append(parts[0])
             stop = stop or kind in _STOPS
         if not stop:
-            todo += reversed(_children(node))
+            todo += [(child, path | {id(node)}) for child in reversed(_children(node))]
     return out
 
 
@@ -170,7 +181,7 @@ def _children(node: Any) -> list[Any]:
 
 
 _CHECK_TENSOR = re.compile(
-    r"check_tensor\((?P<name>.+?), \w+, DispatchKeySet\([^)]*\), (?P<dtype>torch\.\w+), device=[^,]*, "
+    r"check_tensor\((?P<name>.+?), (?P<cls>\w+), DispatchKeySet\([^)]*\), (?P<dtype>torch\.\w+), device=[^,]*, "
     r"requires_grad=(?P<grad>True|False), size=\[(?P<size>[^\]]*)\], stride=\[(?P<stride>[^\]]*)\]"
 )
 
@@ -181,8 +192,8 @@ def tensor_differences(check: str, value: Any) -> list[str]:
     import torch
 
     m = _CHECK_TENSOR.search(check)
-    if m is None or not isinstance(value, torch.Tensor):
-        return []
+    if m is None or not isinstance(value, torch.Tensor) or type(value).__name__ != m["cls"]:
+        return []  # another kind of tensor (a Parameter for a Tensor): that is the change, said by Dynamo
     name, out = m["name"], []
     if str(value.dtype) != m["dtype"]:
         want = getattr(torch, m["dtype"].removeprefix("torch."))
