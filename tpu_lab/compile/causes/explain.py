@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.guard_values import STATIC_WORDS
+from tpu_lab.compile.causes.guard_values import STATIC_WORDS, with_note, without_note
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.sources.frames import renamed
 
@@ -75,6 +75,10 @@ def causes_of(
             dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names))
             for c in _cache_first(_merged(found))
         ]
+    for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
+        said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
+        for i in said[1:]:
+            causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs, order = dict(graphs), list(per_graph)
     far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
     best = min(
@@ -116,7 +120,9 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     for name, cause in found:
         size = _SIZE.search(cause.guard) if cause.kind == "size" else None
         if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
-            key = (cause.kind, "size {} {} {}".format(*size.groups()), str(STATIC_WORDS in cause.words))
+            i, a, b = size.groups()
+            i = "length" if i != "0" and any(k in name for k in _TOKENS) else i  # a 4-D mask's length is dim 3
+            key = (cause.kind, f"size {i} {a} {b}", str(STATIC_WORDS in cause.words))
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
             key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
@@ -137,6 +143,7 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
 
 
 _ONE_PER_INPUT = ("dict_keys", "stride")
+_TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
 
 def _dict_or_tensor(guard: str) -> str:
@@ -163,11 +170,11 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     joined = ", ".join(names)
     if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
         words = f"batch size changed {a} -> {b} in {joined}"
-    elif i == "1" and any("input_ids" in n for n in names):
+    elif i != "0" and any("input_ids" in n for n in names):
         words = f"prompt length changed {a} -> {b} in {joined} (a new prompt length, or prefill <-> decode)"
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"
-    return words + (f" ({STATIC_WORDS})" if STATIC_WORDS in first.words else "")
+    return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
 
 
 def _distance(old: Signature, new: Signature) -> float:

@@ -42,6 +42,15 @@ STATIC_WORDS = (
 )
 
 
+def with_note(words: str, note: str) -> str:
+    """``note`` in the words' closing parenthesis, or in one of its own: one aside, not two."""
+    return f"{words[:-1]}; {note})" if words.endswith(")") else f"{words} ({note})"
+
+
+def without_note(words: str, note: str) -> str:
+    return words.replace(f"; {note})", ")").replace(f" ({note})", "")
+
+
 def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
     ``caller``: the library that called the compiled function (``transformers``), when not the user."""
@@ -96,7 +105,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     else:
         fix = dynamic if caller else f"{dynamic}, or pad to a few sizes"
     if static and not tpu:
-        words += f" ({STATIC_WORDS})"
+        words = with_note(words, STATIC_WORDS)
         fix = dynamic if caller else f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
     if not tpu:
         fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"

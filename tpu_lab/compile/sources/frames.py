@@ -121,9 +121,10 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     import torch
 
     args, kwargs = values.get("args"), values.get("kwargs")
-    if code.co_name not in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or not isinstance(args, tuple):
+    wrapper = code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward")
+    if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
         return ()
-    module, skip = values.get("fn"), 0
+    module, skip = getattr(values.get("fn"), "__self__", values.get("fn")), 0  # the session's is a bound forward
     if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
         module, skip = args[0], 1  # a decorated forward: args[0] is the model
     if not isinstance(module, torch.nn.Module):
