@@ -300,8 +300,8 @@ def test_attention_gains_a_keyword_mask_and_stops_aliasing(dynamo):
     with tl.watch() as w:
         f(q, q, q)
         f(q, kv, kv, key_padding_mask=torch.zeros(2, 5, dtype=torch.bool))
-    # Dynamo logs "not kwargs"; the aliasing change alone: "args[0] is args[1]" (and value is not query either)
-    check_against_dynamo(w, dynamo, also=["args[0] is args[1]", "args[0] is args[2]"])
+    # Dynamo logs one of these (torch 2.13 "not kwargs", 2.14 "args[0] is args[1]"); all three failed
+    check_against_dynamo(w, dynamo, also=["not kwargs", "args[0] is args[1]", "args[0] is args[2]"])
     found = causes(w)
     assert "verbatim" not in {c.kind for c in found}
     assert any("key_padding_mask" in c.words for c in found)
