@@ -22,20 +22,17 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from tpu_lab.errors import EnvironmentProblem, LaunchError
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import interrupts_held
-from tpu_lab.tp.rank_compiles import RunCompiles
-from tpu_lab.tp.rank_files import watched
 from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import forwarded_env
-from tpu_lab.tp.results import LaunchResult, rank_results
+from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.run_state import TAIL_LINES, RankState, RunState
 from tpu_lab.tp.runner import OutputCallback, Runner
-from tpu_lab.tp.runners import ray_cluster, ssh_results
+from tpu_lab.tp.runners import multihost_results, ray_cluster
 from tpu_lab.tp.runners import ssh_wire as wire
 from tpu_lab.tp.runners.ray_cluster import NOTHING
 
@@ -46,7 +43,7 @@ LOST = -1
 
 @dataclass
 class _Host:
-    """One host as the kernel sees it (the fields ``ssh_results.host_results`` reads)."""
+    """One host as the kernel sees it (a ``multihost_results.HostView``)."""
 
     name: str
     node: int
@@ -141,7 +138,7 @@ class RayRunner(Runner):
         deadline = time.monotonic() + CHECK_DEADLINE_S
         while pending:
             if time.monotonic() > deadline:
-                raise ssh_results.not_ready(_as_ssh(list(pending.values())), CHECK_DEADLINE_S)
+                raise multihost_results.not_ready(list(pending.values()), CHECK_DEADLINE_S)
             done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
             for ref in done:
                 host = pending.pop(ref)
@@ -161,7 +158,7 @@ class RayRunner(Runner):
             assert h.hello is not None
             problem = wire.facts_problem(h.name, h.hello["executable"], h.hello, ours)
             if problem:
-                raise ssh_results.other_python(_as_ssh([h])[0], problem)
+                raise multihost_results.other_python(h, problem)
 
     # ---- stream -----------------------------------------------------------------------------------
 
@@ -277,35 +274,7 @@ class RayRunner(Runner):
     # ---- result -----------------------------------------------------------------------------------
 
     def result(self) -> LaunchResult:
-        self.state.end()
-        reported = [r for h in self.hosts for r in (h.result or {}).get("ranks", [])]
-        ranks = rank_results(
-            self.state, {r["rank"]: r.get("value") for r in reported}, {r["rank"]: r.get("error") for r in reported}
-        )
-        per_host = ssh_results.host_results(_as_ssh(self.hosts), self.job.nproc)
-        run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
-        failure = None if any(r.status is RankState.FAILED for r in ranks) else self.state.failure
-        argv = self.hosts[0].argv if self.hosts else ()
-        launcher = "\n".join(self.state.lines(None))
-        files = {r["rank"]: r.get("compiles") for r in reported}
-        compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
-        return LaunchResult(
-            argv,
-            run_dir,
-            self.state.elapsed,
-            ranks,
-            launcher,
-            self.state.stop_reason,
-            hosts=per_host,
-            failure=failure,
-            compiles=compiles,
-        )
-
-
-def _as_ssh(hosts: list[_Host]) -> list[Any]:
-    """The ssh runner's wording reads only the fields both kinds of host have (name, node, hello, problem,
-    result, exit_code, argv, killed_remotely, own): share it rather than word the same things twice."""
-    return cast(list[Any], hosts)
+        return multihost_results.launch_result(self.state, self.job, self.hosts)
 
 
 def _cannot_run(host: _Host, error: Exception) -> LaunchError:

@@ -26,8 +26,8 @@ from typing import Any
 
 from tpu_lab.tp.command import LaunchSpec, build_command
 from tpu_lab.tp.run_state import RunState
+from tpu_lab.tp.runners.host_prep import HostProblem, prepare
 from tpu_lab.tp.runners.local import Torchrun
-from tpu_lab.tp.runners.ssh_host import _HostProblem, _prepare
 
 PREFIX = "tpu_lab_ray_"
 MAX_BUFFERED = 20_000  # lines kept between two polls; older ones are dropped (and counted)
@@ -52,8 +52,8 @@ class RayHost:
     def check(self) -> dict[str, Any]:
         """``{"hello": {...}}`` (this host's facts and preparation) or ``{"error": "why"}``."""
         try:
-            self.hello = _prepare(self.job, self.run_dir)
-        except (_HostProblem, OSError) as e:
+            self.hello = prepare(self.job, self.run_dir)
+        except (HostProblem, OSError) as e:
             return {"error": str(e)}
         return {"hello": {**self.hello, "pid": os.getpid()}}
 

@@ -23,14 +23,11 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tpu_lab.tp.command import RUN_ID_ENV
 from tpu_lab.tp.job import Job
 from tpu_lab.tp.process import end_clients, interrupts_held, run_briefly, spawn_client
-from tpu_lab.tp.rank_compiles import RunCompiles
-from tpu_lab.tp.rank_files import watched
 from tpu_lab.tp.rank_live import RankCompiles
 from tpu_lab.tp.remote_command import (
     CONNECT_TIMEOUT_S,
@@ -44,10 +41,10 @@ from tpu_lab.tp.remote_command import (
     remote_argv,
     resolve_hosts,
 )
-from tpu_lab.tp.results import LaunchResult, rank_results
+from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.run_state import TAIL_LINES, RankState, RunState
 from tpu_lab.tp.runner import OutputCallback, Runner
-from tpu_lab.tp.runners import ssh_results
+from tpu_lab.tp.runners import multihost_results
 from tpu_lab.tp.runners import ssh_wire as wire
 
 CONNECT_DEADLINE_S = CONNECT_TIMEOUT_S + 3  # every host says "hi" by then (ssh gives up connecting at 10 s)
@@ -151,19 +148,19 @@ class SshRunner(Runner):
         while not all(h.hello for h in self.hosts):
             failed = [h for h in self.hosts if h.problem or (h.exit_code is not None and not h.hello)]
             if failed:
-                raise ssh_results.check_failed(failed, self.remote)
+                raise multihost_results.check_failed(failed, self.remote)
             waited = self.state.elapsed
             silent = [h for h in self.hosts if not h.said_hi and h.exit_code is None]
             if silent and waited > CONNECT_DEADLINE_S:
-                raise ssh_results.unreachable(silent, waited)
+                raise multihost_results.unreachable(silent, waited)
             if waited > READY_DEADLINE_S:
-                raise ssh_results.not_ready([h for h in self.hosts if not h.hello], waited)
+                raise multihost_results.not_ready([h for h in self.hosts if not h.hello], waited)
             self._next(lambda rank, line: None, 0.1)
         for h in self.hosts:
             assert h.hello is not None
             problem = wire.facts_problem(h.name, host_python(self.remote, h.name), h.hello, ours)
             if problem:
-                raise ssh_results.other_python(h, problem)
+                raise multihost_results.other_python(h, problem)
 
     def _go(self) -> None:
         first = self.hosts[0].hello
@@ -229,11 +226,11 @@ class SshRunner(Runner):
         self._next(on_output, seconds)
         now = time.monotonic()
         if self.state.failure is None and self.state.stop_reason is None:
-            trouble = ssh_results.first_trouble(self.hosts, self.state, now - SILENT_AFTER_S)
+            trouble = multihost_results.first_trouble(self.hosts, self.state, now - SILENT_AFTER_S)
             if trouble is not None:
                 self.state.failure, self._failed_at = trouble
                 self._ask_stop(f"stopped: {trouble[0]}")
-                for h in ssh_results.silent(self.hosts, now - SILENT_AFTER_S):
+                for h in multihost_results.silent(self.hosts, now - SILENT_AFTER_S):
                     self._kill_host(h)  # a frozen runner cannot stop anything: do not wait for it
         if self._kill_at is not None and now > self._kill_at:
             self._kill_unconfirmed()
@@ -286,26 +283,4 @@ class SshRunner(Runner):
     # ---- result -----------------------------------------------------------------------------------
 
     def result(self) -> LaunchResult:
-        self.state.end()
-        values = {r["rank"]: r.get("value") for h in self.hosts for r in (h.result or {}).get("ranks", [])}
-        errors = {r["rank"]: r.get("error") for h in self.hosts for r in (h.result or {}).get("ranks", [])}
-        ranks = rank_results(self.state, values, errors)
-        per_host = ssh_results.host_results(self.hosts, self.job.nproc)
-        run_dir = Path(self.hosts[0].hello["run_dir"]) if self.hosts and self.hosts[0].hello else Path("/")
-        launcher = "\n".join(self.state.lines(None))
-        failure, failed_at = ssh_results.earliest_failure(self.hosts, self.state.failure, self._failed_at)
-        argv = self.hosts[0].argv if self.hosts else ()
-        files = {r["rank"]: r.get("compiles") for h in self.hosts for r in (h.result or {}).get("ranks", [])}
-        compiles = RunCompiles.from_files(files, len(self.state.ranks)) if watched(self.job.env) else None
-        return LaunchResult(
-            argv,
-            run_dir,
-            self.state.elapsed,
-            ranks,
-            launcher,
-            self.state.stop_reason,
-            hosts=per_host,
-            failure=failure,
-            failed_at=failed_at,
-            compiles=compiles,
-        )
+        return multihost_results.launch_result(self.state, self.job, self.hosts, self._failed_at)

@@ -20,27 +20,21 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.errors import TpuLabError
 from tpu_lab.tp.command import LaunchSpec, build_command
-from tpu_lab.tp.launch_env import check_rank_memory, tpu_launch_env
 from tpu_lab.tp.process import kill_run
 from tpu_lab.tp.run_state import RankState, RunState
 from tpu_lab.tp.rundirs import HOST_PREFIX, prune_run_dirs
 from tpu_lab.tp.runners import ssh_wire as wire
+from tpu_lab.tp.runners.host_prep import HostProblem, prepare
 from tpu_lab.tp.runners.local import Torchrun
 
 BEAT_S = 1.0
-
-
-class _HostProblem(Exception):
-    pass
 
 
 class _Out:
@@ -70,52 +64,6 @@ def _read_message() -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
-
-
-def _script(job: dict[str, Any], run_dir: Path) -> Path:
-    """The worker script here: the kernel's file at the same path when it is the same file, else a copy."""
-    source: str = job["source"]
-    path = job.get("path")
-    if path and Path(path).is_file() and Path(path).read_bytes() == source.encode("utf-8", "surrogateescape"):
-        return Path(path)
-    target = run_dir / (Path(path).name if path else "worker.py")
-    target.write_bytes(source.encode("utf-8", "surrogateescape"))
-    return target
-
-
-def _rdzv_port(master: str, wanted: int | None) -> int:
-    """A free port on the master address (the rendezvous store listens there, and only there)."""
-    with socket.socket(socket.AF_INET6 if ":" in master else socket.AF_INET) as s:
-        try:
-            s.bind((master, wanted or 0))
-        except OSError as e:
-            raise _HostProblem(f"cannot listen on {master}:{wanted or 0} on this host ({e.strerror})") from e
-        return int(s.getsockname()[1])
-
-
-def _prepare(job: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    facts = wire.python_facts()
-    script = _script(job, run_dir)
-    if job.get("cwd") and Path(job["cwd"]).is_dir():
-        os.chdir(job["cwd"])  # the kernel's working directory where this host has it, else the login's
-    port = _rdzv_port(job["addresses"][0], job.get("rdzv_port")) if job["node"] == 0 else None
-    try:
-        tpu_env = tpu_launch_env(
-            job["nproc"], os.environ, hostnames=job["addresses"], node=job["node"], this_process_holds_tpu=False
-        )
-        check_rank_memory(job["nproc"], bool(tpu_env))
-    except TpuLabError as e:
-        raise _HostProblem(str(e)) from e
-    return {
-        **facts,
-        "executable": sys.executable,
-        "hostname": socket.gethostname(),
-        "run_dir": str(run_dir),
-        "script": str(script),
-        "cwd": os.getcwd(),
-        "port": port,
-        "tpu_env": tpu_env,
-    }
 
 
 def _watch_stdin(run: Torchrun) -> None:
@@ -221,8 +169,8 @@ def main() -> None:
         return
     try:
         try:
-            hello = _prepare(job, run_dir)
-        except (_HostProblem, OSError) as e:
+            hello = prepare(job, run_dir)
+        except (HostProblem, OSError) as e:
             out.write(wire.control("error", message=str(e)))
             return
         out.write(wire.control("hello", **hello))

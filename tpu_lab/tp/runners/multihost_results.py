@@ -1,18 +1,41 @@
-"""What the ssh runner reports: which host failed its check and why (with the fix), what went wrong first
-during a run, and each host's result. Pure: reads what ``runners.ssh`` gathered."""
+"""What a multi-host runner (ssh or Ray) reports: which host failed its check and why (with the fix), what
+went wrong first during a run, each host's result, and the whole ``LaunchResult``. Pure: reads what the
+runner gathered about its hosts (``HostView``: the fields both kinds of host have)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpu_lab.errors import LaunchError
+from tpu_lab.tp.rank_compiles import RunCompiles
+from tpu_lab.tp.rank_files import watched
 from tpu_lab.tp.remote_command import Remote, host_python
-from tpu_lab.tp.results import HostResult
+from tpu_lab.tp.results import HostResult, LaunchResult, rank_results
 from tpu_lab.tp.run_state import RunState
 
 if TYPE_CHECKING:
+    from collections import deque
+
+    from tpu_lab.tp.job import Job
     from tpu_lab.tp.runners.ssh import _Host
+
+
+class HostView(Protocol):
+    """One host as a multi-host runner sees it from the kernel."""
+
+    name: str
+    node: int
+    hello: dict[str, Any] | None
+    problem: str | None
+    result: dict[str, Any] | None
+    exit_code: int | None
+    argv: tuple[str, ...]
+    killed_remotely: str | None
+    own: deque[str]
+
 
 SSH_FAILED = 255  # OpenSSH's own exit code: it could not connect or authenticate
 NOT_FOUND = (126, 127)  # env(1): the interpreter does not exist or cannot run
@@ -24,7 +47,7 @@ _SSH_FIX = (
 _NOTHING = "Nothing was started on any host."
 
 
-def _tail(host: _Host, n: int = 6) -> str:
+def _tail(host: HostView, n: int = 6) -> str:
     lines = [line for line in host.own if line.strip()][-n:]
     return "\n    ".join(lines) if lines else "(no output)"
 
@@ -83,7 +106,7 @@ def unreachable(silent: list[_Host], waited: float) -> LaunchError:
     )
 
 
-def not_ready(waiting: list[_Host], waited: float) -> LaunchError:
+def not_ready(waiting: Sequence[HostView], waited: float) -> LaunchError:
     names = ", ".join(f"{h.name} (node {h.node})" for h in waiting)
     return LaunchError(
         f"Launch refused: host(s) {names} did not finish their checks in {waited:.0f} s. {_NOTHING}",
@@ -92,7 +115,7 @@ def not_ready(waiting: list[_Host], waited: float) -> LaunchError:
     )
 
 
-def other_python(host: _Host, problem: str) -> LaunchError:
+def other_python(host: HostView, problem: str) -> LaunchError:
     return LaunchError(
         f"Launch refused: {problem} {_NOTHING}",
         cause=f"host {host.name} (node {host.node}) has another environment than this kernel",
@@ -129,7 +152,7 @@ def silent(hosts: list[_Host], before: float) -> list[_Host]:
 
 
 def earliest_failure(
-    hosts: list[_Host], noticed: str | None, noticed_at: float | None
+    hosts: Sequence[HostView], noticed: str | None, noticed_at: float | None
 ) -> tuple[str | None, float | None]:
     """The failure that is not a rank's (a torchrun killed on a host, a host lost or silent), the
     earliest one, with its time; (None, None) when there was none."""
@@ -146,7 +169,7 @@ def earliest_failure(
     return text, at
 
 
-def host_state(host: _Host) -> str:
+def host_state(host: HostView) -> str:
     if not host.argv and host.result is None:
         return "not started"
     if host.result is None:
@@ -157,7 +180,7 @@ def host_state(host: _Host) -> str:
     return "ok" if states and all(s == "ok" for s in states) else "stopped"
 
 
-def host_error(host: _Host) -> str | None:
+def host_error(host: HostView) -> str | None:
     if host.problem:
         return host.problem
     if host.result is not None and host.result.get("failure"):
@@ -168,7 +191,7 @@ def host_error(host: _Host) -> str | None:
     return None
 
 
-def host_results(hosts: list[_Host], nproc: int) -> tuple[HostResult, ...]:
+def host_results(hosts: Sequence[HostView], nproc: int) -> tuple[HostResult, ...]:
     """Per host, in node order."""
     return tuple(
         HostResult(
@@ -181,4 +204,29 @@ def host_results(hosts: list[_Host], nproc: int) -> tuple[HostResult, ...]:
             error=host_error(h),
         )
         for h in hosts
+    )
+
+
+def launch_result(state: RunState, job: Job, hosts: Sequence[HostView], failed_at: float | None = None) -> LaunchResult:
+    """The whole result of a multi-host run: each rank's value or error from its host's result, each
+    host's, the earliest failure that was not a rank's (a torchrun killed, a host lost or silent), and
+    the compiles every rank's watcher shipped back."""
+    state.end()
+    reported = [r for h in hosts for r in (h.result or {}).get("ranks", [])]
+    ranks = rank_results(
+        state, {r["rank"]: r.get("value") for r in reported}, {r["rank"]: r.get("error") for r in reported}
+    )
+    failure, failed_at = earliest_failure(hosts, state.failure, failed_at)
+    files = {r["rank"]: r.get("compiles") for r in reported}
+    return LaunchResult(
+        hosts[0].argv if hosts else (),
+        Path(hosts[0].hello["run_dir"]) if hosts and hosts[0].hello else Path("/"),
+        state.elapsed,
+        ranks,
+        "\n".join(state.lines(None)),
+        state.stop_reason,
+        hosts=host_results(hosts, job.nproc),
+        failure=failure,
+        failed_at=failed_at,
+        compiles=RunCompiles.from_files(files, len(state.ranks)) if watched(job.env) else None,
     )
