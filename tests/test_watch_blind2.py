@@ -6,8 +6,8 @@ attacked is OVER-reporting (a guard named as failed that did not change, a conse
 cause, the wrong graph chosen as nearest), plus under-reporting where the watch promises every guard.
 
 Each extra guard a test expects (``also``) was derived by running the same code with one change at a
-time under TORCH_LOGS=recompiles and reading Dynamo's own guard text. Where the watch is wrong the test
-asserts the right behaviour and is a strict xfail whose reason says what the watch says instead."""
+time under TORCH_LOGS=recompiles and reading Dynamo's own guard text. The eleven defects it found (strict
+xfails at first) are fixed; each test asserts the right behaviour outright."""
 
 import collections
 
@@ -71,11 +71,6 @@ def doubled(x):
     return (x * 2).sum()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the watch picks the older 2-D graph and says 'x has 3 dimensions, was 2' although the "
-    "previous call was already 3-D; the nearest graph (same rank) failed only on dim 2 (1 -> 5)",
-)
 def test_a_new_size_after_a_rank_change_is_a_size_change_not_a_rank_change(dynamo):
     f = torch.compile(doubled, backend=BACKEND)
     with tl.watch() as w:
@@ -87,11 +82,6 @@ def test_a_new_size_after_a_rank_change_is_a_size_change_not_a_rank_change(dynam
     assert last.kind == "size" and last.words.startswith("x dimension 2 changed 1 -> 5"), last.words
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a strided view with a new width: the watch names only the size (dim 1: 6 -> 3) and drops the "
-    "failed stride guard (stride 1: 1 -> 2), which is not a consequence of the width",
-)
 def test_every_other_column_names_the_width_and_the_layout(dynamo):
     f = torch.compile(doubled, backend=BACKEND)
     with tl.watch() as w:
@@ -146,11 +136,6 @@ def test_eval_under_no_grad_and_autocast_with_a_new_batch(dynamo):
     assert got["size"].words == "input dimension 0 changed 2 -> 3"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="torch.set_default_device pushes a TorchFunctionMode; the watch shows Dynamo's "
-    "'___check_torch_function_mode_stack()' verbatim ('not translated') with no fix",
-)
 def test_set_default_device_is_named(dynamo):
     f = torch.compile(doubled, backend=BACKEND)
     try:
@@ -197,11 +182,6 @@ def pair_sum(p):
     return p.x.sum() + p.y.sum()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the automatic-dynamic note calls the namedtuple field 'p_y' (Dynamo's mangled local), not "
-    "'p.y' as the causes beside it do",
-)
 def test_a_namedtuple_field_changes_size_and_dtype(dynamo):
     f = torch.compile(pair_sum, backend=BACKEND)
     with tl.watch() as w:
@@ -221,11 +201,6 @@ def values_sum(batch):
     return sum(v.sum() for v in batch.values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a dict that gains a key is worded 'batch has a different length (was 1)' with the fix 'keep "
-    "the list/tuple the same length, or pass one stacked tensor': the new key is not named",
-)
 def test_a_batch_dict_iterated_by_values_gains_a_key(dynamo):
     f = torch.compile(values_sum, backend=BACKEND)
     with tl.watch() as w:
@@ -251,12 +226,6 @@ class TiedLM(torch.nn.Module):
         return self.head(self.emb(ids))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="untying the head's weight is named correctly, but the fix reads 'expected once per case (e.g. "
-    "self- vs cross-attention); pass them the same way every call': nothing is passed, it is the "
-    "module's own parameters (re-tie them, or compile after untying)",
-)
 def test_untying_an_output_head_from_the_embedding(dynamo):
     model = TiedLM()
     f = torch.compile(model, backend=BACKEND)
@@ -307,11 +276,6 @@ class Tagged(torch.Tensor):
     pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a Tensor subclass is worded '(nn.Parameter vs Tensor)' and the fix says 'p.detach() for a plain "
-    "tensor', but detach() keeps the subclass; the fix is x.as_subclass(torch.Tensor)",
-)
 def test_a_tensor_subclass_instead_of_a_plain_tensor(dynamo):
     assert type(torch.ones(2).as_subclass(Tagged).detach()) is Tagged  # why the current fix fails
     f = torch.compile(doubled, backend=BACKEND)
@@ -328,11 +292,6 @@ def scaled_by(x, t):
     return x * t
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 0-d tensor argument that becomes a Python float is worded '(nn.Parameter vs Tensor)' with the "
-    "fix 'p.detach() for a plain tensor'; the fix is to pass t as a tensor every call",
-)
 def test_a_zero_dim_tensor_scale_that_becomes_a_python_float(dynamo):
     # the compiled-optimizer tutorial's advice in reverse: lr held in a tensor, then a float slips in
     f = torch.compile(scaled_by, backend=BACKEND)
@@ -346,12 +305,6 @@ def test_a_zero_dim_tensor_scale_that_becomes_a_python_float(dynamo):
     assert "torch.tensor" in kind.fix and "detach" not in kind.fix, kind.fix
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="model(x) then model(input=x): the watch gives two causes, 'args has a different length (was 1)' "
-    "with the fix 'keep the list/tuple the same length, or pass one stacked tensor', and the keyword one; "
-    "args is no name the user wrote, and both are one change (input passed by keyword)",
-)
 def test_a_module_input_passed_by_keyword_after_positionally(dynamo):
     model = torch.nn.Linear(4, 4)
     f = torch.compile(model, backend=BACKEND)
@@ -374,11 +327,6 @@ def times(x, n):
     return x.sum() * n
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the call refused at the recompile limit changed x's size AND n (1 -> 2) against its nearest "
-    "graph; the limit row names only the size",
-)
 def test_the_call_refused_at_the_limit_names_every_failed_guard(dynamo):
     f = torch.compile(times, backend=BACKEND, dynamic=False)
     with torch._dynamo.config.patch(recompile_limit=2), tl.watch() as w:
@@ -402,11 +350,6 @@ def qwen():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="output_hidden_states=True added to a compiled HF model: the watch says 'a keyword argument was "
-    "added or dropped (there were 2)' without naming it, and its fix suggests 'always attention_mask'",
-)
 def test_hf_model_asked_for_hidden_states_names_the_new_keyword(dynamo, qwen):
     model, _ = qwen
     f = torch.compile(model, backend=BACKEND)
@@ -423,12 +366,6 @@ def test_hf_model_asked_for_hidden_states_names_the_new_keyword(dynamo, qwen):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="model.to(bfloat16) after compiling: one merged cause, but its words list all 26 parameter and "
-    "buffer names (~1,000 characters; thousands for a real model) and its fix says 'cast inputs to one "
-    "dtype', though input_ids never changed: the model was cast",
-)
 def test_hf_model_cast_to_bfloat16_after_compiling(dynamo, qwen):
     model, _ = qwen
     f = torch.compile(model, backend=BACKEND)

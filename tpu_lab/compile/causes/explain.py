@@ -73,7 +73,7 @@ def causes_of(
         ]
         per_graph[graph] = [
             dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names))
-            for c in _cache_first(_merged(found))
+            for c in _calling_style(_cache_first(_merged(found)))
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
@@ -90,6 +90,24 @@ def causes_of(
         ),
     )
     return per_graph[best]
+
+
+def _calling_style(causes: list[Cause]) -> list[Cause]:
+    """Fewer positional arguments and keywords passed, at once, is one change: the same input passed
+    by keyword now (``model(input=x)`` after ``model(x)``)."""
+    args = next((c for c in causes if c.kind == "args"), None)
+    keywords = next((c for c in causes if c.kind == "kwargs" and c.words.startswith("keyword arguments")), None)
+    if args is None or keywords is None:
+        return causes
+    passed = re.search(r"\((.+?)\);", keywords.words)
+    joined = Cause(
+        "kwargs",
+        f"{passed[1] if passed else 'an argument'} passed by keyword now, positionally before "
+        "(each way of calling is its own graph)",
+        f"{args.guard}\n{keywords.guard}",
+        "call it the same way every time",
+    )
+    return [joined if c is keywords else c for c in causes if c is not args]
 
 
 def _cache_first(causes: list[Cause]) -> list[Cause]:
@@ -137,7 +155,7 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
             out.append(dataclasses.replace(first, guard=guards))
             continue
-        also = f" (the same for {', '.join(names[1:])})" if names[0] in first.fix else ""
+        also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
         out.append(Cause(first.kind, _merged_words(names, same), guards, first.fix + also, first.where))
     return out
 
@@ -156,8 +174,13 @@ _KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")
 _SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 
 
+def _join(names: list[str]) -> str:
+    """Names, one after another; past four (a whole model cast), the first three and a count."""
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
 def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
-    joined = ", ".join(names)
+    joined = _join(names)
     first = same[0][1]
     size = _SIZE.search(first.guard) if first.kind == "size" else None
     if size is None:
@@ -167,7 +190,7 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
         return plural.replace("\0", joined)
     i, a, b = size.groups()
     names = list(dict.fromkeys(_KV.sub("the KV cache", n) for n in names))  # one entry per layer's keys, values
-    joined = ", ".join(names)
+    joined = _join(names)
     if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
         words = f"batch size changed {a} -> {b} in {joined}"
     elif i != "0" and any("input_ids" in n for n in names):

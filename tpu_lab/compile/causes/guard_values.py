@@ -238,3 +238,33 @@ _INFERENCE_FIX = (
     "expected once per kind; make inputs the same way every call (all under torch.inference_mode(), "
     "or evaluate under torch.no_grad() throughout)"
 )
+
+
+def tensor_type_words(name: str, cls: str, want: str | None, g: str) -> Cause:
+    """Another kind of value where a tensor was compiled for (or the reverse): a Parameter, a tensor
+    subclass, a Python number (``want``: the type compiled for, where torch names it)."""
+    now = cls.rsplit(".", 1)[-1]
+    if now in ("float", "int", "bool"):
+        return Cause(
+            "tensor_type",
+            f"{name} is now a {now}, was a tensor (a Python number is baked into the graph)",
+            g,
+            "keep passing a tensor (torch.tensor(value)): the graph then reads it at run time",
+        )
+    if want:  # torch 2.14 names the type compiled for
+        was = "plain tensor" if want == "torch.Tensor" else want.rsplit(".", 1)[-1]
+    else:  # 2.13 does not: a plain Tensor found means a subclass was compiled for, and the reverse
+        was = "tensor subclass (such as nn.Parameter)" if now == "Tensor" else "plain tensor"
+    if "Parameter" in (now, was) or now == "Tensor":
+        return Cause(
+            "tensor_type",
+            f"{name} is now a {now}, not the {was} compiled for (nn.Parameter vs Tensor)",
+            g,
+            "pass the same kind each time (p.detach() for a plain tensor)",
+        )
+    return Cause(
+        "tensor_type",
+        f"{name} is now a {now} (a tensor subclass), not the {was} compiled for",
+        g,
+        "pass the same kind each time (x.as_subclass(torch.Tensor) for a plain tensor)",
+    )

@@ -10,7 +10,14 @@ from typing import NamedTuple
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_objects import object_words
-from tpu_lab.compile.causes.guard_values import dispatch_words, is_parameter, size_words, state_words, value_words
+from tpu_lab.compile.causes.guard_values import (
+    dispatch_words,
+    is_parameter,
+    size_words,
+    state_words,
+    tensor_type_words,
+    value_words,
+)
 
 
 class Failure(NamedTuple):
@@ -128,11 +135,14 @@ def words(
             "expected once per rank; reshape inputs to one rank if this keeps changing",
         )
     if m := _DTYPE.search(g):
+        owned = is_parameter(m["name"], g) or "._buffers[" in m["name"]  # the model was cast, not an input
         return Cause(
             "dtype",
             f"{local_name(m['name'])} dtype changed {m['a']} -> {m['b']}",
             g,
-            "expected once per dtype; cast inputs to one dtype before the call",
+            "expected once per dtype; cast the model (model.to(dtype)) before its first compiled call"
+            if owned
+            else "expected once per dtype; cast inputs to one dtype before the call",
         )
     if m := _GRAD.search(g):
         was, name = m["a"] == "1", local_name(m["name"])
@@ -166,17 +176,7 @@ def words(
             "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
     if m:
-        now = m["cls"].rsplit(".", 1)[-1]
-        if m["want"]:  # torch 2.14 names the type compiled for
-            was = "plain tensor" if m["want"] == "torch.Tensor" else m["want"].rsplit(".", 1)[-1]
-        else:  # 2.13 does not: a plain Tensor found means a subclass was compiled for, and the reverse
-            was = "tensor subclass (such as nn.Parameter)" if now == "Tensor" else "plain tensor"
-        return Cause(
-            "tensor_type",
-            f"{local_name(m['name'])} is now a {now}, not the {was} compiled for (nn.Parameter vs Tensor)",
-            g,
-            "pass the same kind each time (p.detach() for a plain tensor)",
-        )
+        return tensor_type_words(local_name(m["name"]), m["cls"], m["want"], g)
     if m := _DEALLOC.search(g):
         return Cause(
             "deallocated",
@@ -187,6 +187,14 @@ def words(
         )
     if "GLOBAL_STATE" in g:
         return state_words(g)
+    if "___check_torch_function_mode_stack" in g:
+        return Cause(
+            "global_state",
+            "the default device or a torch function mode changed (torch.set_default_device, a "
+            "TorchFunctionMode or a device context manager was entered or left)",
+            g,
+            "expected once per mode; set the default device (or enter the mode) before the first compiled call",
+        )
     if any(h in g for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")):
         name = local_name(g.split("._", 1)[0].split("(")[-1])
         return Cause(
@@ -227,7 +235,9 @@ def words(
             "aliasing",
             f"{a} and {b} are no longer the same {thing}: the graph was compiled with one {thing} passed as both",
             g,
-            "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
+            "expected once: tie (or untie) the weights before the first compiled call"
+            if "._parameters[" in g
+            else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
         )
     if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
         passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
@@ -247,14 +257,22 @@ def words(
             g,
             "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
         )
-    if (m := _LEN.match(g)) and local_name(m["name"]) == "kwargs":
-        fix = "pass the same keyword arguments every call (e.g. always attention_mask)"
+    if (m := _LEN.match(g)) and local_name(m["name"]) == "args":  # a wrapper's *args: positional ones
+        return Cause(
+            "args",
+            f"the number of positional arguments changed (was {m['n']})",
+            g,
+            "call it the same way every time (the same arguments, positional or by keyword)",
+        )
+    if m and local_name(m["name"]) == "kwargs":
+        fix = "pass the same keyword arguments every call"
         if caller:  # the library chose them, e.g. for the last, smaller batch
             fix = (
                 f"{caller} chose these keyword arguments: expected once per case; to keep one graph, make every "
                 "call alike (e.g. a number of inputs that batch_size divides)"
             )
-        return Cause("kwargs", f"a keyword argument was added or dropped (there were {m['n']})", g, fix)
+        now = f"; {f.code}" if f.code.startswith("now passed:") else ""  # the keywords of this call
+        return Cause("kwargs", f"a keyword argument was added or dropped (there were {m['n']}{now})", g, fix)
     if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
         return Cause(
             "optimizer_state",
@@ -268,6 +286,15 @@ def words(
             f"{local_name(m['name'][: -len('._modules')])} has another number of modules (was {m['n']})",
             g,
             "expected once per model depth; add or remove layers before the first compiled call",
+        )
+    if m and "!=" in g:  # Dynamo words a dict's length with !=
+        name = local_name(m["name"])
+        keys = [n[len(name) + 1 : -1] for n in (inputs or {}) if n.startswith(f"{name}[")]
+        return Cause(
+            "dict_keys",
+            f"dict {name} has another number of keys (was {m['n']}" + (f"; now {', '.join(keys)})" if keys else ")"),
+            g,
+            "pass the dict with the same keys every call",
         )
     if m:
         return Cause(

@@ -48,7 +48,20 @@ def every_failure(frame: Any, first: tuple[str, ...]) -> tuple[str, ...]:
             if not any(r.startswith(reason.split("  # ")[0]) for r in seen):
                 seen.add(reason)
                 extra.append(reason)
-    return first + tuple(extra)
+    return tuple(_with_keywords(r, frame.f_locals) for r in first + tuple(extra))
+
+
+def _with_keywords(reason: str, f_locals: dict[str, Any]) -> str:
+    """A failed guard on the number of keyword arguments, with the keywords this call passed: the guard
+    says only how many there were."""
+    kwargs = f_locals.get("kwargs")
+    head, stack, rest = reason.partition("\nUser stack trace:")  # present when Dynamo logs recompiles
+    guard, _, comment = head.partition("  # ")  # Dynamo's comment: the code line that read it, its place
+    if not isinstance(kwargs, dict) or not re.search(r": len\(kwargs\) [=!]= \d+$", guard.rstrip()):
+        return reason
+    place = comment.partition("  # ")[2]
+    now = f"{guard.rstrip()}  # now passed: {', '.join(map(str, kwargs))}" + (f"  # {place}" if place else "")
+    return f"{now}{stack}{rest}"
 
 
 def _failures(root: Any, f_locals: dict[str, Any]) -> list[str]:
@@ -123,11 +136,6 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
     scope = {"L": f_locals, "G": manager.global_scope["G"], **(manager.closure_vars or {})}
     out: list[str] = []
     related: set[int] = set()
-    # the root's relations between inputs (``L['q'] is L['k']``, shape relations) are expressions, many per
-    # guard: Dynamo evaluates them one by one for its own reason, and so does this
-    lambdas = [*manager.root.get_epilogue_lambda_guards(), *manager.root.get_leaf_guards()]
-    parts = [p for g in lambdas if len(g.verbose_code_parts()) > 1 for p in g.verbose_code_parts()]
-    out += [p for p in parts[:_MAX_NODES] if not _holds(p, globals_, scope)]
     held = [manager.root]  # wrappers kept alive, so the ids in ``path`` stay theirs while we clone
     todo = [(node, frozenset({id(manager.root)})) for node in reversed(_children(manager.root))]
     dict_checks = _MAX_CHECKS
@@ -163,6 +171,15 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
             stop = stop or kind in _STOPS
         if not stop:
             todo += [(child, path | {id(node)}) for child in reversed(_children(node))]
+    # the root's relations between inputs (``L['q'] is L['k']``, shape relations) are expressions, many per
+    # guard: Dynamo evaluates them one by one for its own reason, and so does this; a relation on a tensor
+    # whose own size or layout failed follows from that failure
+    changed = set(re.findall(r"tensor '(L\[[^]]+\])", "\n".join(out)))
+    lambdas = [*manager.root.get_epilogue_lambda_guards(), *manager.root.get_leaf_guards()]
+    parts = [p for g in lambdas if len(g.verbose_code_parts()) > 1 for p in g.verbose_code_parts()]
+    for part in parts[:_MAX_NODES]:
+        if not changed & set(re.findall(r"L\[[^]]+\]", part)) and not _holds(part, globals_, scope):
+            out.append(part)
     return out
 
 
@@ -206,14 +223,27 @@ def tensor_differences(check: str, value: Any) -> list[str]:
     grown = [(i, a, b) for i, (a, b) in enumerate(zip(size, value.shape, strict=True)) if a != "None" and int(a) != b]
     out += [f"tensor '{name}' size mismatch at index {i}. expected {a}, actual {b}" for i, a, b in grown]
     stride = [x.strip() for x in m["stride"].split(",") if x.strip()]
-    if not grown and len(stride) == value.dim():
-        moved = [
-            (i, a, b)
-            for i, (a, b) in enumerate(zip(stride, value.stride(), strict=True))
-            if a != "None" and int(a) != b
-        ]
-        out += [f"tensor '{name}' stride mismatch at index {i}. expected {a}, actual {b}" for i, a, b in moved]
+    if len(stride) == value.dim() and "None" not in stride + size:
+        # a new size moves a contiguous tensor's strides with it: only a change of layout is its own change
+        was_contiguous = [int(x) for x in stride] == _contiguous([int(x) for x in size])
+        if not grown or was_contiguous != value.is_contiguous():
+            usual = _contiguous(list(value.shape))
+            moved = [
+                (i, a, b)
+                for i, (a, b) in enumerate(zip(stride, value.stride(), strict=True))
+                if int(a) != b and (not grown or b != usual[i])
+            ]
+            out += [f"tensor '{name}' stride mismatch at index {i}. expected {a}, actual {b}" for i, a, b in moved]
     return out
+
+
+def _contiguous(shape: list[int]) -> list[int]:
+    """The strides of a contiguous (row-major) tensor of this shape."""
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(n, 1)
+    return out[::-1]
 
 
 def _scalar(dtype: Any) -> str:

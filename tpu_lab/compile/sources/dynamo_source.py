@@ -115,20 +115,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
     frame: Any = local.get("frame")
     if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
         return True
-    reasons = _reasons(local)
-    capture = Capture(
-        str(local.get("compile_id", "")),
-        function_key(frame.f_code, frame.f_locals),
-        describe_inputs(frame.f_code, frame.f_locals),
-        reasons[0] if reasons else None,
-        time.perf_counter(),
-        LIMIT_TRIGGER,
-        None,
-        reasons,
-        _graphs_of(reasons),
-        _static(),
-        resets,
-    )
+    capture = _capture(str(local.get("compile_id", "")), LIMIT_TRIGGER, frame, _reasons(local))
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
             listener(capture)
@@ -140,30 +127,9 @@ def _on_compile_start(args: Any) -> None:
     local = _compile_locals()
     frame, reasons = local.get("frame"), _reasons(local)
     frame = frame if hasattr(frame, "f_code") and hasattr(frame, "f_locals") else None
-    if frame is not None:
-        reasons = every_failure(frame, reasons) if reasons else reasons
-        key = function_key(frame.f_code, frame.f_locals)
-        signature = describe_inputs(frame.f_code, frame.f_locals)
-        names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(1))
-    else:  # e.g. a backward graph compiled lazily at the first backward call
-        key = FunctionKey(f"<{str(getattr(args, 'callback_trigger', 'compile')).split('.')[-1].lower()}>", "", 0)
-        signature, names, caller = (), (), ""
     compile_id = str(getattr(args, "compile_id", ""))
-    capture = Capture(
-        compile_id,
-        key,
-        signature,
-        reasons[0] if reasons else None,
-        time.perf_counter(),
-        str(getattr(args, "callback_trigger", "")),
-        _last_seen.get(key) if reasons else None,  # no reason: Dynamo holds no graph for this code
-        reasons,
-        _graphs_of(reasons),
-        _static(),
-        resets,
-        names,
-        caller,
-    )
+    capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons)
+    key, signature = capture.function, capture.signature
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
         _graphs.clear()
@@ -172,6 +138,33 @@ def _on_compile_start(args: Any) -> None:
         _graphs[compile_id] = (key, signature)
     for listener in listeners:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
+
+
+def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]) -> Capture:
+    """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller."""
+    if frame is not None:
+        reasons = every_failure(frame, reasons) if reasons else reasons
+        key = function_key(frame.f_code, frame.f_locals)
+        signature = describe_inputs(frame.f_code, frame.f_locals)
+        names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
+    else:  # e.g. a backward graph compiled lazily at the first backward call
+        key = FunctionKey(f"<{trigger.split('.')[-1].lower() or 'compile'}>", "", 0)
+        signature, names, caller = (), (), ""
+    return Capture(
+        compile_id,
+        key,
+        signature,
+        reasons[0] if reasons else None,
+        time.perf_counter(),
+        trigger,
+        _last_seen.get(key) if reasons and trigger != LIMIT_TRIGGER else None,  # no reason: no graph held yet
+        reasons,
+        _graphs_of(reasons),
+        _static(),
+        resets,
+        names,
+        caller,
+    )
 
 
 def _compile_locals() -> dict[str, Any]:

@@ -4,6 +4,7 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -125,6 +126,8 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
         return ()
     module, skip = getattr(values.get("fn"), "__self__", values.get("fn")), 0  # the session's is a bound forward
+    if isinstance(values.get("fn"), functools.partial):  # torch.compile(partial(f, ...)): f's free parameters
+        return _partial_names(values["fn"], args, kwargs)
     if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
         module, skip = args[0], 1  # a decorated forward: args[0] is the model
     if not isinstance(module, torch.nn.Module):
@@ -162,6 +165,16 @@ def _passes_through(path: str, stdlib: str) -> bool:
     if "/torch/" in path or "/tpu_lab/" in path or path.startswith("<"):
         return True
     return path.startswith(stdlib) and "-packages/" not in path
+
+
+def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())  # a partial's signature drops what it binds
+    except (TypeError, ValueError):
+        return ()
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    out = [(f"args[{i}]", n) for i, n in enumerate(positional[: len(args)])]
+    return tuple(out + [(f"kwargs[{k!r}]", k) for k in (kwargs or {}) if isinstance(k, str) and k.isidentifier()])
 
 
 def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
@@ -218,6 +231,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
             out += [(f"{name}[{k!r}]", describe(v)) for k, v in value.items() if _interesting(v)]
+        elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: by field, as the code reads it
+            out += [(f"{name}.{k}", describe(v)) for k, v in zip(value._fields, value, strict=False) if _interesting(v)]
         elif isinstance(value, (list, tuple)):
             if value and any(_interesting(v) for v in value):
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]

@@ -251,8 +251,9 @@ class Watch:
             names=cap.names,
             caller=cap.caller,
         )
-        words = f"{last[0].words} (refused: recompile limit)" if last else LIMIT_TEXT
-        row.add(RowCause(words, last[0].guard if last else "", last[0].fix if last else "", "limit", 0))
+        words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
+        guard = "\n".join(c.guard for c in last if c.guard)
+        row.add(RowCause(words, guard, "; ".join(dict.fromkeys(c.fix for c in last if c.fix)), "limit", 0))
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
     def _poll_breaks(self) -> None:
