@@ -133,7 +133,12 @@ def test_eval_and_double_together(dynamo):
     ]
     check_against_dynamo(w, dynamo, also=also)
     kinds = {c.kind: c for c in only_causes(w, "Sequential.forward")}
-    assert kinds["dtype"].words == "input, self[0].bias, self[0].weight dtype changed Float -> Double"
+    dtypes = [c for c in only_causes(w, "Sequential.forward") if c.kind == "dtype"]
+    assert [c.words for c in dtypes] == [  # the input and the cast model: each its own fix
+        "input dtype changed Float -> Double",
+        "self[0].bias, self[0].weight dtype changed Float -> Double",
+    ]
+    assert "cast inputs" in dtypes[0].fix and "cast the model" in dtypes[1].fix
     assert "train/eval switched" in kinds["training"].words
 
 

@@ -1,0 +1,96 @@
+"""Guards on containers, in words: a list's or a dict's length, a dict's keys (gained, lost, reordered),
+the keyword arguments of a call, a ModuleList's depth, an optimizer's per-parameter state."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tpu_lab.compile.causes.cause import Cause, local_name
+
+if TYPE_CHECKING:
+    from tpu_lab.compile.causes.guard_words import Failure
+
+_LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
+_KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
+_CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
+_NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
+
+
+def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] | None = None) -> Cause | None:
+    """A failed guard on a container in words (``inputs``: the new call's, by name); None for others."""
+    g = f.guard
+    if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
+        passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
+        return Cause(
+            "kwargs",
+            "keyword arguments were passed"
+            + (f" ({', '.join(passed)})" if passed else "")
+            + "; the graph was compiled for a call without any",
+            g,
+            "expected once per set of keyword arguments; pass the same ones every call",
+        )
+    m = _LEN.match(g)
+    if m and local_name(m["name"]) == "args":  # a wrapper's *args: positional ones
+        return Cause(
+            "args",
+            f"the number of positional arguments changed (was {m['n']})",
+            g,
+            "call it the same way every time (the same arguments, positional or by keyword)",
+        )
+    if m and local_name(m["name"]) == "kwargs":
+        fix = "pass the same keyword arguments every call"
+        if caller:  # the library chose them, e.g. for the last, smaller batch
+            fix = (
+                f"{caller} chose these keyword arguments: expected once per case; to keep one graph, make every "
+                "call alike (e.g. a number of inputs that batch_size divides)"
+            )
+        now = f"; {f.code}" if f.code.startswith("now passed:") else ""  # the keywords of this call
+        return Cause("kwargs", f"a keyword argument was added or dropped (there were {m['n']}{now})", g, fix)
+    if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
+        return Cause(
+            "optimizer_state",
+            "the optimizer's state was created on its first step (momentum or Adam buffers appear then)",
+            g,
+            "expected once: the graph for the steps after the first is reused from then on",
+        )
+    if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
+        return Cause(
+            "length",
+            f"{local_name(m['name'][: -len('._modules')])} has another number of modules (was {m['n']})",
+            g,
+            "expected once per model depth; add or remove layers before the first compiled call",
+        )
+    if m and "!=" in g:  # Dynamo words a dict's length with !=
+        name = local_name(m["name"])
+        keys = [n[len(name) + 1 : -1] for n in (inputs or {}) if n.startswith(f"{name}[")]
+        return Cause(
+            "dict_keys",
+            f"dict {name} has another number of keys (was {m['n']}" + (f"; now {', '.join(keys)})" if keys else ")"),
+            g,
+            "pass the dict with the same keys every call",
+        )
+    if m:
+        return Cause(
+            "length",
+            f"{local_name(m['name'])} has a different length (was {m['n']})",
+            g,
+            "keep the list/tuple the same length, or pass one stacked tensor",
+        )
+    if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
+        now = "gained" if g.lstrip().startswith("not ") else "lost"
+        return Cause(
+            "dict_keys",
+            f"dict {local_name(m['name'])} {now} the key {m['key']}",
+            g,
+            "pass the dict with the same keys every call",
+        )
+    if m := _KEY.search(g):
+        return Cause(
+            "dict_keys",
+            f"dict {local_name(m['name'])}'s keys changed (added, dropped or reordered; key {m['i']} was {m['key']})",
+            g,
+            "pass the dict with the same keys in the same order every call",
+        )
+    return None
