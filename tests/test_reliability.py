@@ -155,6 +155,22 @@ def test_run_folders_keep_the_newest_and_live_ones(tmp_path):
     assert len(removed) == 9 - rundirs.KEEP_RUNS - 1
 
 
+def test_folders_of_a_killed_owner_are_pruned_and_a_live_owners_kept(tmp_path):
+    # a Ray actor SIGKILLed (or its node lost) cannot remove its folder: the next actor on that node does
+    prefix = "tpu_lab_ray_"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folders = {}
+    for name, pid in (("dead", gone.pid), ("live", os.getpid())):
+        folders[name] = tmp_path / f"{prefix}{name}-node0-.x"
+        folders[name].mkdir()
+        (folders[name] / rundirs.OWNER_FILE).write_text(str(pid))
+    unowned = tmp_path / f"{prefix}unowned-node0-.x"  # no owner file (an older tpu_lab): left alone
+    unowned.mkdir()
+    assert rundirs.prune_orphan_dirs(tmp_path, prefix) == [folders["dead"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folders["live"].name, unowned.name])
+
+
 def test_launches_keep_at_most_the_limit_and_failed_starts_leave_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for i in range(rundirs.KEEP_RUNS + 1):

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from tpu_lab.errors import EnvironmentProblem
-from tpu_lab.host.processes import env_values
+from tpu_lab.host.processes import alive, env_values
 from tpu_lab.tp.command import RUN_ID_ENV
 
 PREFIX = "tpu_lab_run_"
@@ -60,6 +60,31 @@ def prune_run_dirs(root: str | os.PathLike, *, keep: int = KEEP_RUNS, prefix: st
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
+    return removed
+
+
+OWNER_FILE = "owner.pid"
+"""In a folder whose owner is a long-lived process without the run's marker (a Ray actor): its pid."""
+
+
+def claim_dir(path: Path) -> None:
+    """Mark ``path`` as this process's, so a later ``prune_orphan_dirs`` leaves it while this lives."""
+    (path / OWNER_FILE).write_text(str(os.getpid()))
+
+
+def prune_orphan_dirs(root: str | os.PathLike, prefix: str) -> list[Path]:
+    """Remove this user's ``prefix`` folders under ``root`` whose owner process is gone (killed before it
+    could clean up); a folder without an owner file, or whose owner lives, stays."""
+    removed = []
+    for path in Path(root).glob(f"{prefix}*"):
+        try:
+            mine = path.is_dir() and not path.is_symlink() and path.lstat().st_uid == os.getuid()
+            pid = int((path / OWNER_FILE).read_text()) if mine else 0
+        except (OSError, ValueError):
+            continue
+        if pid > 0 and not alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from tpu_lab.tp.command import LaunchSpec, build_command
 from tpu_lab.tp.run_state import RunState
+from tpu_lab.tp.rundirs import claim_dir, prune_orphan_dirs
 from tpu_lab.tp.runners.host_prep import HostProblem, prepare
 from tpu_lab.tp.runners.local import Torchrun
 
@@ -40,7 +41,10 @@ class RayHost:
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
         self.marker = f"{job['run_id']}-node{job['node']}-"  # this host's processes carry it
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.marker}."))
+        root = tempfile.gettempdir()
+        prune_orphan_dirs(root, PREFIX)  # folders of actors that were killed (SIGKILL, a lost node)
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{self.marker}.", dir=root))
+        claim_dir(self.run_dir)
         self.hello: dict[str, Any] | None = None
         self.torchrun: Torchrun | None = None
         self.state: RunState | None = None
