@@ -337,7 +337,7 @@ def test_watch_panel_shows_the_training_loop_compiles(lab, browser):
     panel.wait_for(timeout=30_000)
     wait_until(lambda: text_of(panel).startswith("done:"), 60)
     table = text_of(panel.locator(".tpu-lab-watch-table table").first)
-    assert "Sequential.forward" in table and "args[0] dimension" in table, table
+    assert "Sequential.forward" in table and "input dimension" in table, table  # forward()'s name for args[0]
     # 30 rows: the 12 that cost most show, the rest (the backward graphs among them) fold under a summary
     panel.locator(".tpu-lab-watch-table details summary").first.click()
     assert "more rows" in text_of(panel) and "(backward)" in text_of(panel.locator(".tpu-lab-watch-table"))
