@@ -12,7 +12,7 @@ from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_values import STATIC_WORDS, with_note, without_note
 from tpu_lab.compile.generation.signature import ShapeSignature
-from tpu_lab.compile.sources.frames import renamed
+from tpu_lab.compile.sources.frames import Capture, renamed
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -90,6 +90,19 @@ def causes_of(
         ),
     )
     return per_graph[best]
+
+
+def capture_causes(capture: Capture, *, tpu: bool = False) -> list[Cause]:
+    """``causes_of`` for one compile as the Dynamo source heard it."""
+    return causes_of(
+        capture.reasons,
+        capture.graphs,
+        capture.signature,
+        tpu=tpu,
+        static=capture.static,
+        names=capture.names,
+        caller=capture.caller,
+    )
 
 
 def _calling_style(causes: list[Cause]) -> list[Cause]:

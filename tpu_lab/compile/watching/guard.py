@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.causes.explain import causes_of
+from tpu_lab.compile.causes.explain import capture_causes
 from tpu_lab.compile.sources import dynamo_source
 from tpu_lab.compile.sources.frames import Capture, renamed
 from tpu_lab.errors import InvalidArgument, RecompileError
@@ -46,14 +46,7 @@ class NoRecompiles:
         if ok:
             self.allowed += 1
             return
-        causes = causes_of(
-            capture.reasons,
-            capture.graphs,
-            capture.signature,
-            static=capture.static,
-            names=capture.names,
-            caller=capture.caller,
-        )
+        causes = capture_causes(capture)
         if causes:
             changed = "; ".join(dict.fromkeys(c.words for c in causes))
         else:

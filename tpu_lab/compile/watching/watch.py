@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.explain import LIMIT_TEXT, TPU_DYNAMIC, causes_of
+from tpu_lab.compile.causes.explain import LIMIT_TEXT, TPU_DYNAMIC, capture_causes
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
@@ -182,18 +182,7 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
-        causes = [
-            RowCause(c.words, c.guard, c.fix, c.kind)
-            for c in causes_of(
-                cap.reasons,
-                cap.graphs,
-                cap.signature,
-                tpu=self.on_tpu,
-                static=cap.static,
-                names=cap.names,
-                caller=cap.caller,
-            )
-        ]
+        causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in capture_causes(cap, tpu=self.on_tpu)]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
@@ -242,15 +231,7 @@ class Watch:
         row = self._row(cap.function, _shown(cap))
         row.limit_hit = True
         row.uncompiled += 1
-        last = causes_of(
-            cap.reasons,
-            cap.graphs,
-            cap.signature,
-            tpu=self.on_tpu,
-            static=cap.static,
-            names=cap.names,
-            caller=cap.caller,
-        )
+        last = capture_causes(cap, tpu=self.on_tpu)
         words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
         guard = "\n".join(c.guard for c in last if c.guard)
         row.add(RowCause(words, guard, "; ".join(dict.fromkeys(c.fix for c in last if c.fix)), "limit", 0))
