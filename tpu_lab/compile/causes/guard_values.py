@@ -199,22 +199,11 @@ def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
             g,
             "expected once per device; move inputs to one device before the call",
         )
-    autograd = [k for k in a if k.startswith(("Autograd", "ADInplaceOrView"))]
-    if autograd and not any(k in b for k in autograd):
-        return Cause(
-            "inference",
-            f"{name} is now an inference tensor (made under torch.inference_mode()), was a normal tensor",
-            g,
-            _INFERENCE_FIX,
-        )
-    autograd = [k for k in b if k.startswith(("Autograd", "ADInplaceOrView"))]
-    if autograd and not any(k in a for k in autograd):
-        return Cause(
-            "inference",
-            f"{name} is now a normal tensor, was an inference tensor (made under torch.inference_mode())",
-            g,
-            _INFERENCE_FIX,
-        )
+    inference, normal = "an inference tensor (made under torch.inference_mode())", "a normal tensor"
+    for had, has, now, was in ((a, b, inference, normal), (b, a, normal, inference)):
+        autograd = [k for k in had if k.startswith(("Autograd", "ADInplaceOrView"))]
+        if autograd and not any(k in has for k in autograd):  # autograd's keys gone: made without them
+            return Cause("inference", f"{name} is now {now}, was {was}", g, _INFERENCE_FIX)
     added, dropped = [k for k in b if k not in a], [k for k in a if k not in b]
     if dropped and not added and all(k.startswith("Autograd") for k in dropped):
         # the tensor kept its own keys; inference mode (thread-local) turns autograd off for every tensor

@@ -4,7 +4,8 @@ still counted, its cause shown as Dynamo's guard text.
 
 * The compile-start callback reads ``convert_frame._compile``'s locals: the user's ``frame`` (function,
   live inputs) and ``reasons`` (the first failed guard per graph Dynamo holds; ``dynamo_guards`` adds
-  the others). ``reset()`` clears callbacks: ours is put back and the reset counted. The recompile-limit warning is heard too.
+  the others while a watch listens). ``reset()`` clears callbacks: ours is put back and the reset
+  counted. The recompile-limit warning is heard too.
 * Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals).
 Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo_breaks`` (graph breaks).
 """
@@ -128,7 +129,8 @@ def _on_compile_start(args: Any) -> None:
     frame, reasons = local.get("frame"), _reasons(local)
     frame = frame if hasattr(frame, "f_code") and hasattr(frame, "f_locals") else None
     compile_id = str(getattr(args, "compile_id", ""))
-    capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons)
+    # with no watch listening, only the function and its inputs are kept (for the next watch to compare)
+    capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons, bool(listeners))
     key, signature = capture.function, capture.signature
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
@@ -140,16 +142,20 @@ def _on_compile_start(args: Any) -> None:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
 
 
-def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]) -> Capture:
-    """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller."""
+def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...], heard: bool = True) -> Capture:
+    """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller
+    (``heard=False``: nobody listens, so the guard re-check and the caller are skipped)."""
+    names: tuple[tuple[str, str], ...] = ()
+    caller = ""
     if frame is not None:
-        reasons = every_failure(frame, reasons) if reasons else reasons
         key = function_key(frame.f_code, frame.f_locals)
         signature = describe_inputs(frame.f_code, frame.f_locals)
-        names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
+        if heard:
+            reasons = every_failure(frame, reasons) if reasons else reasons
+            names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
     else:  # e.g. a backward graph compiled lazily at the first backward call
         key = FunctionKey(f"<{trigger.split('.')[-1].lower() or 'compile'}>", "", 0)
-        signature, names, caller = (), (), ""
+        signature = ()
     return Capture(
         compile_id,
         key,
