@@ -1,32 +1,75 @@
-"""A graph break in words: Dynamo's reason, with its own hints as the fix. Pure: a string in, a Cause out."""
+"""A graph break (or a compile Dynamo gave up on) in words, from Dynamo's graph-break registry: the
+break's own explanation, cleaned of object addresses and paths, and only those of its hints whose API
+and config names exist in the installed torch. Text in, a Cause out."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
+from tpu_lab.compile.sources.packages import short_path
 
-_UNHELPFUL = ("Please report an issue", "fundamental", "Please file an issue")
+_UNHELPFUL = ("report an issue", "fundamental", "file an issue", "Please report", "may have been caused by an earlier")
+_NESTED = "*** While handling this graph break, another graph break occurred: ***"
+_REPR = re.compile(r"<(?:function|bound method|built-in function|method|class) '?([\w.<>]+?)'?(?: of [^>]*)?(?: at 0x[0-9a-f]+)?>")
+_ADDRESS = re.compile(r"<([\w.]+) object at 0x[0-9a-f]+>")
+_PATH = re.compile(r"(/[^\s:'\"`(),]+\.py)")
+
+
+def clean(text: str) -> str:
+    """Dynamo's text as a user reads it: ``<function log at 0x7f..>`` -> ``log``, absolute paths shortened
+    (``transformers/models/llama/modeling_llama.py``), no trailing ``Message: None``."""
+    text = re.sub(r"\b[LG]\[['\"]([^'\"]+)['\"]\]", r"\1", text.replace("<locals>.", ""))
+    text = _REPR.sub(lambda m: m[1].rsplit(".", 1)[-1].removeprefix("<locals>"), text)
+    text = _ADDRESS.sub(lambda m: f"a {m[1].rsplit('.', 1)[-1]}", text)
+    text = _PATH.sub(lambda m: short_path(m[1]), text)
+    text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text)
+    return text.strip().rstrip(".")
+
+
+def _sections(text: str) -> tuple[str, str, list[str]]:
+    """(the break's type line, its explanation, its hints) from one of Dynamo's break texts."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    skip = ("Encountered graph break", "Graph Break Reason", "Failed to handle graph break", "Graph break")
+    first = next((line for line in lines if line and not line.startswith(skip)), "")
+    explanation = next((line.split("Explanation:", 1)[1].strip() for line in lines if line.startswith("Explanation:")), "")
+    hints = [line.split("Hint:", 1)[1].strip() for line in lines if line.startswith("Hint:")]
+    return first, explanation, hints
+
+
+def usable_hints(hints: list[str]) -> list[str]:
+    """Dynamo's hints that a user can act on and that name only APIs and config keys this torch has."""
+    return [clean(h) for h in hints if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
 
 
 def graph_break_words(reason: str, library: str = "") -> Cause:
-    """A graph break in words, with Dynamo's own hints as the fix (its explanation where it gives one).
-    ``library``: file:line where it broke when that is library code the user's line calls; then hints
-    that say to edit the code at the break are no fix for the user, and the words say where it is."""
-    lines = [line.strip() for line in reason.strip().splitlines()]
-    hints = [h.split("Hint:", 1)[1].strip() for h in lines if h.startswith("Hint:")]
-    hints = [h for h in hints if not any(u in h for u in _UNHELPFUL)]
+    """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
+    broke when that is library code the user's line calls; then hints that say to edit the code at the
+    break are no fix for the user, and the words say where it is."""
+    inner, _, outer = reason.partition(_NESTED)
+    first, explanation, hints = _sections(inner)
+    found = break_type(inner)
     if "generic_jump" in reason or "Data-dependent branching" in reason:
         cause = Cause(
             "data_dependent",
             "data-dependent branching: an if/while on a tensor's value",
-            lines[0] if lines else reason,
+            first or reason.strip(),
             "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)",
         )
     else:
-        explanation = next((h.split("Explanation:", 1)[1].strip() for h in lines if h.startswith("Explanation:")), "")
-        first = next((h for h in lines if h and not h.startswith("Encountered graph break")), reason.strip())
-        cause = Cause("graph_break", explanation or first, first, "; ".join(hints[:2]))
+        words = clean(explanation or (found.explanation if found and "{" not in found.explanation else "") or first)
+        if len(words) > 200:  # an FX node dumped with its fake tensors: the type and the error say it
+            error = re.search(r"got (\w+)\((['\"])(.+?)\2\)", words)
+            words = clean(first) + (f": {error[1]}: {error[3]}" if error else "")
+        if found is not None and not hints:
+            hints = list(found.hints)
+        cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
+    if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
+        kind, why, _ = _sections(outer)
+        why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)
+        cause = dataclasses.replace(cause, words=f"{cause.words.rstrip('.')}, {why or 'and Dynamo could not resume'}")
     if not library:
         return cause
     if "graph_break()" in reason or "User-inserted graph break" in reason:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,19 @@ class Cause:
 
     def __str__(self) -> str:
         return self.words
+
+
+class Failure(NamedTuple):
+    """One failed guard, parsed from one of Dynamo's recompile reasons."""
+
+    graph: str
+    """The compiled graph it was checked against (Dynamo's compile id, e.g. ``"0/1"``)."""
+    guard: str
+    """The guard itself, without Dynamo's trailing source comment."""
+    code: str
+    """The user's line behind the guard, when Dynamo names one (``if x.size(0) > 30:``)."""
+    where: str
+    """That line's file:line, e.g. ``train.py:81``."""
 
 
 def local_name(source: str) -> str:

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from tpu_lab.compile.causes.cause import Cause, local_name
-
-if TYPE_CHECKING:
-    from tpu_lab.compile.causes.guard_words import Failure
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")

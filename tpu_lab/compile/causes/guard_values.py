@@ -184,7 +184,7 @@ def state_words(g: str) -> Cause:
     fields = g.split("GLOBAL_STATE changed:", 1)[-1].split()
     said = [next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
     if not fields or None in said:
-        return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+        return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
     return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
 
 

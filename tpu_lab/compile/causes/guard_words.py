@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_objects import object_words
+from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.causes.guard_values import (
     dispatch_words,
     is_parameter,
@@ -19,19 +19,6 @@ from tpu_lab.compile.causes.guard_values import (
     tensor_type_words,
     value_words,
 )
-
-
-class Failure(NamedTuple):
-    """One failed guard, parsed from one of Dynamo's recompile reasons."""
-
-    graph: str
-    """The compiled graph it was checked against (Dynamo's compile id, e.g. ``"0/1"``)."""
-    guard: str
-    """The guard itself, without Dynamo's trailing source comment."""
-    code: str
-    """The user's line behind the guard, when Dynamo names one (``if x.size(0) > 30:``)."""
-    where: str
-    """That line's file:line, e.g. ``train.py:81``."""
 
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
@@ -86,7 +73,7 @@ def subject(f: Failure) -> str:
 
 def _user_line(stack: str) -> str:
     frames = [(f["file"], f["line"]) for f in _FILE.finditer(stack)]
-    mine = [f for f in frames if "/torch/" not in f[0] and "/site-packages/" not in f[0]] or frames
+    mine = [f for f in frames if package_of(f[0]) in (USER, "tpu_lab")] or frames
     return f"{mine[-1][0]}:{mine[-1][1]}" if mine else ""
 
 
@@ -260,7 +247,7 @@ def words(
         return cause
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
-    return Cause("verbatim", f"Dynamo's guard, not translated: {g}", g)
+    return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
 
 
 def _is_tensor(description: str) -> bool:

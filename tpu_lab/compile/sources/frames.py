@@ -11,6 +11,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.sources.packages import USER, package_of, short_path
+
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised
 _SHORT_DTYPES = {
     "float32": "f32",
@@ -88,6 +90,10 @@ class Capture(NamedTuple):
     """Dynamo's input names -> the user's, where a wrapper hides them (``args[0]`` -> ``input``)."""
     caller: str = ""
     """The library that called the compiled function (``transformers``) when that was not the user."""
+    fullgraph: bool = False
+    """Compiled with ``torch.compile(fullgraph=True)``: a break raises instead of splitting the graph."""
+    limit: str = ""
+    """At a recompile-limit refusal: the limit and where it was set, in words."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
@@ -124,14 +130,14 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     args, kwargs = values.get("args"), values.get("kwargs")
     wrapper = code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward")
     if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
-        return ()
+        return _wrapped_names(code, values)
     module, skip = getattr(values.get("fn"), "__self__", values.get("fn")), 0  # the session's is a bound forward
     if isinstance(values.get("fn"), functools.partial):  # torch.compile(partial(f, ...)): f's free parameters
         return _partial_names(values["fn"], args, kwargs)
     if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
         module, skip = args[0], 1  # a decorated forward: args[0] is the model
     if not isinstance(module, torch.nn.Module):
-        return ()
+        return _wrapped_names(code, values)
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):
@@ -143,28 +149,44 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     return tuple(out)
 
 
+def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A ``*args, **kwargs`` decorator's inputs by the wrapped function's parameter names: the function
+    it calls is a free variable of its closure (``functools.wraps`` also sets ``__wrapped__``)."""
+    if not code.co_flags & 0x0C or not code.co_freevars:  # no *args/**kwargs, or no closure
+        return ()
+    at = code.co_argcount + code.co_kwonlyargcount
+    star = code.co_varnames[at] if code.co_flags & 0x04 else ""
+    stars = code.co_varnames[at + bool(star)] if code.co_flags & 0x08 else ""
+    args, kwargs = values.get(star, ()) if star else (), values.get(stars, {}) if stars else {}
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+        return ()
+    for name in code.co_freevars:
+        fn = values.get(name)
+        if not inspect.isfunction(fn):
+            continue
+        try:
+            params = inspect.signature(inspect.unwrap(fn)).parameters
+            bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*args, **kwargs)
+        except (TypeError, ValueError):
+            continue
+        positional = [n for n in bound.arguments if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)]
+        out = [(f"{star}[{i}]", n) for i, n in enumerate(positional[: len(args)])]
+        return tuple(out + [(f"{stars}[{k!r}]", k) for k in kwargs if isinstance(k, str) and k.isidentifier()])
+    return ()
+
+
 def library_caller(stack: Any) -> str:
     """The package whose code called the compiled function ('' for the user's code), from the stack of
     Dynamo's compile callback (torch's and tpu_lab's frames skipped): a pipeline or generate() builds
     the inputs, so advice must not ask the user to mark them."""
-    import sysconfig
-
-    stdlib = sysconfig.get_paths()["stdlib"]
     f = stack
-    while f is not None and _passes_through(f.f_code.co_filename, stdlib):
+    while f is not None and package_of(f.f_code.co_filename) in _PASSED_THROUGH:
         f = f.f_back
-    path = f.f_code.co_filename if f is not None else ""
-    for folder in ("/site-packages/", "/dist-packages/"):
-        if folder in path:
-            return path.split(folder, 1)[1].split("/", 1)[0].removesuffix(".py")
-    return ""
+    return package_of(f.f_code.co_filename) if f is not None else USER
 
 
-def _passes_through(path: str, stdlib: str) -> bool:
-    """torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo."""
-    if "/torch/" in path or "/tpu_lab/" in path or path.startswith("<"):
-        return True
-    return path.startswith(stdlib) and "-packages/" not in path
+# torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
+_PASSED_THROUGH = ("torch", "tpu_lab", "stdlib", "<builtin>")
 
 
 def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:
@@ -187,7 +209,7 @@ def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
 def break_location(stack: list[Any]) -> tuple[str, int, str]:
     """Where a graph break is, from its stack (``traceback.FrameSummary``s): the user's innermost file
     and line, and file:line of the break itself when that is library code (torch, site-packages)."""
-    library = [("/torch/" in s.filename or "/site-packages/" in s.filename) for s in stack]
+    library = [package_of(s.filename) not in (USER, "tpu_lab") for s in stack]
     mine = [s for s, lib in zip(stack, library, strict=True) if not lib] or stack
     if not mine:
         return "", 0, ""
@@ -195,7 +217,7 @@ def break_location(stack: list[Any]) -> tuple[str, int, str]:
     return (
         mine[-1].filename,
         int(mine[-1].lineno or 0),
-        f"{inner.filename.rsplit('/', 1)[-1]}:{inner.lineno}" if library[-1] else "",
+        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] else "",
     )
 
 

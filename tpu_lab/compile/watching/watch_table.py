@@ -50,6 +50,10 @@ class WatchRow:
     """Compiles served from a persistent cache (inductor's on-disk FX graph cache, AOTAutograd's)."""
     uncompiled: int = 0
     """Calls that ran uncompiled because Dynamo's recompile limit was hit for this function."""
+    refused: int = 0
+    """Compiles Dynamo refused at the recompile limit (each a record of its own)."""
+    failed: int = 0
+    """Compiles Dynamo gave up on (no graph): that code runs eagerly, see the row's cause."""
     limit_hit: bool = False
     dynamic: str = ""
     """Inputs made dynamic by automatic dynamic shapes (e.g. ``x dim 0``)."""
@@ -126,7 +130,9 @@ class WatchTable(CompileTableBase):
                 r.function,
                 r.signature or "-",
                 "-" if r.calls is None else str(r.calls),
-                compiled_words(r.compiles, r.cached) + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
+                compiled_words(r.compiles, r.cached)
+                + (f" ({r.failed} failed)" if r.failed else "")
+                + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
                 f"{r.compile_seconds:.2f}",
                 cut(r.cause, 160),
                 _first_guard(r.guard),
@@ -156,6 +162,10 @@ class WatchTable(CompileTableBase):
                 + ("" if counted else " (Dynamo no longer sees later calls, so they are not counted)")
                 + (f"; fix: {limit.fix}" if limit and limit.fix else "")
             )
+        for r in self.rows:
+            for c in r.causes:
+                if c.kind == "failed":
+                    lines.append(f"{r.function}: {c.words}" + (f"; fix: {c.fix}" if c.fix else ""))
         if self.resets:
             lines.append(
                 f"torch._dynamo.reset() ran {self.resets} time(s) inside this watch: Dynamo forgot its graphs, "
@@ -165,7 +175,7 @@ class WatchTable(CompileTableBase):
         said: dict[tuple[str, str], str] = {}
         for r in self.rows:
             for c in r.causes:
-                if c.kind not in ("first", "backward", "dynamic", "limit") and (c.count or c.guard):
+                if c.kind not in ("first", "backward", "dynamic", "limit", "failed") and (c.count or c.guard):
                     key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
                     fixes[key] += max(c.count, 1)
                     said.setdefault(key, KIND_LABELS.get(c.kind, c.words))

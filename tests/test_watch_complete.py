@@ -1,0 +1,172 @@
+"""The watch misses nothing Dynamo did: every compilation record (compiled, failed, skipped, refused at the
+limit) and every graph break is shown, checked by invariants against Dynamo's own account, over the
+classes of outcome and over samples of real corpora that ship in installed packages (the whole corpora:
+benchmarks/watch_corpus.py). Dynamo's catalogues (graph-break registry, guard kinds) are covered."""
+
+import logging
+
+import pytest
+import torch
+
+import tpu_lab as tl
+from tpu_lab.compile.causes import break_words
+from tpu_lab.compile.sources import dynamo_catalog
+from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+
+BACKEND = "eager"
+
+
+def watched(run):
+    torch._dynamo.reset()
+    with DynamoAccount() as account, tl.watch() as w:
+        run()
+    table = w.table
+    assert violations(table, account) == {k: [] for k in violations(table, account)}
+    return table, account
+
+
+def test_a_frame_dynamo_skips_is_shown_and_said_to_run_eagerly():
+    def skipped(x):
+        for _ in range(2):
+            x = x + 1
+            torch._dynamo.graph_break()  # a break inside a loop: Dynamo cannot resume, skips the frame
+        return x
+
+    f = torch.compile(skipped, backend=BACKEND)
+    table, account = watched(lambda: [f(torch.ones(3)) for _ in range(3)])
+    assert len(account.failed()) == 1 and table.total_compiles == 0
+    (row,) = table.by_function("skipped")
+    assert row.failed == 1
+    words = row.causes[0].words
+    assert words.startswith("not compiled: Dynamo gave up on skipped at test_watch_complete.py:")
+    assert "for/while loop" in words and "runs eagerly on every call" in words
+    assert "failed, so that code runs eagerly" in table.total_line()
+    assert any("not compiled" in line for line in table.summary())
+
+
+def test_a_failed_recompile_is_shown_with_its_cause_and_what_runs_eagerly_after():
+    def step(x, n):
+        if n > 2:
+            for _ in range(2):
+                torch._dynamo.graph_break()
+        return x * n
+
+    f = torch.compile(step, backend=BACKEND)
+    table, account = watched(lambda: [f(torch.ones(3), n) for n in (1, 5, 5, 2)])
+    assert len(account.failed()) == 1 and len(account.compiled()) == 1
+    failed = [c for r in table.by_function("step") for c in r.causes if c.kind == "failed"]
+    assert len(failed) == 1
+    assert failed[0].words.startswith("recompile failed at test_watch_complete.py:")
+    assert "Python int n changed" in failed[0].words  # the recompile's own cause, from its guard
+    assert "matches no compiled graph runs eagerly" in failed[0].words
+
+
+def test_fullgraph_refusal_is_a_failed_line_not_a_silent_drop():
+    def broken(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    def run():
+        with pytest.raises(torch._dynamo.exc.Unsupported):
+            torch.compile(broken, backend=BACKEND, fullgraph=True)(torch.ones(2))
+
+    table, _ = watched(run)
+    (row,) = table.by_function("broken")
+    assert row.failed == 1 and "refused: torch.compile(fullgraph=True)" in row.causes[0].words
+
+
+@pytest.mark.parametrize("own", [True, False])
+def test_the_recompile_limit_is_shown_with_its_value_and_where_it_was_set(own):
+    def grow(x):
+        return x * 2
+
+    if own:
+        f = torch.compile(grow, backend=BACKEND, dynamic=False, recompile_limit=2)
+    else:
+        f = torch.compile(grow, backend=BACKEND, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=8 if own else 3):
+        table, account = watched(lambda: [f(torch.ones(n)) for n in range(1, 6)])
+    assert len(account.refused()) == 1
+    limit = next(c for r in table.by_function("grow") for c in r.causes if c.kind == "limit")
+    if own:
+        assert "the limit is 2, set for this function by torch.compile(..., recompile_limit=2)" in limit.words
+    else:
+        assert "the limit is 3, torch._dynamo.config.recompile_limit (global)" in limit.words
+    assert sum(r.refused for r in table.rows) == 1
+
+
+def test_a_disabled_helper_and_item_breaks_read_from_the_registry_with_real_hints():
+    @torch.compiler.disable
+    def log_value(x):
+        logging.getLogger("t").debug("%s", x)
+
+    def step(x):
+        x = x + 1
+        log_value(x)
+        return x * x.sum().item()
+
+    f = torch.compile(step, backend=BACKEND)
+    table, _ = watched(lambda: f(torch.ones(2)))
+    words = " | ".join(b.words for b in table.breaks)
+    assert "log_value" in words and "0x" not in words and "torch.compiler.disable" in words
+    assert "Tensor.item()" in words
+    fixes = " | ".join(b.fix for b in table.breaks)
+    assert "capture_scalar_outputs" in fixes
+
+
+def test_every_graph_break_type_in_the_registry_maps_to_itself_and_its_hints_resolve_or_are_dropped():
+    types = dynamo_catalog.graph_break_types()
+    assert len(types) > 500, "torch's graph-break registry moved or shrank: read it again"
+    found = {k: dynamo_catalog.break_type(t.gb_type) for k, t in types.items()}
+    unmapped = [k for k, t in found.items() if t is None or t.gb_type != types[k].gb_type]
+    assert unmapped == []
+    for t in types.values():  # a hint naming an API this torch lacks is never printed
+        for hint in break_words.usable_hints(list(t.hints)):
+            assert dynamo_catalog.unresolved_names(hint) == [], hint
+    assert dynamo_catalog.resolves("torch._dynamo.config.capture_scalar_outputs")
+    assert not dynamo_catalog.resolves("torch._dynamo.config.no_such_key")
+    assert break_words.usable_hints(["Set `torch._dynamo.config.no_such_key = True`"]) == []
+
+
+def test_every_guard_kind_of_the_guard_builder_is_named():
+    """A contract on Dynamo's internals: the guard kinds its GuardBuilder emits; a new kind shows up here
+    (and is shown as Dynamo's text, marked not translated, until words are written for it)."""
+    kinds = dynamo_catalog.guard_kinds()
+    assert len(kinds) >= 40, f"torch {torch.__version__}: GuardBuilder's guard kinds moved"
+    assert {"TENSOR_MATCH", "ID_MATCH", "TYPE_MATCH", "EQUALS_MATCH", "DICT_KEYS_MATCH"} <= set(kinds)
+
+
+def test_library_code_is_found_by_package_location_not_by_folder_name(tmp_path):
+    from tpu_lab.compile.sources.packages import USER, package_of, short_path
+
+    clone = tmp_path / "tpu_lab" / "torch" / "tests" / "train.py"  # a clone named like the packages
+    clone.parent.mkdir(parents=True)
+    clone.write_text("x = 1\n")
+    assert package_of(str(clone)) == USER
+    assert package_of(torch.nn.modules.linear.__file__) == "torch"
+    assert package_of(tl.__file__) == "tpu_lab"
+    assert package_of(logging.__file__) == "stdlib"
+    import transformers
+
+    assert package_of(transformers.__file__) == "transformers"
+    assert short_path(transformers.__file__) == "transformers/__init__.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corpus, limit", [("module_db", 24), ("optim_db", 4), ("transformers", 2)])
+def test_invariants_hold_over_a_sample_of_each_real_corpus(corpus, limit, monkeypatch):
+    pytest.importorskip("expecttest")
+    from tpu_lab.testing.corpora import CORPORA
+
+    monkeypatch.setattr(logging.getLogger("torch"), "level", logging.ERROR)
+    bad, seen = {}, 0
+    for case in CORPORA[corpus](limit):
+        torch._dynamo.reset()
+        with DynamoAccount() as account, tl.watch() as w:
+            case.run()
+        seen += len(account.records)
+        found = {k: v for k, v in violations(w.table, account).items() if v}
+        if found:
+            bad[case.name] = found
+    assert seen > 0  # the corpus really compiled something
+    assert bad == {}

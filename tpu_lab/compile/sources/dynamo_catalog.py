@@ -1,0 +1,98 @@
+"""Dynamo's own catalogues, read from the installed torch: the graph-break registry (every break type with
+its explanation and hints, ``torch/_dynamo/graph_break_registry.json``) and the guard kinds its
+``GuardBuilder`` can emit; and a check that an API or config name a hint mentions exists in this torch.
+Part of the Dynamo source seam: a torch without one of these gives an empty catalogue, never an error."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+_URL = re.compile(r"compile-graph-break-site/gb/gb(\d{4})\.html")
+_NAME = re.compile(r"\btorch(?:\.\w+)+")
+
+
+class BreakType(NamedTuple):
+    """One entry of Dynamo's graph-break registry."""
+
+    key: str
+    """The registry's key (``GB0098``): for tests and lookups, never printed to a user."""
+    gb_type: str
+    explanation: str
+    hints: tuple[str, ...]
+
+
+@functools.cache
+def graph_break_types() -> dict[str, BreakType]:
+    """Every graph-break type this torch ships, by key (empty where the registry is missing)."""
+    import torch._dynamo
+
+    path = Path(torch._dynamo.__file__).with_name("graph_break_registry.json")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for key, entries in raw.items():
+        if isinstance(entries, list) and entries and isinstance(entries[0], dict):
+            e = entries[-1]  # the newest wording
+            out[key] = BreakType(key, str(e.get("Gb_type", "")), str(e.get("Explanation", "")), tuple(e.get("Hints") or ()))
+    return out
+
+
+@functools.cache
+def _by_gb_type() -> dict[str, BreakType]:
+    return {t.gb_type.strip(): t for t in graph_break_types().values()}
+
+
+def break_type(text: str) -> BreakType | None:
+    """The registry entry of one graph break from Dynamo's text: by the page it links to, else by its
+    first line (the break's type, as Dynamo writes it)."""
+    if m := _URL.search(text):
+        found = graph_break_types().get(f"GB{m[1]}")
+        if found is not None:
+            return found
+    for line in text.splitlines():
+        line = line.strip()
+        if line in _by_gb_type():
+            return _by_gb_type()[line]
+    return None
+
+
+@functools.cache
+def resolves(name: str) -> bool:
+    """Whether a dotted name (``torch._dynamo.config.capture_scalar_outputs``, ``torch.cond``) exists in the
+    installed torch: the longest importable module, then attributes."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        except Exception:  # a module that fails to import for another reason: not usable either
+            return False
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def unresolved_names(text: str) -> list[str]:
+    """The ``torch.*`` names a text mentions that this torch does not have."""
+    return [n for n in dict.fromkeys(_NAME.findall(text)) if not resolves(n)]
+
+
+@functools.cache
+def guard_kinds() -> tuple[str, ...]:
+    """The guard kinds Dynamo's ``GuardBuilder`` can emit (its upper-case methods: ``TENSOR_MATCH``, ...)."""
+    try:
+        from torch._dynamo.guards import GuardBuilder
+    except ImportError:
+        return ()
+    return tuple(n for n in vars(GuardBuilder) if n.isupper() and callable(getattr(GuardBuilder, n)))

@@ -1,0 +1,82 @@
+"""Which package a source file belongs to, from the packages' real locations on this machine (never from a
+substring of the path): a clone in a folder named ``tpu_lab`` or ``torch``, any venv and any notebook
+folder give the same answer. Read per compile or per graph break, never per call; cached per file."""
+
+from __future__ import annotations
+
+import functools
+import os
+import site
+import sys
+import sysconfig
+
+USER = ""
+"""``package_of``'s answer for the user's own code."""
+
+
+@functools.cache
+def _roots() -> tuple[tuple[str, str], ...]:
+    """(folder, package) pairs, longest folder first: tpu_lab and torch by their own ``__file__``, every
+    installed distribution by its site-packages folder, the standard library by sysconfig."""
+    import torch
+
+    import tpu_lab
+
+    found: list[tuple[str, str]] = [
+        (os.path.dirname(os.path.realpath(tpu_lab.__file__)), "tpu_lab"),
+        (os.path.dirname(os.path.realpath(torch.__file__)), "torch"),
+    ]
+    folders = {*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"]}
+    folders |= {sysconfig.get_paths()["platlib"], *(p for p in sys.path if p.endswith(("-packages", "-packages/")))}
+    found += [(os.path.realpath(f), "site-packages") for f in folders if f and os.path.isdir(f)]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    found.append((os.path.realpath(stdlib), "stdlib"))
+    return tuple(sorted(found, key=lambda p: -len(p[0])))
+
+
+@functools.lru_cache(maxsize=4096)
+def package_of(filename: str) -> str:
+    """``"torch"``, ``"tpu_lab"``, ``"stdlib"``, an installed package's top-level name (``"transformers"``),
+    ``"<frozen>"``-style names for code with no file, or ``USER`` for the user's own code."""
+    if not filename:
+        return USER
+    if filename.startswith("<"):  # <frozen importlib...>, <string>; IPython cells have real-looking names
+        return USER if _is_cell(filename) else "<builtin>"
+    path = os.path.realpath(filename)
+    for root, package in _roots():
+        if path == root or path.startswith(root + os.sep):
+            if package != "site-packages":
+                return package
+            top = path[len(root) + 1 :].split(os.sep, 1)[0]
+            return top.removesuffix(".py")
+    return USER
+
+
+def is_library(filename: str) -> bool:
+    """Code the user did not write: torch, tpu_lab, the standard library or an installed package."""
+    return package_of(filename) != USER
+
+
+def _is_cell(filename: str) -> bool:
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    compiler = getattr(shell, "compile", None)
+    try:
+        return bool(compiler is not None and compiler.format_code_name(filename))
+    except Exception:  # an older IPython or a foreign compiler
+        return False
+
+
+def short_path(filename: str) -> str:
+    """A file as a user reads it: ``transformers/models/llama/modeling_llama.py`` for an installed
+    package's file (never an absolute site-packages path), the base name for the user's own."""
+    package = package_of(filename)
+    if package in (USER, "<builtin>"):
+        return filename.rsplit("/", 1)[-1]
+    path = os.path.realpath(filename)
+    for root, _ in _roots():
+        if path.startswith(root + os.sep):
+            rel = path[len(root) + 1 :]
+            if package == "stdlib":
+                return rel.rsplit("/", 1)[-1]
+            return f"{package}/{rel}" if package in ("torch", "tpu_lab") else rel
+    return filename.rsplit("/", 1)[-1]

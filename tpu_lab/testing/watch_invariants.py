@@ -1,0 +1,148 @@
+"""Invariants that hold for a ``tl.watch()`` over ANY code, checked against Dynamo's own account of the
+same run (its compilation records and its ``TORCH_LOGS`` records): no hand-written expectation, so they
+can run over corpora of real code nobody here wrote (``benchmarks/watch_corpus.py``, the tests).
+
+(a) every compilation record is shown exactly once: compiled graphs as row compiles, failed compiles as
+    failed lines, refusals at the recompile limit as limit causes;
+(b) the graph breaks equal what ``TORCH_LOGS=graph_breaks`` logs;
+(c) each recompile's logged failed guard is explained, or explicitly marked not translated;
+(d) no printed cause or fix holds an unresolved internal name (``___stack0``, ``L['x']``, ``args[0]``
+    where the user's code has a name, a registry key, an absolute site-packages path);
+(e) every torch API or config a fix names exists in the installed torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
+_INTERNAL = re.compile(
+    r"___stack\d|\bL\[['\"]|\bG\[['\"]|\bargs\[\d+\]|\bkwargs\[['\"]|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
+)
+
+
+@dataclass
+class DynamoAccount:
+    """Dynamo's own account of what ran between ``__enter__`` and ``__exit__``."""
+
+    records: list[Any] = field(default_factory=list)
+    logs: list[logging.LogRecord] = field(default_factory=list)
+    _first: Any = None
+    _handler: Any = None
+
+    def __enter__(self) -> DynamoAccount:
+        import torch
+        from torch._dynamo.utils import get_compilation_metrics
+
+        found = list(get_compilation_metrics())
+        self._first = found[-1] if found else None
+        logs = self.logs
+
+        class Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                logs.append(record)
+
+        self._handler = Keep(logging.DEBUG)
+        torch._logging.set_logs(recompiles=True, graph_breaks=True)
+        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
+            logging.getLogger(name).addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+        from torch._dynamo.utils import get_compilation_metrics
+
+        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
+            logging.getLogger(name).removeHandler(self._handler)
+        torch._logging.set_logs()
+        found = list(get_compilation_metrics())
+        start = next((i + 1 for i, r in enumerate(found) if r is self._first), 0) if self._first is not None else 0
+        self.records = found[start:]
+        unique = {id(r): r for r in self.logs}  # one record may reach the handler through two loggers
+        self.logs[:] = list(unique.values())
+
+    def messages(self, artifact: str) -> list[str]:
+        return [r.getMessage() for r in self.logs if r.name.endswith(f".__{artifact}")]
+
+    def compiled(self) -> list[Any]:
+        return [r for r in self.records if r.has_guarded_code and getattr(r, "is_forward", True)]
+
+    def failed(self) -> list[Any]:
+        return [r for r in self.records if _failed(r) and not _limit(r)]
+
+    def refused(self) -> list[Any]:
+        return [r for r in self.records if _limit(r)]
+
+    def graph_breaks(self) -> list[str]:
+        # a break at a place logged before reads "Graph break (user stack suppressed ...) in user code at"
+        return [m for m in self.messages("graph_breaks") if m.startswith("Graph break") and " in user code at " in m]
+
+    def recompile_guards(self) -> list[list[str]]:
+        """Per logged recompile, the guards Dynamo logged failing (one per graph it checked)."""
+        out = []
+        for message in self.messages("recompiles"):
+            if not message.startswith("Recompiling function"):
+                continue
+            failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
+            out.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
+        return out
+
+
+def _failed(r: Any) -> bool:
+    return bool(getattr(r, "fail_type", None)) and not getattr(r, "has_guarded_code", False)
+
+
+def _limit(r: Any) -> bool:
+    return "recompile limit" in (getattr(r, "fail_reason", None) or "").lower()
+
+
+def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
+    """Each invariant's violations for one watched run (``table``: the watch's ``WatchTable``)."""
+    out: dict[str, list[str]] = {k: [] for k in INVARIANTS}
+    rows = list(table.rows)
+    forward = [r for r in rows if "(backward)" not in r.function]
+    compiles = sum(r.compiles for r in forward)
+    failed = sum(getattr(r, "failed", 0) for r in rows)
+    refusals = sum(getattr(r, "refused", 0) for r in rows)
+    if compiles != len(account.compiled()):
+        out["a_records"].append(f"{compiles} compiles shown, Dynamo recorded {len(account.compiled())} graphs")
+    if failed != len(account.failed()):
+        reasons = [str(r.fail_reason).splitlines()[0] for r in account.failed()]
+        out["a_records"].append(f"{failed} failed compiles shown, Dynamo recorded {len(account.failed())}: {reasons}")
+    if refusals != len(account.refused()):
+        out["a_records"].append(f"{refusals} limit refusals shown, Dynamo recorded {len(account.refused())}")
+    breaks = sum(b.count for b in table.breaks)
+    if breaks != len(account.graph_breaks()):
+        out["b_breaks"].append(f"{breaks} graph breaks shown, TORCH_LOGS=graph_breaks logged {len(account.graph_breaks())}")
+    shown = [(g, c) for r in rows for c in r.causes for g in c.guard.splitlines()]
+    for guards in account.recompile_guards():
+        if not any(g in guards for g, _ in shown):
+            out["c_guards"].append(f"logged guard not shown: {guards}")
+    for g, c in shown:
+        if c.kind == "verbatim" and "not translated" not in c.words:
+            out["c_guards"].append(f"untranslated guard not marked: {g}")
+    out.update(text_violations(table))
+    return out
+
+
+def text_violations(table: Any) -> dict[str, list[str]]:
+    """Invariants (d) and (e), which need only the table: what it prints is resolved and real."""
+    from tpu_lab.compile.sources.dynamo_catalog import unresolved_names
+
+    out: dict[str, list[str]] = {"d_names": [], "e_apis": []}
+    texts = [(c.words, c.fix) for r in table.rows for c in r.causes] + [(b.words, b.fix) for b in table.breaks]
+    for words, fix in texts:
+        for text in (words, fix):
+            if m := _INTERNAL.search(text or ""):
+                out["d_names"].append(f"{m[0]!r} in: {text[:160]}")
+        if fix and (missing := unresolved_names(fix)):
+            out["e_apis"].append(f"{missing} in fix: {fix[:160]}")
+    return out
+
+
+def not_translated(table: Any) -> list[str]:
+    """Guards the watch showed as Dynamo's own text (counted by the corpus benchmark, not a violation)."""
+    return [c.guard for r in table.rows for c in r.causes if c.kind == "verbatim"]
