@@ -134,7 +134,7 @@ def test_explain_fallbacks():
     assert explain("0/3: ___check_obj_id(L['self'], 1234)").startswith("self is a different object than")
     # text no rule knows is shown verbatim, marked so (without Dynamo's source comment)
     said = explain("0/4: ___some_new_guard(L['x'])   # x = f(y)  # file.py:3 in g")
-    assert said == "Dynamo's guard, not translated: ___some_new_guard(L['x'])"
+    assert said == "Dynamo's guard, not translated: ___some_new_guard(x)"  # the user's names, Dynamo's guard
 
 
 def test_explain_new_batch_sizes_and_pairs():

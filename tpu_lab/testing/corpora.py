@@ -8,6 +8,7 @@ requires_grad, a learning rate); nothing is copied into tpu_lab."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -33,7 +34,7 @@ def module_cases(limit: int | None = None) -> Iterator[Case]:
     from torch.testing._internal.common_modules import module_db
 
     for info in module_db[:limit]:
-        yield Case("module_db", info.name, lambda info=info: _run_module(info, torch))
+        yield Case("module_db", info.name, functools.partial(_run_module, info, torch))
 
 
 def _run_module(info: Any, torch: Any) -> None:
@@ -48,7 +49,7 @@ def _run_module(info: Any, torch: Any) -> None:
         return
     compiled = torch.compile(module, backend=BACKEND)
     for s in same:
-        _quiet(lambda s=s: compiled(*s.forward_input.args, **s.forward_input.kwargs))
+        _quiet(functools.partial(compiled, *s.forward_input.args, **s.forward_input.kwargs))
     call = same[0].forward_input
     module.eval()
     _quiet(lambda: compiled(*call.args, **call.kwargs))
@@ -66,7 +67,7 @@ def optimizer_cases(limit: int | None = None) -> Iterator[Case]:
     from torch.testing._internal.common_optimizers import optim_db
 
     for info in optim_db[:limit]:
-        yield Case("optim_db", info.name, lambda info=info: _run_optimizer(info, torch))
+        yield Case("optim_db", info.name, functools.partial(_run_optimizer, info, torch))
 
 
 def _run_optimizer(info: Any, torch: Any) -> None:
@@ -81,7 +82,7 @@ def _run_optimizer(info: Any, torch: Any) -> None:
         def step(opt: Any = opt) -> None:
             opt.step()
 
-        for i in range(3):
+        for _ in range(3):
             model(torch.randn(3, 4)).sum().backward()
             _quiet(step)
             for group in opt.param_groups:
@@ -118,7 +119,7 @@ def transformers_cases(limit: int | None = None, names: tuple[str, ...] = ()) ->
         if limit is not None and count >= limit:
             return
         count += 1
-        yield Case("transformers", model_type, lambda config=config: _run_causal_lm(config))
+        yield Case("transformers", model_type, functools.partial(_run_causal_lm, config))
 
 
 def _run_causal_lm(config: Any) -> None:
@@ -138,7 +139,7 @@ def _run_causal_lm(config: Any) -> None:
     with torch.no_grad():
         for batch, length in ((1, 5), (1, 9), (2, 9), (2, 13)):
             ids = torch.randint(0, min(vocab, 128), (batch, length))
-            _quiet(lambda ids=ids: compiled(input_ids=ids, attention_mask=torch.ones_like(ids)))
+            _quiet(functools.partial(compiled, input_ids=ids, attention_mask=torch.ones_like(ids)))
         model.forward = torch.compile(model.forward, backend=BACKEND)  # what generate() calls per step
         ids = torch.randint(0, min(vocab, 128), (1, 6))
         _quiet(lambda: model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0))

@@ -116,7 +116,9 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
         out["a_records"].append(f"{refusals} limit refusals shown, Dynamo recorded {len(account.refused())}")
     breaks = sum(b.count for b in table.breaks)
     if breaks != len(account.graph_breaks()):
-        out["b_breaks"].append(f"{breaks} graph breaks shown, TORCH_LOGS=graph_breaks logged {len(account.graph_breaks())}")
+        out["b_breaks"].append(
+            f"{breaks} graph breaks shown, TORCH_LOGS=graph_breaks logged {len(account.graph_breaks())}"
+        )
     shown = [(g, c) for r in rows for c in r.causes for g in c.guard.splitlines()]
     for guards in account.recompile_guards():
         if not any(g in guards for g, _ in shown):
@@ -133,7 +135,9 @@ def text_violations(table: Any) -> dict[str, list[str]]:
     from tpu_lab.compile.sources.dynamo_catalog import unresolved_names
 
     out: dict[str, list[str]] = {"d_names": [], "e_apis": []}
-    texts = [(c.words, c.fix) for r in table.rows for c in r.causes] + [(b.words, b.fix) for b in table.breaks]
+    # a guard shown as Dynamo's own text is marked not translated, and counted apart (``not_translated``)
+    texts = [(c.words, c.fix) for r in table.rows for c in r.causes if c.kind != "verbatim"]
+    texts += [(b.words, b.fix) for b in table.breaks]
     for words, fix in texts:
         for text in (words, fix):
             if m := _INTERNAL.search(text or ""):

@@ -13,7 +13,9 @@ from tpu_lab.compile.sources.packages import short_path
 
 _UNHELPFUL = ("report an issue", "fundamental", "file an issue", "Please report", "may have been caused by an earlier")
 _NESTED = "*** While handling this graph break, another graph break occurred: ***"
-_REPR = re.compile(r"<(?:function|bound method|built-in function|method|class) '?([\w.<>]+?)'?(?: of [^>]*)?(?: at 0x[0-9a-f]+)?>")
+_REPR = re.compile(
+    r"<(?:function|bound method|built-in function|method|class) '?([\w.<>]+?)'?(?: of [^>]*)?(?: at 0x[0-9a-f]+)?>"
+)
 _ADDRESS = re.compile(r"<([\w.]+) object at 0x[0-9a-f]+>")
 _PATH = re.compile(r"(/[^\s:'\"`(),]+\.py)")
 
@@ -34,7 +36,9 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
     lines = [line.strip() for line in text.strip().splitlines()]
     skip = ("Encountered graph break", "Graph Break Reason", "Failed to handle graph break", "Graph break")
     first = next((line for line in lines if line and not line.startswith(skip)), "")
-    explanation = next((line.split("Explanation:", 1)[1].strip() for line in lines if line.startswith("Explanation:")), "")
+    explanation = next(
+        (line.split("Explanation:", 1)[1].strip() for line in lines if line.startswith("Explanation:")), ""
+    )
     hints = [line.split("Hint:", 1)[1].strip() for line in lines if line.startswith("Hint:")]
     return first, explanation, hints
 

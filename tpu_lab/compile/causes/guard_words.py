@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_objects import object_words
-from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.causes.guard_values import (
     dispatch_words,
     is_parameter,
@@ -19,7 +18,7 @@ from tpu_lab.compile.causes.guard_values import (
     tensor_type_words,
     value_words,
 )
-
+from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
 _PLACE = re.compile(r"(?P<file>[^\s/]+\.py):(?P<line>\d+) in ")

@@ -40,7 +40,9 @@ def graph_break_types() -> dict[str, BreakType]:
     for key, entries in raw.items():
         if isinstance(entries, list) and entries and isinstance(entries[0], dict):
             e = entries[-1]  # the newest wording
-            out[key] = BreakType(key, str(e.get("Gb_type", "")), str(e.get("Explanation", "")), tuple(e.get("Hints") or ()))
+            out[key] = BreakType(
+                key, str(e.get("Gb_type", "")), str(e.get("Explanation", "")), tuple(e.get("Hints") or ())
+            )
     return out
 
 

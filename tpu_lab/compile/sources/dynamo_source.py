@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import logging
-import re
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.sources.dynamo_guards import every_failure
+from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words
 from tpu_lab.compile.sources.frames import (
     Capture,
     FunctionKey,
@@ -118,43 +118,11 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
     if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
         return True
     capture = _capture(str(local.get("compile_id", "")), LIMIT_TRIGGER, frame, _reasons(local))
-    capture = capture._replace(limit=limit_words(_limit_of(record)))
+    capture = capture._replace(limit=limit_words(limit_of(record)))
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
             listener(capture)
     return False
-
-
-def _limit_of(record: logging.LogRecord) -> int | None:
-    """The limit Dynamo refused at, from its warning's own arguments (``hit config.%s (%s)``)."""
-    args = record.args if isinstance(record.args, tuple) else ()
-    return next((a for a in args if isinstance(a, int) and not isinstance(a, bool)), None)
-
-
-def limit_words(value: int | None) -> str:
-    """The recompile limit and where it was set: the function's own ``torch.compile(recompile_limit=)``
-    (torch patches Dynamo's config with it around that function's compiles, from its ConvertFrame's
-    ``_recompile_limit``) or the global ``torch._dynamo.config.recompile_limit``."""
-    import torch._dynamo.config as config
-
-    own = None
-    f: Any = sys._getframe(1)
-    while f is not None and own is None:
-        holder = f.f_locals.get("self")
-        own = getattr(holder, "_recompile_limit", None) if f.f_code.co_filename.endswith("convert_frame.py") else None
-        f = f.f_back
-    if own is None and value is not None and value != getattr(config, "recompile_limit", value):
-        own = value  # read after the compile, when torch's patch is undone: not the global value, so the function's
-    if own is not None:
-        return f"the limit is {own}, set for this function by torch.compile(..., recompile_limit={own})"
-    value = value if value is not None else getattr(config, "recompile_limit", None)
-    return f"the limit is {value}, torch._dynamo.config.recompile_limit (global)" if value is not None else ""
-
-
-def limit_from_text(text: str) -> int | None:
-    """The limit as Dynamo's refusal record states it (``... (currently set to 8)``)."""
-    m = re.search(r"currently set to (\d+)", text or "")
-    return int(m[1]) if m else None
 
 
 def _on_compile_start(args: Any) -> None:

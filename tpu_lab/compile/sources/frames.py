@@ -169,7 +169,9 @@ def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], 
             bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*args, **kwargs)
         except (TypeError, ValueError):
             continue
-        positional = [n for n in bound.arguments if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)]
+        positional = [
+            n for n in bound.arguments if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)
+        ]
         out = [(f"{star}[{i}]", n) for i, n in enumerate(positional[: len(args)])]
         return tuple(out + [(f"{stars}[{k!r}]", k) for k in kwargs if isinstance(k, str) and k.isidentifier()])
     return ()

@@ -23,10 +23,11 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, TPU_DYNAMIC, capture_causes
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
-from tpu_lab.compile.sources.packages import is_library, short_path
 from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
@@ -174,8 +175,7 @@ class Watch:
                     if dynamo.is_limit_refusal(record) and key and str(record.compile_id) not in self._handled:
                         reasons = (record.recompile_reason,) if record.recompile_reason else ()
                         cap = Capture(str(record.compile_id), key, (), None, now, LIMIT_TRIGGER, None, reasons)
-                        limit = dynamo.limit_words(dynamo.limit_from_text(record.fail_reason))
-                        cap = cap._replace(limit=limit)
+                        cap = cap._replace(limit=limit_words(limit_from_text(record.fail_reason)))
                         events.append(self._fold_limit(cap))
             self._poll_breaks()
             events += self._poll_tpu()
@@ -217,34 +217,16 @@ class Watch:
         return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:
-        """A compile that produced no graph: Dynamo gave up on the frame (a first compile: the function
-        runs eagerly on every call) or on a recompile (calls that match no graph run eagerly from now on)."""
+        """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
+        graph break too, among the breaks."""
         self._handled.add(cap.compile_id)
-        reason = str(getattr(record, "fail_reason", "") or getattr(record, "fail_type", "") or "")
-        cause = graph_break_words(reason)
-        file = getattr(record, "fail_user_frame_filename", None) or ""
-        line = int(getattr(record, "fail_user_frame_lineno", 0) or 0)
-        at = f" at {frames.where_label(file, line)}" if file and not is_library(file) else ""
-        name = cap.function.name
-        recompile = capture_causes(cap, tpu=self.on_tpu)
-        guard = "\n".join([*(c.guard for c in recompile if c.guard), cause.guard])
-        if cap.fullgraph:
-            words = f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} ({cause.words}); the call raised"
-        elif recompile:
-            new = "; ".join(c.words for c in recompile)
-            words = (
-                f"recompile failed{at} ({cause.words}) after {new}: no graph for these inputs, and from now on "
-                f"every call of {name} that matches no compiled graph runs eagerly"
-            )
-        else:
-            words = f"not compiled: Dynamo gave up on {name}{at} ({cause.words}); it runs eagerly on every call"
-        fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
+        failed = failed_compile(cap, record, capture_causes(cap, tpu=self.on_tpu))
         row = self._row(cap.function, _shown(cap))
         row.failed += 1
-        row.add(RowCause(words, guard, fix, "failed"))
-        if getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph:  # logged as a break too
-            self._add_break(cause, frames.where_label(file, line) if not is_library(file) else short_path(file))
-        return CompileEvent("dynamo", cap.reason, 0.0, cause=words)
+        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
+        if failed.break_at:
+            self._add_break(failed.cause, failed.break_at)
+        return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)
 
     def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
         # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
@@ -278,7 +260,8 @@ class Watch:
     def _poll_breaks(self) -> None:
         found, self._break_marker = dynamo_breaks.graph_breaks_since(self._break_marker)
         for b in found:
-            self._add_break(graph_break_words(b.reason, b.library), frames.where_label(b.filename, b.line) if b.filename else "?")
+            where = frames.where_label(b.filename, b.line) if b.filename else "?"
+            self._add_break(graph_break_words(b.reason, b.library), where)
 
     def _add_break(self, cause: Any, where: str) -> None:
         entry = self._breaks.setdefault((cause.words, where), [cause, 0])

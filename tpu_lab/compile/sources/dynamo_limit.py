@@ -1,0 +1,41 @@
+"""The recompile limit a refusal hit, and where it was set: the function's own
+``torch.compile(..., recompile_limit=N)`` or Dynamo's global config. Part of the Dynamo source seam."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Any
+
+
+def limit_of(record: logging.LogRecord) -> int | None:
+    """The limit Dynamo refused at, from its warning's own arguments (``hit config.%s (%s)``)."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return next((a for a in args if isinstance(a, int) and not isinstance(a, bool)), None)
+
+
+def limit_words(value: int | None) -> str:
+    """The recompile limit and where it was set: the function's own ``torch.compile(recompile_limit=)``
+    (torch patches Dynamo's config with it around that function's compiles, from its ConvertFrame's
+    ``_recompile_limit``) or the global ``torch._dynamo.config.recompile_limit``."""
+    import torch._dynamo.config as config
+
+    own = None
+    f: Any = sys._getframe(1)
+    while f is not None and own is None:
+        holder = f.f_locals.get("self")
+        own = getattr(holder, "_recompile_limit", None) if f.f_code.co_filename.endswith("convert_frame.py") else None
+        f = f.f_back
+    if own is None and value is not None and value != getattr(config, "recompile_limit", value):
+        own = value  # read after the compile, when torch's patch is undone: not the global value, so the function's
+    if own is not None:
+        return f"the limit is {own}, set for this function by torch.compile(..., recompile_limit={own})"
+    value = value if value is not None else getattr(config, "recompile_limit", None)
+    return f"the limit is {value}, torch._dynamo.config.recompile_limit (global)" if value is not None else ""
+
+
+def limit_from_text(text: str) -> int | None:
+    """The limit as Dynamo's refusal record states it (``... (currently set to 8)``)."""
+    m = re.search(r"currently set to (\d+)", text or "")
+    return int(m[1]) if m else None

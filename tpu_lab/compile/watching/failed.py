@@ -1,0 +1,53 @@
+"""A compile Dynamo gave up on (its record has ``fail_type`` and no guarded code), in words: a first
+compile means the function runs eagerly on every call; a recompile, that calls matching no compiled graph
+run eagerly from now on; under ``fullgraph=True`` the call raised."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.sources import frames
+from tpu_lab.compile.sources.frames import Capture
+from tpu_lab.compile.sources.packages import is_library, short_path
+
+
+class FailedCompile(NamedTuple):
+    words: str
+    guard: str
+    fix: str
+    cause: Cause
+    """Dynamo's reason in words (the break that stopped it, from its registry)."""
+    break_at: str
+    """Where Dynamo logs it as a graph break too (TORCH_LOGS=graph_breaks), else ''."""
+
+
+def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> FailedCompile:
+    """``recompile``: the causes of the recompile that failed (none for a first compile)."""
+    reason = str(getattr(record, "fail_reason", "") or getattr(record, "fail_type", "") or "")
+    cause = graph_break_words(reason)
+    file = getattr(record, "fail_user_frame_filename", None) or ""
+    line = int(getattr(record, "fail_user_frame_lineno", 0) or 0)
+    where = frames.where_label(file, line) if file and not is_library(file) else ""
+    at = f" at {where}" if where else ""
+    name = cap.function.name
+    if cap.fullgraph:
+        words = (
+            f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
+            f"({cause.words}); the call raised"
+        )
+    elif recompile:
+        words = (
+            f"recompile failed{at} ({cause.words}) after {'; '.join(c.words for c in recompile)}: no graph "
+            f"for these inputs, and from now on every call of {name} that matches no compiled graph runs eagerly"
+        )
+    else:
+        words = f"not compiled: Dynamo gave up on {name}{at} ({cause.words}); it runs eagerly on every call"
+    fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
+    guard = "\n".join([*(c.guard for c in recompile if c.guard), cause.guard])
+    # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
+    logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
+    break_at = (where or f"{short_path(file)}:{line}") if logged else ""
+    return FailedCompile(words, guard, fix, cause, break_at)
