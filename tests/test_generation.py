@@ -289,3 +289,21 @@ def test_generation_panel_runs_a_batch_and_fits_both_axes(fresh):
         assert s.batch_buckets == (1, 3) and "batch buckets: 1, 3" in panel.status.value
         panel.warmup_button.click()
         assert panel.status.value.startswith("warmed up 4 shape(s)")
+
+
+def test_a_second_session_on_the_same_model_takes_over_and_never_compiles_the_first(fresh):
+    """A re-run notebook cell builds a second session on a model that already has one: the first is
+    closed (said so), the second compiles the model's own forward, not the first session's wrapper
+    (whose timing would enter the graph as a float and recompile every call)."""
+    model, tok = fresh
+    first = tl.GenerationSession(model, tok, buckets=(8,), max_cache_len=32, max_new_tokens=3)
+    first.generate(ids(5))
+    with pytest.warns(UserWarning, match="already open on this model"):
+        second = tl.GenerationSession(model, tok, buckets=(8,), max_cache_len=32, max_new_tokens=3)
+    with second:
+        records = [second.generate(ids(n)) for n in (5, 6, 7, 5)]
+        assert [r.compiles for r in records] == [2, 0, 0, 0]  # one prefill and one decode graph, once
+        assert "Python float" not in " ".join(str(r.reasons) for r in records)
+        first.close()  # the first's close no longer touches the model: the second still owns it
+        assert model.forward.__self__ is second
+    assert getattr(model.forward, "__self__", None) is model

@@ -11,6 +11,7 @@ Each forward is timed and its compiles counted (``sources``) and folded into per
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, overload
@@ -95,6 +96,14 @@ class GenerationSession(Report):
         self._strict = False
         # A real token for warm-up prompts and filler rows (transformers warns when a row ends in padding).
         self._filler = (tokenizer.encode("bread", add_special_tokens=False) or [tokenizer.pad_token_id])[0]
+        current = getattr(model.forward, "__self__", None)
+        if isinstance(current, GenerationSession) and current is not self:  # a re-run cell: take over
+            current.close()  # else this session would compile the first one's forward, timing and all
+            warnings.warn(
+                "A GenerationSession was already open on this model (a re-run cell?): it was closed, and "
+                "this session took over the model's forward.",
+                stacklevel=2,
+            )
         self._had_forward = "forward" in vars(model)
         self._original_forward = model.forward
         self._compiled = torch.compile(private_copy(self._original_forward), backend=self.backend, dynamic=False)
@@ -229,7 +238,9 @@ class GenerationSession(Report):
         return sum(r.compiles for r in self.compile_table)
 
     def close(self) -> None:
-        """Give the model its own forward and mask building back."""
+        """Give the model its own forward and mask building back (unless another session took it over)."""
+        if getattr(self.model.forward, "__self__", None) is not self:
+            return
         self._restore_masks()
         if self._had_forward:
             self.model.forward = self._original_forward
