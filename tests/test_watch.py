@@ -30,12 +30,12 @@ def test_int_shape_dtype_and_automatic_dynamic():
     f = compiled(scale)
     with tl.watch() as w:
         f(torch.ones(2), 2)
-        f(torch.ones(2), 3)  # a Python int, specialised per value
+        f(torch.ones(2), 3)  # a Python int changed: Dynamo recompiles once and makes it dynamic
         f(torch.ones(4), 3)  # a new shape: Dynamo then makes dim 0 dynamic
         f(torch.ones(4, dtype=torch.float64), 3)
     got = causes(w, "scale")
     assert got[0] == "first compile"
-    assert got[1].startswith("Python int n changed (was 2; its value is baked into the graph)")
+    assert got[1] == "Python int n changed (was 2): Dynamo made n dynamic, so later values reuse this graph"
     assert got[2].startswith("x dimension 0 changed 2 -> 4") and "Dynamo made x dim 0 dynamic" in got[2]
     assert got[3] == "x dtype changed Float -> Double"  # not the size, which the dynamic graph covers
     rows = w.table.by_function("scale")

@@ -170,3 +170,22 @@ def test_invariants_hold_over_a_sample_of_each_real_corpus(corpus, limit, monkey
             bad[case.name] = found
     assert seen > 0  # the corpus really compiled something
     assert bad == {}
+
+
+def test_a_number_made_dynamic_is_said_to_reuse_the_graph_and_a_static_one_to_cost_a_graph_per_value():
+    def scale(x, n):
+        return x * n
+
+    dynamic = torch.compile(scale, backend=BACKEND)
+    table, account = watched(lambda: [dynamic(torch.ones(2), n) for n in (1, 2, 3, 4, 0.5)])
+    rows = table.by_function("scale")
+    assert sum(r.compiles for r in rows) == len(account.compiled()) == 3  # 1, then 2 (dynamic from here), then a float
+    second = rows[1]
+    assert second.causes[0].words == "Python int n changed (was 1): Dynamo made n dynamic, so later values reuse this graph"
+    assert second.dynamic == "n" and second.causes[0].fix == "none needed: later values reuse this graph"
+
+    static = torch.compile(scale, backend=BACKEND, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=4):
+        table, _ = watched(lambda: [static(torch.ones(2), n) for n in (1, 2, 3)])
+    words = [c.words for r in table.by_function("scale") for c in r.causes if c.kind == "value"]
+    assert words and all("each new value compiles a graph of its own, at most 4" in w for w in words)

@@ -59,6 +59,7 @@ KIND_LABELS = {
     "kwargs": "keyword arguments added or dropped",
     "dict_keys": "dict keys changed",
     "value": "a Python value baked into the graph changed",
+    "value_dynamic": "a Python number changed, then made dynamic",
     "flag": "a Python flag changed",
     "string": "a Python string changed",
     "global": "a global baked into the graph changed",

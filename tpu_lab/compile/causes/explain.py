@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from tpu_lab.compile.causes import guard_words
-from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_values import STATIC_WORDS, with_note, without_note
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.sources.frames import Capture, renamed
@@ -48,12 +48,16 @@ def causes_of(
     static: bool = False,
     names: Sequence[tuple[str, str]] = (),
     caller: str = "",
+    dynamic: frozenset[str] = frozenset(),
+    limit: int | None = None,
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
     compiled long ago, a size a later dynamic graph covers) is no cause. Closest: fewest distinct
     failures, then fewest differing input tokens, ties to the most recent graph (Dynamo lists it first).
-    ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function."""
+    ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function;
+    ``dynamic``: Python numbers (by Dynamo's source) that automatic dynamic shapes made symbolic in the
+    new graph; ``limit``: the recompile limit, for numbers whose every value is a graph."""
     failures = guard_words.parse(reasons)
     if not failures:
         return []
@@ -64,16 +68,13 @@ def causes_of(
     per_graph: dict[str, list[Cause]] = {}
     for graph in dict.fromkeys(f.graph for f in failures):
         found = [
-            (
-                guard_words.subject(f),
-                guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now),
-            )
+            (f, guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now))
             for f in failures
             if f.graph == graph
         ]
         per_graph[graph] = [
             dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names))
-            for c in _calling_style(_cache_first(_merged(found)))
+            for c in _calling_style(_cache_first(_merged([_next_values(f, c, dynamic, limit) for f, c in found])))
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
@@ -92,7 +93,29 @@ def causes_of(
     return per_graph[best]
 
 
-def capture_causes(capture: Capture, *, tpu: bool = False) -> list[Cause]:
+_BAKED = "; its value is baked into the graph)"
+
+
+def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], limit: int | None) -> tuple[str, Cause]:
+    """(the input a guard is about, its cause) with what happens to the next values of a Python number:
+    made dynamic by this recompile (later values reuse this graph), or one graph per value (up to the limit)."""
+    name = guard_words.subject(f)
+    if cause.kind != "value" or not cause.words.endswith(_BAKED):
+        return name, cause
+    source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
+    if source in {local_name(d) for d in dynamic}:
+        words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
+        fix = "none needed: later values reuse this graph"
+        return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
+    if limit:
+        words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"
+        return name, dataclasses.replace(cause, words=words)
+    return name, cause
+
+
+def capture_causes(
+    capture: Capture, *, tpu: bool = False, dynamic: frozenset[str] = frozenset(), limit: int | None = None
+) -> list[Cause]:
     """``causes_of`` for one compile as the Dynamo source heard it."""
     return causes_of(
         capture.reasons,
@@ -102,6 +125,8 @@ def capture_causes(capture: Capture, *, tpu: bool = False) -> list[Cause]:
         static=capture.static,
         names=capture.names,
         caller=capture.caller,
+        dynamic=dynamic,
+        limit=limit,
     )
 
 

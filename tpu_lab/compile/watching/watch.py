@@ -20,13 +20,15 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.explain import LIMIT_TEXT, TPU_DYNAMIC, capture_causes
+from tpu_lab.compile.causes.cause import local_name
+from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching.dynamic_note import dynamic_note
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 
@@ -187,22 +189,19 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
-        causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in capture_causes(cap, tpu=self.on_tpu)]
+        scalars = dynamo.dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
+        said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=dynamo.recompile_limit())
+        causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
             words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
             causes = [RowCause(words, kind="first")]
-        dynamic = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
-        seen = self._dynamic.get(cap.function, "")
-        new = [d for d in dynamic.split(", ") if d and d not in seen.split(", ")]
-        if new:  # said once per function: the first graph that made it dynamic
-            fix = TPU_DYNAMIC if self.on_tpu else "none needed: new sizes and values reuse this graph"
-            words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
-            if causes[0].kind == "first":  # automatic dynamic needs an earlier graph: this was asked for
-                words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
-            causes.append(RowCause(words, "", fix, "dynamic", 0))
-            self._dynamic[cap.function] = ", ".join(filter(None, [seen, *new]))
+        shapes = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
+        told = [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in str(said)]
+        seen, first = self._dynamic.get(cap.function, ""), causes[0].kind == "first"
+        dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
+        causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         row = self._row(cap.function, _shown(cap))
         row.compiles += 1
