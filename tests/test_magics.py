@@ -58,3 +58,16 @@ def test_watch_magic_with_a_live_panel(ip):
         ip.run_cell_magic("watch", "--panel", "plus(torch.ones(2))\nplus(torch.ones(3, 3))") is None
     )  # the panel shows it
     assert ip.user_ns["_watch"].table.total_compiles == 2
+
+
+def test_a_function_defined_again_by_a_re_run_cell_is_named_as_such(ipython_shell):
+    ip = ipython_shell
+    cell = "import torch\ndef redefined(x):\n    return x + 1\nrc = torch.compile(redefined, backend='eager')"
+    ip.run_cell(cell, store_history=True)
+    first = ip.run_cell_magic("watch", "", "rc(torch.ones(2))")
+    assert first.rows[0].causes[0].words == "first compile"
+    ip.run_cell(cell, store_history=True)  # the same cell run again: a new function, a new code object
+    again = ip.run_cell_magic("watch", "", "rc(torch.ones(2))")
+    words = again.rows[0].causes[0].words
+    assert words.startswith("first compile: redefined was defined again in cell In[")
+    assert "(a re-run cell), so its graphs are new" in words

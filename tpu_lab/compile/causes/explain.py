@@ -12,7 +12,7 @@ from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_values import STATIC_WORDS, with_note, without_note
 from tpu_lab.compile.generation.signature import ShapeSignature
-from tpu_lab.compile.sources.frames import Capture, renamed
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, where_label
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -91,6 +91,18 @@ def causes_of(
         ),
     )
     return per_graph[best]
+
+
+def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, after_reset: bool) -> str:
+    """A first compile; a function a re-run notebook cell defined again says so (``earlier``: the previous
+    definition, seen compiling): Dynamo keys graphs by code object, so the new definition starts afresh."""
+    if after_reset:
+        return "first compile after torch._dynamo.reset()"
+    cell, before = (where_label(k.filename, k.line).split(",")[0] for k in (function, earlier or function))
+    if earlier is None or not (cell.startswith("cell ") and before.startswith("cell ")):
+        return "first compile"
+    name = function.name
+    return f"first compile: {name} was defined again in {cell} (a re-run cell), so its graphs are new; those of the {name} in {before} are not reused"
 
 
 _BAKED = "; its value is baked into the graph)"

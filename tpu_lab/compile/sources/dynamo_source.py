@@ -211,6 +211,12 @@ def _static() -> bool:
     return not getattr(config, "automatic_dynamic_shapes", True)
 
 
+def defined_before(key: FunctionKey) -> FunctionKey | None:
+    """The latest other definition of a function by the same name seen compiling (a re-run notebook cell
+    defines it anew: a new code object in another cell file)."""
+    return next((k for k in reversed(list(_last_seen)) if k.name == key.name and k.filename != key.filename), None)
+
+
 def function_of(compile_id: str) -> FunctionKey | None:
     """The function a compile id's frame belongs to (a recompile-limit record names none)."""
     frame = compile_id.split("/")[0]

@@ -21,7 +21,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import local_name
-from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes
+from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
@@ -195,7 +195,7 @@ class Watch:
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
-            words = "first compile after torch._dynamo.reset()" if after_reset else "first compile"
+            words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
             causes = [RowCause(words, kind="first")]
         shapes = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
         told = [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in str(said)]
