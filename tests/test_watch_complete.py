@@ -189,3 +189,22 @@ def test_a_number_made_dynamic_is_said_to_reuse_the_graph_and_a_static_one_to_co
         table, _ = watched(lambda: [static(torch.ones(2), n) for n in (1, 2, 3)])
     words = [c.words for r in table.by_function("scale") for c in r.causes if c.kind == "value"]
     assert words and all("each new value compiles a graph of its own, at most 4" in w for w in words)
+
+
+HISTORY: list = []
+
+
+def test_a_global_list_that_grows_every_step_is_named_as_growing_never_no_fix_needed():
+    def step(x):
+        y = x * 2
+        HISTORY.append(y.detach())  # a common logging mistake: the list is read inside the graph
+        return y + len(HISTORY)
+
+    HISTORY.clear()
+    f = torch.compile(step, backend=BACKEND)
+    table, _ = watched(lambda: [f(torch.ones(2)) for _ in range(4)])
+    causes = [c for r in table.by_function("step") for c in r.causes if c.kind == "length"]
+    assert causes[0].words == "HISTORY holds items now; the graph was compiled while it was empty"
+    assert any(c.words.startswith("HISTORY grows at every compile") for c in causes)
+    assert all(c.fix and "no fix" not in c.fix for c in causes)
+    assert "no fix needed" not in "\n".join(table.summary())

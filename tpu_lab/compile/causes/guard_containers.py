@@ -27,6 +27,17 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             g,
             "expected once per set of keyword arguments; pass the same ones every call",
         )
+    if m := _NOT.match(g):  # truthiness: the graph was compiled while the container was empty
+        name = local_name(m["name"])
+        what = "positional arguments were passed" if name == "args" else f"{name} holds items now"
+        return Cause(
+            "length",
+            f"{what}; the graph was compiled while {'there were none' if name == 'args' else 'it was empty'}",
+            g,
+            "call it the same way every time"
+            if name == "args"
+            else "keep the list/tuple the same length, or pass one stacked tensor",
+        )
     m = _LEN.match(g)
     if m and local_name(m["name"]) == "args":  # a wrapper's *args: positional ones
         return Cause(

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
@@ -28,9 +27,9 @@ from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching.dynamic_note import dynamic_note
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
+from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -50,6 +49,7 @@ class Watch:
         self._rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
         self._dynamic: dict[FunctionKey, str] = {}
         self._limited: set[FunctionKey] = set()
+        self._lengths: dict[FunctionKey, dict[str, list[int]]] = {}
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()
@@ -192,14 +192,14 @@ class Watch:
         scalars = dynamo.dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
         said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=dynamo.recompile_limit())
         causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
+        causes = growing(causes, self._lengths.setdefault(cap.function, {}), dynamo.recompile_limit())
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
             words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
             causes = [RowCause(words, kind="first")]
         shapes = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
-        told = [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in str(said)]
-        seen, first = self._dynamic.get(cap.function, ""), causes[0].kind == "first"
+        seen, first, told = self._dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0

@@ -1,0 +1,61 @@
+"""What happens next, said where it is known: what a compile made dynamic, once per function (the inputs
+and dimensions automatic dynamic shapes made symbolic: later sizes and values reuse the graph; a Python
+number whose own cause already says so is not said twice), and a container that grows at every compile
+(each length its own graph, up to the recompile limit)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from collections.abc import Iterable
+
+from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.watching.watch_table import RowCause
+
+
+def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause]) -> list[str]:
+    """The Python numbers (Dynamo's sources) made dynamic whose own cause already says so, by the user's names."""
+    said = " ".join(c.words for c in causes)
+    return [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in said]
+
+
+def dynamic_note(
+    shapes: str, told: Iterable[str], seen: str, *, first: bool, tpu: bool
+) -> tuple[str, RowCause | None, str]:
+    """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
+    ``seen``: what was said for this function before. Returns (the row's dynamic field, the note to add
+    or None, what has now been said)."""
+    told = list(told)
+    dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
+    said = ", ".join(filter(None, [seen, *told]))
+    new = [d for d in dynamic.split(", ") if d and d not in said.split(", ")]
+    if not new:
+        return dynamic, None, said
+    fix = TPU_DYNAMIC if tpu else "none needed: new sizes and values reuse this graph"
+    words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
+    if first:  # automatic dynamic needs an earlier graph: this was asked for
+        words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
+    return dynamic, RowCause(words, "", fix, "dynamic", 0), ", ".join(filter(None, [said, *new]))
+
+
+_LENGTH = re.compile(r"^(?P<name>.+?) (?:has a different length \(was (?P<n>\d+)\)$|holds items now; )")
+
+
+def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None) -> list[RowCause]:
+    """Length causes of a container whose length only went up from compile to compile (``lengths``: the
+    function's lengths so far, by container, updated here) named as growing: appended to every step."""
+    out = []
+    for c in causes:
+        m = _LENGTH.match(c.words) if c.kind == "length" else None
+        seen = lengths.setdefault(m["name"], []) if m else []
+        if m:
+            seen.append(int(m["n"] or 0))  # "holds items now": it was empty
+        if m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)):
+            at_most = f", at most {limit}" if limit else ""
+            words = f"{m['name']} grows at every compile (was {m['n'] or 0}): each new length compiles a graph of its own{at_most}"
+            fix = "keep what grows out of the compiled function (append outside it, or keep a running tensor), or pass a fixed-size tensor"
+            c = dataclasses.replace(c, words=words, fix=fix)
+        out.append(c)
+    return out
