@@ -181,7 +181,10 @@ def test_a_number_made_dynamic_is_said_to_reuse_the_graph_and_a_static_one_to_co
     rows = table.by_function("scale")
     assert sum(r.compiles for r in rows) == len(account.compiled()) == 3  # 1, then 2 (dynamic from here), then a float
     second = rows[1]
-    assert second.causes[0].words == "Python int n changed (was 1): Dynamo made n dynamic, so later values reuse this graph"
+    assert (
+        second.causes[0].words
+        == "Python int n changed (was 1): Dynamo made n dynamic, so later values reuse this graph"
+    )
     assert second.dynamic == "n" and second.causes[0].fix == "none needed: later values reuse this graph"
 
     static = torch.compile(scale, backend=BACKEND, dynamic=False)
@@ -208,3 +211,25 @@ def test_a_global_list_that_grows_every_step_is_named_as_growing_never_no_fix_ne
     assert any(c.words.startswith("HISTORY grows at every compile") for c in causes)
     assert all(c.fix and "no fix" not in c.fix for c in causes)
     assert "no fix needed" not in "\n".join(table.summary())
+
+
+def test_contract_the_dynamo_internals_the_new_reads_rely_on():
+    """Each private read of the failed-compile, limit and dynamic-number words, checked for its shape in
+    this torch: a change fails here, naming the version, instead of a wrong word in a table."""
+    import dataclasses
+    import inspect
+
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.pgo as pgo
+    from torch._dynamo.utils import CompilationMetrics
+
+    version = torch.__version__
+    fields = {f.name for f in dataclasses.fields(CompilationMetrics)}
+    need = {"fail_type", "fail_reason", "fail_user_frame_filename", "fail_user_frame_lineno", "has_guarded_code"}
+    assert need <= fields, f"torch {version}: CompilationMetrics lost {need - fields}"
+    assert "self._recompile_limit" in inspect.getsource(convert_frame), f"torch {version}: ConvertFrame's limit moved"
+    assert callable(pgo.get_code_state) and hasattr(pgo, "auto_dynamic"), f"torch {version}: pgo's code state moved"
+    assert {"filename", "firstlineno", "name"} <= {f.name for f in dataclasses.fields(pgo.CodeId)}, version
+    entry = {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}
+    assert {"scalar", "size"} <= entry, f"torch {version}: FrameStateSizeEntry changed: {entry}"
+    assert "one_graph" in inspect.signature(convert_frame._compile).parameters, f"torch {version}: _compile's one_graph"
