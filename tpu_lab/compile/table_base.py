@@ -73,7 +73,7 @@ class CompileTableBase(Report):
         elif cached:
             line += f" ({cached} served from the persistent compile cache)"
         if failed := sum(getattr(r, "failed", 0) for r in self.rows):
-            line += f"; {failed} compile{'s' * (failed > 1)} failed, so that code runs eagerly (see below)"
+            line += f"; {failed} compile{'s' * (failed > 1)} failed or skipped: no graph (see below)"
         return line
 
     def _cells(self) -> list[tuple[str, ...]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
 _INTERNAL = re.compile(
-    r"___stack\d|\bL\[['\"]|\bG\[['\"]|\bargs\[\d+\]|\bkwargs\[['\"]|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
+    r"torch_dynamo_resume_in_|___stack\d|\bL\[['\"]|\bG\[['\"]|\bargs\[\d+\]|\bkwargs\[['\"]|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
 )
 
 
@@ -68,10 +68,10 @@ class DynamoAccount:
         return [r.getMessage() for r in self.logs if r.name.endswith(f".__{artifact}")]
 
     def compiled(self) -> list[Any]:
-        return [r for r in self.records if r.has_guarded_code and getattr(r, "is_forward", True)]
+        return [r for r in self.records if r.has_guarded_code and getattr(r, "is_forward", True) and not _nothing(r)]
 
     def failed(self) -> list[Any]:
-        return [r for r in self.records if _failed(r) and not _limit(r)]
+        return [r for r in self.records if (_failed(r) and not _limit(r)) or _nothing(r)]
 
     def refused(self) -> list[Any]:
         return [r for r in self.records if _limit(r)]
@@ -93,6 +93,10 @@ class DynamoAccount:
 
 def _failed(r: Any) -> bool:
     return bool(getattr(r, "fail_type", None)) and not getattr(r, "has_guarded_code", False)
+
+
+def _nothing(r: Any) -> bool:  # "No ops traced": the skip is cached as guarded code, but no graph exists
+    return bool(r.has_guarded_code) and getattr(r, "graph_op_count", 0) is None and getattr(r, "is_forward", True)
 
 
 def _limit(r: Any) -> bool:

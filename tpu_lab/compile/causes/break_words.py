@@ -48,10 +48,13 @@ def usable_hints(hints: list[str]) -> list[str]:
     return [clean(h) for h in hints if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
 
 
-def graph_break_words(reason: str, library: str = "") -> Cause:
+_BRANCH = re.compile(r"^(?:while|if|elif)\b")
+
+
+def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
-    break are no fix for the user, and the words say where it is."""
+    break are no fix for the user, and the words say where it is. ``code``: the user's line."""
     inner, _, outer = reason.partition(_NESTED)
     first, explanation, hints = _sections(inner)
     found = break_type(inner)
@@ -70,6 +73,10 @@ def graph_break_words(reason: str, library: str = "") -> Cause:
         if found is not None and not hints:
             hints = list(found.hints)
         cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
+    if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
+        # capture_scalar_outputs would only move the break to the branch on the value
+        fix = "the value decides a loop or branch: compile the body instead, or use torch.cond / torch.while_loop"
+        cause = dataclasses.replace(cause, fix=fix)
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)

@@ -112,9 +112,15 @@ def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], 
     """(the input a guard is about, its cause) with what happens to the next values of a Python number:
     made dynamic by this recompile (later values reuse this graph), or one graph per value (up to the limit)."""
     name = guard_words.subject(f)
+    source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
+    if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:
+        was = re.search(r"\(was ([^;]+);", cause.words)
+        words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"
+        return name, dataclasses.replace(
+            cause, kind="value_dynamic", words=words, fix="none needed: later values reuse this graph"
+        )
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
-    source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
     if source in {local_name(d) for d in dynamic}:
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"

@@ -12,6 +12,7 @@ _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dy
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
 _NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
+_MISSING = re.compile(r"^KeyError on (?P<name>.+?)\[(?P<key>'[^']*'|\d+)\]$")  # the key the graph read is gone
 
 
 def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] | None = None) -> Cause | None:
@@ -26,6 +27,18 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             + "; the graph was compiled for a call without any",
             g,
             "expected once per set of keyword arguments; pass the same ones every call",
+        )
+    if m := _MISSING.match(g):
+        name, key = local_name(m["name"]), m["key"].strip("'")
+        if name == "kwargs":
+            return Cause(
+                "kwargs",
+                f"the keyword argument {key} was passed before and is not now",
+                g,
+                f"pass {key} the same way every call (always, with the same value type)",
+            )
+        return Cause(
+            "dict_keys", f"{name} has no key {m['key']} now; the graph read it", g, f"keep the same keys in {name}"
         )
     if m := _NOT.match(g):  # truthiness: the graph was compiled while the container was empty
         name = local_name(m["name"])

@@ -174,7 +174,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
     elif kind == "float" or static:
         fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
         if kind == "int":
-            fix += ", or keep it to a few values (each is a graph with automatic dynamic off or on a TPU)"
+            fix += ", or keep it to a few values (with automatic dynamic off, and on a TPU, each value is a graph)"
     else:
         fix = "usually none: after a second value Dynamo makes an int dynamic; where it is data, pass a tensor"
     return Cause("value", words, g, fix)

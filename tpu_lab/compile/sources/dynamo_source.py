@@ -133,7 +133,7 @@ def _on_compile_start(args: Any) -> None:
     compile_id = str(getattr(args, "compile_id", ""))
     # with no watch listening, only the function and its inputs are kept (for the next watch to compare)
     capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons, bool(listeners))
-    capture = capture._replace(fullgraph=bool(local.get("one_graph")))
+    capture = capture._replace(fullgraph=bool(local.get("one_graph")), limit_value=recompile_limit())
     key, signature = capture.function, capture.signature
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
@@ -287,8 +287,21 @@ def is_limit_refusal(record: Any) -> bool:
 
 
 def is_failed(record: Any) -> bool:
-    """A compile that produced no graph (an error, or the limit): not a compile the user pays twice for."""
-    return bool(getattr(record, "fail_type", None)) and not getattr(record, "has_guarded_code", False)
+    """A compile that produced no graph (an error, the limit, or a frame skipped for tracing no ops)."""
+    return (
+        bool(getattr(record, "fail_type", None)) and not getattr(record, "has_guarded_code", False)
+    ) or traced_nothing(record)
+
+
+def traced_nothing(record: Any) -> bool:
+    """Dynamo found no tensor operation to trace and skipped the frame (``SkipFrame``: "No ops traced"): its
+    record keeps guarded code (the skip is cached) but no graph was built, and the code runs eagerly from now on."""
+    return (
+        getattr(record, "has_guarded_code", False)
+        and not getattr(record, "fail_type", None)
+        and getattr(record, "graph_op_count", 0) is None
+        and getattr(record, "is_forward", True) is not False
+    )
 
 
 def dynamic_inputs(record: Any, signature: Signature) -> str:

@@ -54,6 +54,14 @@ class FunctionKey(NamedTuple):
     resumes_at: int = 0
     """For the part of a function after a graph break: the line it resumes at (one branch's target)."""
 
+    @property
+    def label(self) -> str:
+        """The function as its code names it: ``refine`` or ``refine after the graph break at line 8``."""
+        if self.name.startswith(RESUME):
+            fn, _, line = self.name[len(RESUME) :].rpartition("_at_")
+            return f"{fn} after the graph break at line {line}"
+        return self.name
+
     def __str__(self) -> str:
         where = where_label(self.filename, self.line)
         if self.name.startswith(RESUME):  # the part of fn after a graph break, as Dynamo names it
@@ -94,6 +102,8 @@ class Capture(NamedTuple):
     """Compiled with ``torch.compile(fullgraph=True)``: a break raises instead of splitting the graph."""
     limit: str = ""
     """At a recompile-limit refusal: the limit and where it was set, in words."""
+    limit_value: int | None = None
+    """The recompile limit in force for this compile (a function's own, or a ``config.patch``'s)."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:

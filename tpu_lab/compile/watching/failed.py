@@ -4,6 +4,7 @@ run eagerly from now on; under ``fullgraph=True`` the call raised."""
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -27,12 +28,22 @@ class FailedCompile(NamedTuple):
 def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> FailedCompile:
     """``recompile``: the causes of the recompile that failed (none for a first compile)."""
     reason = str(getattr(record, "fail_reason", "") or getattr(record, "fail_type", "") or "")
-    cause = graph_break_words(reason)
     file = getattr(record, "fail_user_frame_filename", None) or ""
     line = int(getattr(record, "fail_user_frame_lineno", 0) or 0)
+    library = f"{short_path(file)}:{line}" if file and is_library(file) else ""  # no edit to ask for there
+    cause = graph_break_words(reason, library, linecache.getline(file, line).strip() if file else "")
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" if where else ""
-    name = cap.function.name
+    name = cap.function.label
+    if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
+        words = (
+            f"not compiled: Dynamo found no tensor operation to trace in {name} (on these inputs) and skipped it: "
+            "it runs eagerly from now on, for every input"
+        )
+        fix = (
+            f"none needed if {name} really has no tensor work; else make sure its inputs hold tensors at the first call"
+        )
+        return FailedCompile(words, "No ops traced for the FX graph", fix, cause, "")
     if cap.fullgraph:
         words = (
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import threading
 import time
 from collections import Counter
@@ -23,11 +24,11 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching.failed import failed_compile
+from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
 from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic
 
@@ -50,6 +51,7 @@ class Watch:
         self._dynamic: dict[FunctionKey, str] = {}
         self._limited: set[FunctionKey] = set()
         self._lengths: dict[FunctionKey, dict[str, list[int]]] = {}
+        self._elsewhere = 0  # graphs compiled meanwhile in threads this watch is not open in
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()
@@ -171,14 +173,9 @@ class Watch:
                 else:
                     events.append(self._fold(cap, record))
             self._pending = waiting
-            for left in by_id.values():  # a refusal whose warning was not seen (warnings switched off)
-                for record in left:
-                    key = dynamo.record_function(record)
-                    if dynamo.is_limit_refusal(record) and key and str(record.compile_id) not in self._handled:
-                        reasons = (record.recompile_reason,) if record.recompile_reason else ()
-                        cap = Capture(str(record.compile_id), key, (), None, now, LIMIT_TRIGGER, None, reasons)
-                        cap = cap._replace(limit=limit_words(limit_from_text(record.fail_reason)))
-                        events.append(self._fold_limit(cap))
+            refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
+            events += [self._fold_limit(cap) for cap in refusals]
+            self._elsewhere += elsewhere
             self._poll_breaks()
             events += self._poll_tpu()
             if events:
@@ -190,9 +187,9 @@ class Watch:
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
         scalars = dynamo.dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
-        said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=dynamo.recompile_limit())
+        said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=cap.limit_value)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
-        causes = growing(causes, self._lengths.setdefault(cap.function, {}), dynamo.recompile_limit())
+        causes = growing(causes, self._lengths.setdefault(cap.function, {}), cap.limit_value)
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
             after_reset = again and cap.resets > self._resets_before
@@ -260,7 +257,8 @@ class Watch:
         found, self._break_marker = dynamo_breaks.graph_breaks_since(self._break_marker)
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
-            self._add_break(graph_break_words(b.reason, b.library), where)
+            code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
+            self._add_break(graph_break_words(b.reason, b.library, code), where)
 
     def _add_break(self, cause: Any, where: str) -> None:
         entry = self._breaks.setdefault((cause.words, where), [cause, 0])
@@ -302,7 +300,7 @@ class Watch:
         with self._lock:
             rows = tuple(r.frozen() for r in self._rows.values())
             breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self._breaks.items())
-        return WatchTable(rows, breaks, dynamo.resets - self._resets_before, tuple(self.timeline))
+        return WatchTable(rows, breaks, dynamo.resets - self._resets_before, tuple(self.timeline), self._elsewhere)
 
     @property
     def total_compiles(self) -> int:

@@ -109,6 +109,8 @@ class WatchTable(CompileTableBase):
     """torch._dynamo.reset() calls inside the watch."""
     timeline: tuple[Point, ...] = ()
     """One point per compile."""
+    elsewhere: int = 0
+    """Graphs Dynamo compiled meanwhile in threads the watch was not open in (not in the rows)."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
 
     @property
@@ -166,6 +168,11 @@ class WatchTable(CompileTableBase):
             for c in r.causes:
                 if c.kind == "failed":
                     lines.append(f"{r.function}: {c.words}" + (f"; fix: {c.fix}" if c.fix else ""))
+        if self.elsewhere:
+            lines.append(
+                f"{self.elsewhere} other compile(s) ran meanwhile in threads this watch is not open in: not in this "
+                "table (open a watch in those threads too)"
+            )
         if self.resets:
             lines.append(
                 f"torch._dynamo.reset() ran {self.resets} time(s) inside this watch: Dynamo forgot its graphs, "
@@ -210,6 +217,7 @@ class WatchTable(CompileTableBase):
             "graph_breaks": [dataclasses.asdict(b) for b in self.breaks],
             "limit_hit": self.limit_hit,
             "resets": self.resets,
+            "elsewhere": self.elsewhere,
             "total_compiles": self.total_compiles,
             "from_cache": self.from_cache,
         }
