@@ -23,7 +23,9 @@ class DynamoLog:
 
         found = list(get_compilation_metrics())
         start = next((i + 1 for i, r in enumerate(found) if r is self.first), 0) if self.first else 0
-        return sum(1 for r in found[start:] if r.has_guarded_code and getattr(r, "is_forward", True))
+        # a frame that traced no ops keeps a cached skip as guarded code, but has no graph (graph_op_count None)
+        graphs = [r for r in found[start:] if r.has_guarded_code and getattr(r, "is_forward", True)]
+        return sum(1 for r in graphs if getattr(r, "graph_op_count", 0) is not None)
 
     def messages(self, artifact: str) -> list[str]:
         return [r.getMessage() for r in self.records if r.name.endswith(f".__{artifact}")]

@@ -60,7 +60,7 @@ def test_a_size_a_dtype_and_an_int_changing_at_once_are_all_named(dynamo, fresh_
     words = {c.kind: c.words for c in only_causes(w, "mixed")}
     assert words["size"] == "x dimension 0 changed 2 -> 4"
     assert words["dtype"] == "y dtype changed Float -> Double"
-    assert words["value"].startswith("Python int n changed (was 1")
+    assert words["value_dynamic"].startswith("Python int n changed (was 1): Dynamo made n dynamic")
     assert "(+2 more)" in w.table.to_text()  # the text table says more guards failed than it shows
 
 

@@ -157,7 +157,8 @@ def test_global_and_closure_values(dynamo):
     check_against_dynamo(w, dynamo)
     assert [c.kind for c in only_causes(w, "scaled")] == ["global"]
     (closure,) = only_causes(w, "closed")
-    assert closure.kind == "value" and "factor" in closure.words and "was 2" in closure.words
+    # a closure int changed once: Dynamo makes it dynamic (checked: 4 values give 2 graphs)
+    assert closure.kind == "value_dynamic" and "factor" in closure.words and "was 2" in closure.words
 
 
 def branchy(x):

@@ -116,9 +116,8 @@ def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], 
     if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:
         was = re.search(r"\(was ([^;]+);", cause.words)
         words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"
-        return name, dataclasses.replace(
-            cause, kind="value_dynamic", words=words, fix="none needed: later values reuse this graph"
-        )
+        fix = "none needed: later values reuse this graph (an lr held in a tensor, lr=torch.tensor(0.01), avoids even this one)"
+        return name, dataclasses.replace(cause, words=words, fix=fix)
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
     if source in {local_name(d) for d in dynamic}:

@@ -9,6 +9,7 @@ import functools
 import importlib
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,7 +69,7 @@ def break_type(text: str) -> BreakType | None:
 @functools.cache
 def resolves(name: str) -> bool:
     """Whether a dotted name (``torch._dynamo.config.capture_scalar_outputs``, ``torch.cond``) exists in the
-    installed torch: the longest importable module, then attributes."""
+    installed torch, and is not deprecated there: the longest importable module, then attributes."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -77,10 +78,14 @@ def resolves(name: str) -> bool:
             continue
         except Exception:  # a module that fails to import for another reason: not usable either
             return False
-        for attr in parts[cut:]:
-            if not hasattr(obj, attr):
-                return False
-            obj = getattr(obj, attr)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)  # a deprecated config key "does not do anything"
+            warnings.simplefilter("error", DeprecationWarning)
+            for attr in parts[cut:]:
+                try:
+                    obj = getattr(obj, attr)
+                except (AttributeError, FutureWarning, DeprecationWarning):
+                    return False
         return True
     return False
 

@@ -43,7 +43,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
         fix = (
             f"none needed if {name} really has no tensor work; else make sure its inputs hold tensors at the first call"
         )
-        return FailedCompile(words, "No ops traced for the FX graph", fix, cause, "")
+        return FailedCompile(words, "", fix, cause, "")
     if cap.fullgraph:
         words = (
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
@@ -57,7 +57,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     else:
         words = f"not compiled: Dynamo gave up on {name}{at} ({cause.words}); it runs eagerly on every call"
     fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
-    guard = "\n".join([*(c.guard for c in recompile if c.guard), cause.guard])
+    guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
     logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
