@@ -233,3 +233,97 @@ def test_contract_the_dynamo_internals_the_new_reads_rely_on():
     entry = {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}
     assert {"scalar", "size"} <= entry, f"torch {version}: FrameStateSizeEntry changed: {entry}"
     assert "one_graph" in inspect.signature(convert_frame._compile).parameters, f"torch {version}: _compile's one_graph"
+
+
+def test_a_frame_that_traces_no_op_is_not_a_compile_but_a_skip():
+    bank: list = []
+
+    def attend(q):
+        out = q
+        for m in bank:  # empty at the first call: nothing to trace, Dynamo skips the code for good
+            out = out + m
+        return out
+
+    f = torch.compile(attend, backend=BACKEND)
+
+    def run():
+        for _ in range(3):
+            f(torch.ones(2))
+            bank.append(torch.ones(2))
+
+    table, account = watched(run)
+    assert table.total_compiles == 0 and len(account.failed()) == 1
+    words = table.by_function("attend")[0].causes[0].words
+    assert words.startswith("not compiled: Dynamo found no tensor operation to trace in attend")
+
+
+def test_compiles_in_threads_the_watch_is_not_open_in_are_said_to_be_left_out():
+    import threading
+
+    f = torch.compile(lambda x: x * 2, backend=BACKEND)
+
+    def run():
+        f(torch.ones(2))
+        worker = threading.Thread(target=f, args=(torch.ones(2, dtype=torch.float64),))
+        worker.start()
+        worker.join()
+
+    torch._dynamo.reset()
+    with tl.watch() as w:
+        run()
+    assert w.table.total_compiles == 1 and w.table.elsewhere == 1
+    assert any("1 other compile(s) ran meanwhile in threads this watch is not open in" in s for s in w.table.summary())
+
+
+def test_a_keyword_passed_then_dropped_a_dataclass_flag_and_a_while_on_item_read_right():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Batch:
+        x: torch.Tensor
+        training: bool
+
+    def head(x, **kwargs):
+        return x * 2 if kwargs.get("scale") is None else x * kwargs["scale"]
+
+    def step(batch):
+        return batch.x * (2 if batch.training else 3)
+
+    def refine(x):
+        while x.sum().item() > 1:  # a value that decides a loop: capture_scalar_outputs is no fix
+            x = x / 2
+        return x
+
+    h, s, r = (torch.compile(fn, backend=BACKEND) for fn in (head, step, refine))
+
+    def run():
+        h(torch.ones(2), scale=3.0)
+        h(torch.ones(2))
+        s(Batch(torch.ones(2), True))
+        s(Batch(torch.ones(2), False))
+        r(torch.ones(4))
+
+    table, _ = watched(run)
+    kwargs = [c for row in table.by_function("head") for c in row.causes if c.kind == "kwargs"]
+    assert kwargs and kwargs[0].words == "the keyword argument scale was passed before and is not now"
+    flag = [c for row in table.by_function("step") for c in row.causes if c.kind == "flag"]
+    assert flag and flag[0].words.startswith("the flag batch.training was True")
+    assert "batch.training: False" in table.by_function("step")[-1].signature
+    item = [b for b in table.breaks if "Tensor.item()" in b.words]
+    assert item and all("torch.cond / torch.while_loop" in b.fix for b in item)
+
+
+def test_each_value_of_a_static_number_is_a_graph_up_to_the_limit_in_force_at_compile_time():
+    def scale(x, n):
+        return x * n
+
+    f = torch.compile(scale, backend=BACKEND, dynamic=False)
+
+    def run():
+        with torch._dynamo.config.patch(recompile_limit=3):
+            for n in (1, 2):
+                f(torch.ones(2), n)
+
+    table, _ = watched(run)  # polled after the patch is undone: the words keep the limit of the compile
+    (value,) = [c for r in table.by_function("scale") for c in r.causes if c.kind == "value"]
+    assert value.words.endswith("each new value compiles a graph of its own, at most 3)")

@@ -188,6 +188,15 @@ def words(
         )
     if ".training" in g:
         name = local_name(g.split(".training")[0].split("(")[-1])
+        first, known = re.split(r"[.\[]", name)[0], inputs or {}
+        root = known.get(first, "" if any(k.startswith(f"{first}.") for k in known) else None)
+        if root is not None and not re.search(r"\((?:train|eval)\)", root):  # a plain object's field, no module
+            return Cause(
+                "flag",
+                f"the flag {name}.training was {g.rsplit(' ', 1)[-1]} (each value is its own graph)",
+                g,
+                "expected once per value; pass a constant if it should not change",
+            )
         return Cause(
             "training",
             f"train/eval switched: {name}.training was {g.rsplit(' ', 1)[-1]}",

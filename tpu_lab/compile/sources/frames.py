@@ -4,6 +4,7 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -267,6 +268,9 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             out += [(f"{name}[{k!r}]", describe(v)) for k, v in value.items() if _interesting(v)]
         elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: by field, as the code reads it
             out += [(f"{name}.{k}", describe(v)) for k, v in zip(value._fields, value, strict=False) if _interesting(v)]
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # a dataclass: by field too
+            fields = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
+            out += [(f"{name}.{k}", describe(v)) for k, v in fields if _interesting(v) or isinstance(v, bool)]
         elif isinstance(value, (list, tuple)):
             if value and any(_interesting(v) for v in value):
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]
