@@ -85,6 +85,9 @@ def causes_of(
     best = min(
         order,
         key=lambda g: (
+            # a graph compiled for inputs that look the same as now is nearest: what differs from it is
+            # what the table cannot show (a string's value, a list's order), not what another graph names
+            g not in inputs or _distance(inputs[g], signature) > 0,
             len(per_graph[g]),
             _distance(inputs[g], signature) if g in inputs else far,
             order.index(g),
