@@ -327,3 +327,16 @@ def test_each_value_of_a_static_number_is_a_graph_up_to_the_limit_in_force_at_co
     table, _ = watched(run)  # polled after the patch is undone: the words keep the limit of the compile
     (value,) = [c for r in table.by_function("scale") for c in r.causes if c.kind == "value"]
     assert value.words.endswith("each new value compiles a graph of its own, at most 3)")
+
+
+def test_a_reordered_list_of_task_names_is_named_by_its_values_not_as_a_length_change():
+    heads = torch.nn.ModuleDict({"cls": torch.nn.Linear(4, 3), "reg": torch.nn.Linear(4, 1)})
+
+    def forward(x, tasks):
+        return {t: heads[t](x) for t in tasks}
+
+    f = torch.compile(forward, backend=BACKEND)
+    table, _ = watched(lambda: [f(torch.ones(2, 4), t) for t in (["cls"], ["cls", "reg"], ["reg", "cls"])])
+    last = [c.words for c in table.by_function("forward")[-1].causes]
+    assert "Python string tasks[0] changed (was 'cls'; its value is baked into the graph)" in last
+    assert not any("different length" in w for w in last[1:])
