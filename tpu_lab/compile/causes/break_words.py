@@ -73,6 +73,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
         if found is not None and not hints:
             hints = list(found.hints)
         cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
+    skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
+    if skipped and ("torch/" in cause.words or "torch." in cause.words):
+        fix = "none on your side: Dynamo skips this torch function on purpose (it runs eagerly between graphs)"
+        cause = dataclasses.replace(cause, fix=fix)
     if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
         # capture_scalar_outputs would only move the break to the branch on the value
         fix = "the value decides a loop or branch: compile the body instead, or use torch.cond / torch.while_loop"
