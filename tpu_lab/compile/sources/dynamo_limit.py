@@ -39,3 +39,9 @@ def limit_from_text(text: str) -> int | None:
     """The limit as Dynamo's refusal record states it (``... (currently set to 8)``)."""
     m = re.search(r"currently set to (\d+)", text or "")
     return int(m[1]) if m else None
+
+
+def recompile_limit() -> int | None:
+    import torch._dynamo.config as config
+
+    return getattr(config, "recompile_limit", None)

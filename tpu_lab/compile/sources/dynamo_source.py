@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.sources.dynamo_guards import every_failure
-from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words
+from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
     Capture,
     FunctionKey,
@@ -199,12 +199,6 @@ def _graphs_of(reasons: tuple[str, ...]) -> tuple[tuple[str, Signature], ...]:
     return tuple((i, _graphs[i][1]) for i in ids if i in _graphs)
 
 
-def recompile_limit() -> int | None:
-    import torch._dynamo.config as config
-
-    return getattr(config, "recompile_limit", None)
-
-
 def _static() -> bool:
     import torch._dynamo.config as config  # torch.compile(dynamic=False) patches it around the compile
 
@@ -327,27 +321,3 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         elif scalar:
             out.append(name)
     return ", ".join(dict.fromkeys(out))
-
-
-def dynamic_scalars(record: Any) -> frozenset[str]:
-    """The Python numbers (Dynamo's sources, ``L['n']``) that automatic dynamic shapes has made symbolic
-    for this record's code, from Dynamo's per-code state (``pgo``): a scalar entry marked auto-dynamic."""
-    try:
-        from torch._dynamo import pgo
-
-        states, dynamic = pgo.get_code_state(), pgo.auto_dynamic
-    except (ImportError, AttributeError):  # another torch: none known, the words stay the general ones
-        return frozenset()
-    where = (
-        getattr(record, "co_filename", None),
-        getattr(record, "co_firstlineno", None),
-        getattr(record, "co_name", None),
-    )
-    out = set()
-    for key, state in list(states.items()):
-        if (getattr(key, "filename", None), getattr(key, "firstlineno", None), getattr(key, "name", None)) != where:
-            continue
-        for source, entry in getattr(state, "automatic_dynamic", {}).items():
-            if getattr(entry, "scalar", None) is dynamic and not isinstance(getattr(entry, "size", None), tuple):
-                out.add(source)
-    return frozenset(out)

@@ -24,6 +24,7 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
@@ -186,7 +187,7 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
-        scalars = dynamo.dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
+        scalars = dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
         said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=cap.limit_value)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         causes = growing(causes, self._lengths.setdefault(cap.function, {}), cap.limit_value)
