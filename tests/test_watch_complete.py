@@ -233,6 +233,13 @@ def test_contract_the_dynamo_internals_the_new_reads_rely_on():
     entry = {f.name for f in dataclasses.fields(pgo.FrameStateSizeEntry)}
     assert {"scalar", "size"} <= entry, f"torch {version}: FrameStateSizeEntry changed: {entry}"
     assert "one_graph" in inspect.signature(convert_frame._compile).parameters, f"torch {version}: _compile's one_graph"
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    f = torch.compile(lambda x, n: x * n, backend=BACKEND)
+    f(torch.ones(2), 2)
+    (entry,) = _debug_get_cache_entry_list(f._torchdynamo_orig_callable.__code__)
+    assert isinstance(entry.guard_manager.code_parts, list), f"torch {version}: a graph's guard code moved"
+    assert callable(entry.guard_manager.root.get_epilogue_lambda_guards), f"torch {version}: shape guards moved"
 
 
 def test_a_frame_that_traces_no_op_is_not_a_compile_but_a_skip():
@@ -340,3 +347,53 @@ def test_a_reordered_list_of_task_names_is_named_by_its_values_not_as_a_length_c
     last = [c.words for c in table.by_function("forward")[-1].causes]
     assert "Python string tasks[0] changed (was 'cls'; its value is baked into the graph)" in last
     assert not any("different length" in w for w in last[1:])
+
+
+class Stepper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.step = 0  # an nn.Module's int attribute: Dynamo keeps it static
+
+    def forward(self, x):
+        return x * self.step
+
+
+def _ema(e, p, decay):
+    e.mul_(decay).add_(p, alpha=1 - decay)
+    return e
+
+
+@pytest.mark.parametrize(
+    "name, call",
+    [
+        ("scale", lambda f, v: f(torch.ones(2), v)),  # a plain int argument: made dynamic
+        ("ema", lambda f, v: f(torch.ones(2), torch.ones(2), 0.5 + v / 100)),  # a float used as alpha=
+        ("select", lambda f, v: f(torch.ones(2, 10), [v, v + 1])),  # a list of ints used as an index
+        ("Stepper", None),
+    ],
+)
+def test_what_the_watch_says_happens_next_is_what_happens_next(name, call):
+    """The claim "Dynamo made n dynamic, so later values reuse this graph" is checked the only honest way:
+    one more call with a new value must then compile nothing; without the claim, it must compile."""
+    fns = {
+        "scale": lambda x, n: x * n,
+        "ema": _ema,
+        "select": lambda x, idx: x[:, idx],
+    }
+    if name == "Stepper":
+        module = Stepper()
+        f = torch.compile(module, backend=BACKEND)
+
+        def call(f, v):
+            module.step = v
+            return f(torch.ones(2))
+
+    else:
+        f = torch.compile(fns[name], backend=BACKEND)
+    table, _ = watched(lambda: [call(f, v) for v in (1, 2)])
+    said = [c for r in table.rows for c in r.causes if c.kind in ("value", "value_dynamic")]
+    assert said, table
+    claims = any("so later values reuse this graph" in c.words for c in said)
+    with tl.watch() as after:
+        call(f, 3)
+    assert (after.table.total_compiles == 0) == claims, (said, after.table)

@@ -40,6 +40,7 @@ def local_name(source: str) -> str:
     ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
     s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
+    s = re.sub(r"\b___stack\d+\b", "the value carried over the graph break", s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)

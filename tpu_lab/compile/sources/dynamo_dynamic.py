@@ -1,14 +1,60 @@
-"""What Dynamo's automatic dynamic shapes decided for a compiled code object, read from its per-code state
-(``torch._dynamo.pgo``): the Python numbers it made symbolic. Part of the Dynamo source seam."""
+"""What Dynamo's automatic dynamic shapes decided for a compiled graph: the Python numbers it marked
+dynamic in its per-code state (``torch._dynamo.pgo``), less those the new graph's own guards still pin to
+one value (a float tensorified then specialised again, an nn.Module's int attribute, a list of ints), and
+the tensor dimensions the graph's guards pin to one size (a dict lookup on a size, ``mark_static``).
+Part of the Dynamo source seam: what cannot be read gives no claim, never a guess."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+_EQUALS = re.compile(r"^(?P<source>[^=<>!]+?) == [-\d.e+]+$")
+_SIZE = re.compile(r"^(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\] == \d+$")
+_CHECK = re.compile(
+    r"^check_tensor\((?P<source>.+?), \w+, DispatchKeySet.*?\bsize=\[(?P<sizes>[^\]]*)\]"
+)  # None: dynamic
 
-def dynamic_scalars(record: Any) -> frozenset[str]:
-    """The Python numbers (Dynamo's sources, ``L['n']``) that automatic dynamic shapes has made symbolic
-    for this record's code, from Dynamo's per-code state (``pgo``): a scalar entry marked auto-dynamic."""
+
+def graph_guards(code: Any, compile_id: str) -> list[str] | None:
+    """The guard code of the graph ``compile_id`` of ``code`` (None where it cannot be read)."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        entries = _debug_get_cache_entry_list(code)
+    except Exception:  # another torch, or no code: no claim
+        return None
+    for entry in entries:
+        if str(getattr(entry, "compile_id", "")) != compile_id:
+            continue
+        manager: Any = getattr(entry, "guard_manager", None)
+        parts = getattr(manager, "code_parts", None)
+        if not isinstance(parts, list):
+            return None
+        try:  # the shape environment's guards (a number pinned to a value): in code_parts from 2.15 on, else here
+            epilogue = manager.root.get_epilogue_lambda_guards()
+            parts = parts + [p for g in epilogue for p in g.verbose_code_parts()]
+        except Exception:
+            pass
+        return [str(p).split("  # ")[0].strip() for p in parts]
+    return None
+
+
+def pinned(guards: list[str]) -> tuple[frozenset[str], frozenset[tuple[str, int]]]:
+    """(numbers the graph checks for one value, (tensor, dim) it checks for one size), by Dynamo's sources."""
+    values = frozenset(m["source"].strip() for g in guards if (m := _EQUALS.match(g.strip())))
+    sizes = {(m["source"].strip(), int(m["dim"])) for g in guards if (m := _SIZE.match(g.strip()))}
+    for m in filter(None, (_CHECK.match(g.strip()) for g in guards)):
+        sizes |= {(m["source"].strip(), d) for d, n in enumerate(m["sizes"].split(",")) if n.strip().isdigit()}
+    return values, frozenset(sizes)
+
+
+def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
+    """The Python numbers (Dynamo's sources, ``L['n']``) that automatic dynamic shapes made symbolic in
+    this record's graph: marked auto-dynamic in Dynamo's per-code state, and not pinned by the graph's own
+    ``guards`` (None: they cannot be read, so no number is claimed dynamic)."""
+    if guards is None:
+        return frozenset()
     try:
         from torch._dynamo import pgo
 
@@ -27,4 +73,5 @@ def dynamic_scalars(record: Any) -> frozenset[str]:
         for source, entry in getattr(state, "automatic_dynamic", {}).items():
             if getattr(entry, "scalar", None) is dynamic and not isinstance(getattr(entry, "size", None), tuple):
                 out.add(source)
-    return frozenset(out)
+    values, _ = pinned(guards)
+    return frozenset(out - values)

@@ -133,7 +133,8 @@ def _on_compile_start(args: Any) -> None:
     compile_id = str(getattr(args, "compile_id", ""))
     # with no watch listening, only the function and its inputs are kept (for the next watch to compare)
     capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons, bool(listeners))
-    capture = capture._replace(fullgraph=bool(local.get("one_graph")), limit_value=recompile_limit())
+    code = frame.f_code if frame is not None else None
+    capture = capture._replace(fullgraph=bool(local.get("one_graph")), limit_value=recompile_limit(), code=code)
     key, signature = capture.function, capture.signature
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()

@@ -105,6 +105,8 @@ class Capture(NamedTuple):
     """At a recompile-limit refusal: the limit and where it was set, in words."""
     limit_value: int | None = None
     """The recompile limit in force for this compile (a function's own, or a ``config.patch``'s)."""
+    code: Any = None
+    """The code object compiled, to read the new graph's own guards once it exists."""
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:

@@ -24,14 +24,14 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
-from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic
+from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -187,7 +187,8 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold_backward(cap, record)
         self._forward_of[cap.compile_id] = cap
-        scalars = dynamic_scalars(record) if record is not None and cap.reasons else frozenset()
+        guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
+        scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=cap.limit_value)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         causes = growing(causes, self._lengths.setdefault(cap.function, {}), cap.limit_value)
@@ -196,7 +197,7 @@ class Watch:
             after_reset = again and cap.resets > self._resets_before
             words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
             causes = [RowCause(words, kind="first")]
-        shapes = renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names)
+        shapes = unpinned(renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
         seen, first, told = self._dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []

@@ -8,11 +8,23 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.sources.dynamo_dynamic import pinned
+from tpu_lab.compile.sources.frames import renamed
 from tpu_lab.compile.watching.watch_table import RowCause
+
+
+def unpinned(shapes: str, guards: list[str] | None, names: Sequence[tuple[str, str]]) -> str:
+    """``shapes`` (``"x dim 0, x dim 1"``: symbolic in the graph) less the dimensions the graph's own guards
+    pin to one size (a dict lookup on a size, ``mark_static``): those are not dynamic, whatever the shapes say."""
+    if not guards:
+        return shapes
+    _, sizes = pinned(guards)
+    fixed = {f"{renamed(local_name(source), names)} dim {dim}" for source, dim in sizes}
+    return ", ".join(d for d in shapes.split(", ") if d and d not in fixed)
 
 
 def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause]) -> list[str]:
