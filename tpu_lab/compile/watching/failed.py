@@ -14,6 +14,14 @@ from tpu_lab.compile.sources import frames
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import is_library, short_path
 
+_FALLS_BACK = ("Unsupported", "SkipFrame", "SkipCodeRecursiveException")  # Dynamo then runs the code eagerly
+
+
+def _suppressed() -> bool:
+    import torch._dynamo.config as config  # suppress_errors: every failure falls back to eager
+
+    return bool(getattr(config, "suppress_errors", False))
+
 
 class FailedCompile(NamedTuple):
     words: str
@@ -44,11 +52,17 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             f"none needed if {name} really has no tensor work; else make sure its inputs hold tensors at the first call"
         )
         return FailedCompile(words, "", fix, cause, "")
+    kind = str(getattr(record, "fail_type", "") or "")
     if cap.fullgraph:
         words = (
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
             f"({cause.words}); the call raised"
         )
+    elif kind not in _FALLS_BACK and not _suppressed():  # an error, not a break: Dynamo re-raises it
+        after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
+        words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
+        fix = cause.fix or "fix the error the call raised (run it once without torch.compile to see it in eager)"
+        return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     elif recompile:
         words = (
             f"recompile failed{at} ({cause.words}) after {'; '.join(c.words for c in recompile)}: no graph "
