@@ -33,3 +33,14 @@ def test_the_torch_floor_is_the_one_the_laptop_step_checks():
     torch = next(d for d in deps if d.startswith("torch"))
     assert re.fullmatch(r"torch>=2\.13,<=2\.15", torch), torch  # 2.13: the CPU wheel (FACTS.md)
     assert "the floor in pyproject.toml" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_ci_main_step_gets_the_newest_torch_and_the_laptop_step_the_floor():
+    """A fresh `pip install` resolves the newest torch pyproject.toml allows; this machine's pip config caps
+    it locally. The main step skips the config files (and checks the torch it got against the index); the
+    laptop step, after it, keeps them."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    lifted, main = ci.index("export PIP_CONFIG_FILE=/dev/null"), ci.index(".ci/readme-block test-command")
+    restored, laptop = ci.index("unset PIP_CONFIG_FILE"), ci.index(".ci/readme-block laptop-torch")
+    assert lifted < main < restored < laptop
+    assert "a fresh install resolves" in ci  # the check on the torch the main step got
