@@ -41,6 +41,6 @@ def test_ci_main_step_gets_the_newest_torch_and_the_laptop_step_the_floor():
     laptop step, after it, keeps them."""
     ci = (ROOT / ".ci" / "run").read_text()
     lifted, main = ci.index("export PIP_CONFIG_FILE=/dev/null"), ci.index(".ci/readme-block test-command")
-    restored, laptop = ci.index("unset PIP_CONFIG_FILE"), ci.index(".ci/readme-block laptop-torch")
+    restored, laptop = ci.index("unset PIP_CONFIG_FILE"), ci.index('bash -euo pipefail -c "$laptop_torch"')
     assert lifted < main < restored < laptop
     assert "a fresh install resolves" in ci  # the check on the torch the main step got
