@@ -10,6 +10,7 @@ corpus by default; tests/test_watch_corpus.py runs a sample of each in CI.
 import argparse
 import collections
 import logging
+import resource
 import sys
 import time
 
@@ -34,7 +35,10 @@ def main() -> None:
     parser.add_argument("--corpus", nargs="+", default=list(CORPORA), choices=list(CORPORA))
     parser.add_argument("--limit", type=int, default=None, help="cases per corpus (default: all)")
     parser.add_argument("--show", type=int, default=5, help="violations listed per invariant")
+    parser.add_argument("--memory-gb", type=float, default=12, help="address-space cap: a case that needs more fails")
     args = parser.parse_args()
+    cap = int(args.memory_gb * 2**30)  # a MemoryError inside one case, not the OOM killer ending the whole run
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     logging.getLogger("torch").setLevel(logging.ERROR)  # Dynamo's own warnings are the watch's rows here
     worst = 0
     for corpus in args.corpus:
