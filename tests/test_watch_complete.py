@@ -279,7 +279,7 @@ def test_compiles_in_threads_the_watch_is_not_open_in_are_said_to_be_left_out():
     with tl.watch() as w:
         run()
     assert w.table.total_compiles == 1 and w.table.elsewhere == 1
-    assert any("1 other compile(s) ran meanwhile in threads this watch is not open in" in s for s in w.table.summary())
+    assert any("1 other compile(s) ran meanwhile where this watch was not listening" in s for s in w.table.summary())
 
 
 def test_a_keyword_passed_then_dropped_a_dataclass_flag_and_a_while_on_item_read_right():

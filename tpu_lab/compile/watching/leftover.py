@@ -1,6 +1,7 @@
 """Dynamo's records that no compile this watch heard claims: a refusal at the recompile limit whose
-warning was not seen (warnings switched off), and graphs compiled in threads the watch is not open in
-(counted, so the table says they are left out instead of dropping them silently)."""
+warning was not seen (warnings switched off), and graphs compiled where the watch was not listening
+(another thread, between its blocks: counted, so the table says they are left out instead of dropping
+them silently)."""
 
 from __future__ import annotations
 

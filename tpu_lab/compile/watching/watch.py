@@ -52,7 +52,7 @@ class Watch:
         self._dynamic: dict[FunctionKey, str] = {}
         self._limited: set[FunctionKey] = set()
         self._lengths: dict[FunctionKey, dict[str, list[int]]] = {}
-        self._elsewhere = 0  # graphs compiled meanwhile in threads this watch is not open in
+        self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self._calls: Counter[FunctionKey] = Counter()

@@ -110,7 +110,7 @@ class WatchTable(CompileTableBase):
     timeline: tuple[Point, ...] = ()
     """One point per compile."""
     elsewhere: int = 0
-    """Graphs Dynamo compiled meanwhile in threads the watch was not open in (not in the rows)."""
+    """Graphs Dynamo compiled meanwhile where the watch was not listening (other threads, between its blocks)."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
 
     @property
@@ -170,8 +170,8 @@ class WatchTable(CompileTableBase):
                     lines.append(f"{r.function}: {c.words}" + (f"; fix: {c.fix}" if c.fix else ""))
         if self.elsewhere:
             lines.append(
-                f"{self.elsewhere} other compile(s) ran meanwhile in threads this watch is not open in: not in this "
-                "table (open a watch in those threads too)"
+                f"{self.elsewhere} other compile(s) ran meanwhile where this watch was not listening (another thread, "
+                "or between its blocks): not in this table (open a watch around that code too)"
             )
         if self.resets:
             lines.append(
