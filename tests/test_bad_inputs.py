@@ -144,6 +144,11 @@ CASES = {
     "load config not JSON": lambda t, f: tl.load_model(f["not_json"], device="cpu"),
     "load custom code": lambda t, f: tl.load_model(f["custom_code"], device="cpu"),
     "load safetensors header shape": lambda t, f: tl.load_model(f["bad_header"], device="cpu"),
+    "load trust_remote_code str": lambda t, f: tl.load_model(f["custom_code"], device="cpu", trust_remote_code="no"),
+    "load use_kernels str": lambda t, f: tl.load_model("tiny:qwen3", device="cpu", use_kernels="false"),
+    "load device_map per module": lambda t, f: tl.load_model("tiny:qwen3", device_map={"": 0}),
+    "load device_map balanced": lambda t, f: tl.load_model("tiny:qwen3", device_map="balanced"),
+    "load device and device_map": lambda t, f: tl.load_model("tiny:qwen3", device="cpu", device_map="cuda"),
     # tl.GenerationSession
     "session not a model": lambda t, f: tl.GenerationSession("gpt2", t.tokenizer),
     "session backend": lambda t, f: session(t, backend="warp-drive"),

@@ -1,6 +1,8 @@
 """The torchrun launcher: argv/env as a pure function, and real torchrun processes on CPU (gloo)."""
 
+import _thread
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,6 +125,32 @@ def test_crashing_rank_stops_the_others_fast():
     assert "argv: " in message and "tpu_lab.tp._torchrun" in message
     assert "rank 1: failed (exit 1)" in message and "rank 0: stopped" in message
     assert "ValueError: boom on rank 1" in message and "worker.py" in message
+    assert leftovers() == []
+
+
+def test_a_cell_interrupt_reads_as_a_stop_not_a_crash():
+    # The kernel's interrupt button is a KeyboardInterrupt in the main thread once every rank runs:
+    # one sentence and each rank's last line, still a KeyboardInterrupt (never swallowed by `except Exception`).
+    code = "import time\nprint('started', flush=True)\ntime.sleep(120)"
+    started = []
+
+    def on_output(rank, line):
+        if rank is not None and line == "started":
+            started.append(rank)
+            if len(started) == 2:  # once: a second interrupt would give up collecting the last lines
+                threading.Thread(target=_thread.interrupt_main).start()
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as e:
+        tl.launch(code, nproc=2, on_output=on_output)
+    assert time.monotonic() - start < 60
+    assert isinstance(e.value, tl.LaunchInterrupted) and not isinstance(e.value, Exception)
+    shown = e.value._render_traceback_()
+    assert "The launch was stopped by you (interrupted) after" in shown[0]
+    assert "every process of the run was stopped" in shown[0]
+    assert any("rank 0: stopped" in line and "last line: started" in line for line in shown)
+    assert not any("Traceback" in line or "queue.py" in line for line in shown)
+    assert e.value.result is not None and all(r.state.startswith("stopped") for r in e.value.result.ranks)
     assert leftovers() == []
 
 

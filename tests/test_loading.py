@@ -103,6 +103,13 @@ def test_auto_is_replaced_with_a_warning():
     assert r.device_map == "cpu" and "auto-replaced" in [f.code for f in r.findings]
 
 
+def test_device_map_is_understood_as_one_device():
+    # transformers' spelling, the likeliest thing to type after notebooks 01-02
+    assert tl.load_model("tiny:qwen3", device_map="cpu").report.device_map == "cpu"
+    with pytest.warns(TpuLabWarning, match="device=\"auto\" was replaced by 'cpu'"):
+        assert tl.load_model("tiny:qwen3", device_map="auto").report.device_map == "cpu"
+
+
 def test_report_renders():
     bundle = tl.load_model("tiny:qwen3").report._repr_mimebundle_()
     assert "placement" in bundle["text/plain"] and "cpu: " in bundle["text/html"]

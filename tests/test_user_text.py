@@ -142,3 +142,16 @@ def test_notebook_outputs_and_markdown_are_checked_but_a_cells_own_value_is_not(
     ]
     found = notebook_defects(nb)
     assert [f.split(":")[0] for f in found] == ["cell 1", "cell 2", "cell 4"], found
+
+
+def test_a_tpu_lab_error_renders_in_a_notebook_message_and_fix_first():
+    # IPython shows an exception's _render_traceback_() instead of the traceback through library source.
+    try:
+        tl.tp_preflight("tiny:qwen3", 0)
+    except tl.TpuLabError as e:
+        shown = e._render_traceback_()
+    assert shown[0].startswith("\x1b[1;31mInvalidArgument\x1b[0m: ") and "tp_size" in shown[0]
+    assert any(line.startswith("Fix: ") for line in shown)
+    assert any("test_user_text.py, line" in line and 'tl.tp_preflight("tiny:qwen3", 0)' in line for line in shown)
+    assert not any("tpu_lab/" in line for line in shown)
+    assert "traceback.print_exception(sys.last_value)" in shown[-1]

@@ -22,6 +22,7 @@ _EXPORTS = {
     "TpuLabError": "tpu_lab.errors",
     "RecompileError": "tpu_lab.errors",
     "LaunchError": "tpu_lab.errors",
+    "LaunchInterrupted": "tpu_lab.errors",
     "watch": "tpu_lab.compile.watching.watch",
     "Watch": "tpu_lab.compile.watching.watch",
     "no_recompiles": "tpu_lab.compile.watching.guard",
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from tpu_lab.compile.generation.session import GenerationSession
     from tpu_lab.compile.watching.guard import no_recompiles
     from tpu_lab.compile.watching.watch import Watch, watch
-    from tpu_lab.errors import LaunchError, RecompileError, TpuLabError
+    from tpu_lab.errors import LaunchError, LaunchInterrupted, RecompileError, TpuLabError
     from tpu_lab.host.probe import DeviceReport, probe
     from tpu_lab.models.loading import LoadedModel, load_model
     from tpu_lab.models.placement import LoadReport

@@ -10,7 +10,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from tpu_lab._checks import positive_int, positive_seconds
-from tpu_lab.errors import LaunchError, TpuLabError
+from tpu_lab.errors import LaunchError, LaunchInterrupted, TpuLabError
 from tpu_lab.tp.launch import launch
 
 
@@ -60,6 +60,9 @@ class TpuLabMagics(Magics):
             return panel
         try:
             result = launch(cell, **options)
+        except LaunchInterrupted as e:  # renders as one sentence and each rank's last line
+            self.shell.user_ns["_tp_result"] = e.result
+            raise
         except LaunchError as e:
             self.shell.user_ns["_tp_result"] = e.result
             raise UsageError(str(e)) from None  # the message says it all: no traceback into tpu_lab

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_lab._checks import boolean
 from tpu_lab._checks import name_or_path as check_name
 from tpu_lab._report import Finding, Report
 from tpu_lab.errors import (
@@ -87,6 +88,7 @@ def load_model(
     trust_remote_code: bool = False,
     use_kernels: bool = False,
     progress: ProgressCallback | None = None,
+    device_map: Any = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer on an explicit device, then prove the placement.
 
@@ -95,9 +97,15 @@ def load_model(
     ``dtype``: "bfloat16", "float16", "float32" (or a torch.dtype); None picks bfloat16 on TPU/GPU and
     float32 on CPU. ``name_or_path``: a checkpoint folder, a hub id, or ``tiny:<arch>[-kvN][-tied]``
     for an offline tiny model. ``progress(desc, n, total)`` is called as weights load (a tqdm bar is
-    shown when it is None).
+    shown when it is None). ``device_map``: transformers' spelling, understood for one device
+    ("tpu", "cuda", "cpu"; "auto" as ``device="auto"``): tpu_lab loads the whole model on one device.
+    ``trust_remote_code`` and ``use_kernels`` must be real booleans (a string such as "no" is refused,
+    never taken for its truthiness).
     """
     name = check_name(name_or_path)
+    boolean(trust_remote_code, "trust_remote_code")
+    boolean(use_kernels, "use_kernels")
+    device = device_from_map(device_map, device)
     findings: list[Finding] = []
     device, device_map = resolve_device(device, findings)
     dtype_name = resolve_dtype(dtype, device)
@@ -150,6 +158,27 @@ def load_model(
         if f.severity == "error":
             warnings.warn(f"tpu_lab: {f.message} Fix: {f.fix}", TpuLabWarning, stacklevel=2)
     return LoadedModel(model, tokenizer, report)
+
+
+def device_from_map(device_map: Any, device: Any) -> Any:
+    """transformers' ``device_map=`` as tpu_lab's ``device=``: one device by name, or refused with the fix."""
+    if device_map is None:
+        return device
+    if isinstance(device_map, str) and device_map.partition(":")[0] in ("tpu", "cuda", "cpu", "auto"):
+        if device is not None and str(device) != device_map:
+            raise InvalidArgument(
+                f"device={device!r} and device_map={device_map!r} name two different devices.",
+                fix="Pass one of them: device= is tpu_lab's name for it.",
+            )
+        return device_map
+    raise InvalidArgument(
+        f"device_map={device_map!r} is not one device: tpu_lab loads the whole model on one device and "
+        "then checks that every weight is there.",
+        cause="a per-module map (or a strategy such as 'balanced') splits the model across devices, and on a "
+        "TPU accelerate puts such a split on CPU silently",
+        fix='Pass device="tpu" (or "cuda", "cpu"); to split a model across chips use tensor parallelism '
+        "(tl.tp_preflight, then tl.launch).",
+    )
 
 
 def resolve_device(requested: str | None, findings: list[Finding] | None = None) -> tuple[str, str]:

@@ -12,9 +12,10 @@ import os
 from collections.abc import Mapping, Sequence
 
 from tpu_lab._checks import boolean, optional_callable, positive_seconds
-from tpu_lab.errors import InvalidArgument
+from tpu_lab.errors import InvalidArgument, LaunchInterrupted
 from tpu_lab.tp.job import Job, make_job
 from tpu_lab.tp.rank_files import watch_env
+from tpu_lab.tp.outcome import interrupted_error
 from tpu_lab.tp.remote_command import Hosts, Remote
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.runner import OutputCallback, Runner
@@ -110,7 +111,12 @@ def launch(
     try:
         runner.start()
         return runner.wait(timeout, on_output)
+    except LaunchInterrupted:
+        raise
+    except KeyboardInterrupt:  # during the start, or before the wait took over
+        runner.stop("interrupted")
+        raise interrupted_error(None) from None
     except BaseException:
-        if runner.state.finished is None:  # an interrupt during the start, or before the wait took over
+        if runner.state.finished is None:
             runner.stop("interrupted")
         raise

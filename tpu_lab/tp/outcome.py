@@ -4,7 +4,7 @@ when no rank did (torchrun itself killed, a host lost); or the timeout; or your 
 
 from __future__ import annotations
 
-from tpu_lab.errors import LaunchError
+from tpu_lab.errors import LaunchError, LaunchInterrupted
 from tpu_lab.tp.results import LaunchResult, RankResult
 from tpu_lab.tp.run_state import RankState
 
@@ -88,6 +88,17 @@ def _rank_failed(result: LaunchResult, rank: RankResult) -> LaunchError:
         result=result,
         cause=diverged,
         fix="Fix the error in the traceback above (the same code runs on every rank).",
+    )
+
+
+def interrupted_error(result: LaunchResult | None) -> LaunchInterrupted:
+    """What a cell interrupt during a launch ends with: one sentence and each rank's last line."""
+    if result is None:
+        return LaunchInterrupted("The launch was stopped by you (interrupted); every process of it was stopped.")
+    return LaunchInterrupted(
+        f"The launch was stopped by you (interrupted) after {result.seconds:.1f} s; {_where(result)} was stopped.\n"
+        f"{last_lines(result)}",
+        result=result,
     )
 
 

@@ -16,13 +16,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from tpu_lab.tp.job import Job
-from tpu_lab.tp.outcome import raise_for_failure
+from tpu_lab.tp.outcome import interrupted_error, raise_for_failure
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.run_state import RunState
 
 OutputCallback = Callable[["int | None", str], None]
 """``on_output(rank, line)``: one output line of a global rank (None: the launcher's own lines)."""
 STREAM_SLICE_S = 0.1
+DRAIN_AFTER_INTERRUPT_S = 15.0
 
 
 class Runner(ABC):
@@ -56,13 +57,18 @@ class Runner(ABC):
 
     def wait(self, timeout: float | None = None, on_output: OutputCallback | None = None) -> LaunchResult:
         """Stream output until the launch ends; raise LaunchError when it failed, was stopped or timed out.
-        KeyboardInterrupt (a cell interrupt) stops every process of the launch, then propagates."""
+        A cell interrupt stops every process of the launch, collects what each rank said up to the stop,
+        and raises LaunchInterrupted (a KeyboardInterrupt) that says so in one sentence, not a traceback."""
         on_output = on_output or self.print_line
         clock = self.state.clock
         try:
             while not self.stream(on_output, STREAM_SLICE_S):
                 if timeout is not None and clock() - self.state.started > timeout and self.state.stop_reason is None:
                     self.stop(f"timed out after {timeout:g} s")
+        except KeyboardInterrupt:
+            self.stop("interrupted")
+            self._result = self._drain_after_interrupt(on_output)
+            raise interrupted_error(self._result) from None
         except BaseException:
             self.stop("interrupted")
             raise
@@ -72,6 +78,19 @@ class Runner(ABC):
         self._result = self.result()
         raise_for_failure(self._result)
         return self._result
+
+    def _drain_after_interrupt(self, on_output: OutputCallback) -> LaunchResult | None:
+        """After the stop: the last output and every process's end (bounded; a second interrupt, or a
+        run that will not end, gives up the collecting, never the stop)."""
+        clock = self.state.clock
+        deadline = clock() + DRAIN_AFTER_INTERRUPT_S
+        try:
+            while not self.stream(on_output, STREAM_SLICE_S):
+                if clock() > deadline:
+                    return None
+            return self.result()
+        except Exception:  # the stop already happened; a result we cannot build is not worth a traceback
+            return None
 
     def print_line(self, rank: int | None, line: str) -> None:
         """The default ``on_output``: each rank's line, labelled ``[rank N]`` or ``[HOST rank N]``.
