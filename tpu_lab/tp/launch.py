@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from tpu_lab._checks import boolean, optional_callable, positive_seconds
 from tpu_lab.errors import InvalidArgument, LaunchInterrupted
 from tpu_lab.tp.job import Job, make_job
-from tpu_lab.tp.rank_files import watch_env
 from tpu_lab.tp.outcome import interrupted_error
+from tpu_lab.tp.rank_files import watch_env
 from tpu_lab.tp.remote_command import Hosts, Remote
 from tpu_lab.tp.results import LaunchResult
 from tpu_lab.tp.runner import OutputCallback, Runner
