@@ -80,6 +80,8 @@ def test_unknown_command_exits_2():
 WRONG = [
     (["--bogus"], "unknown option(s): --bogus"),
     (["demo", "--bogus"], "unknown option(s): --bogus"),
+    (["probe", "--jsn"], "tpu-lab probe: error: unknown option(s): --jsn (did you mean --json?)"),
+    (["demo", "--max-bukets", "4"], "unknown option(s): --max-bukets (did you mean --max-buckets?), 4"),
     (["demo", "--distinct", "0"], "argument --distinct: '0' is not allowed; use a whole number from 1 to 93"),
     (["demo", "--prompts", "0"], "argument --prompts: '0' is not allowed; use a whole number from 1 to 200"),
     (["demo", "--prompts", "many"], "argument --prompts: 'many' is not allowed; use a whole number from 1 to 200"),

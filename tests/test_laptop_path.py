@@ -21,6 +21,10 @@ def test_ci_and_binder_run_the_readme_lines_by_their_markers():
     for marker in ("test-command", "laptop-torch", "demo-command"):
         assert f".ci/readme-block {marker}" in ci, marker
     assert ".ci/readme-block laptop-torch" in (ROOT / "binder" / "postBuild").read_text()
+    # the notebooks' environment: the same install line for a reader, for CI's notebook run and for Binder
+    assert ".ci/readme-block notebook-env" in ci
+    assert ".ci/readme-block notebook-env" in (ROOT / "binder" / "postBuild").read_text()
+    assert readme_block("notebook-env").splitlines() == ['pip install -e ".[lab]"', "jupyter lab notebooks/"]
     assert not (ROOT / "binder" / "requirements.txt").exists()  # a second torch line could drift
     assert readme_block("laptop-torch") == "pip install torch --index-url https://download.pytorch.org/whl/cpu"
     assert readme_block("demo-command") == "pip install -e . && tpu-lab demo"

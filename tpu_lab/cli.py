@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import warnings
@@ -140,6 +141,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\nRun '{self.prog} --help' for the options.\n")
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, command: str | None, unknown: Sequence[str]) -> NoReturn:
+    """Exit with the unknown options named, each with the nearest option the command has."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    owner = subparsers[0].choices.get(command, parser) if subparsers and command else parser
+    options = [flag for action in owner._actions for flag in action.option_strings]
+    named = []
+    for arg in unknown:
+        near = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.6) if arg.startswith("-") else []
+        named.append(f"{arg} (did you mean {near[0]}?)" if near else arg)
+    owner.error("unknown option(s): " + ", ".join(named))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tpu_lab.demo import DEFAULT_CHART, DEFAULTS, LIMITS
 
@@ -218,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(parser, args.command, unknown)
     if args.command is None:  # bare `tpu-lab`: show what it can do
         parser.print_help()
         return 0
