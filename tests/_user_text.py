@@ -31,6 +31,14 @@ PATTERNS = {
     # {'cache_implementation': 'static'} or ('a', 'b') outside an argument
     "a dict repr": re.compile(r"(?<![=\w(`])\{'[^']*': "),
     "a tuple repr": re.compile(r"(?<![=\w`])\((?=[^)]*')(?:'[^']*'|\d+)(?:, (?:'[^']*'|\d+))+,?\)"),
+    # ['stopped', 'failed']: a list of strings printed as Python shows it
+    "a list repr": re.compile(r"(?<![=\w(`])\['[^']*'(?:, '[^']*')*\]"),
+    # "1 tokens", "1 compiles": a count of one with a plural noun
+    "one with a plural": re.compile(
+        r"(?<![\d.,])\b1 (?:tokens|compiles|compilations|recompiles|graphs|calls|ranks|prompts|processes|hosts|"
+        r"breaks|buckets|rows|chips|lengths|values|times|layers|heads|files|lines|shapes|records|errors|warnings|"
+        r"seconds|nodes|functions|frames|guards|steps|sizes|items)\b"
+    ),
     "an object repr": re.compile(
         r"<[\w.]+ object at 0x[0-9a-f]+>|\b(?:PosixPath|WindowsPath|ShapeSignature|ShapeRow|Finding|TpuChips|"
         r"CompileEvent|GenerationRecord|AcceleratorInfo|np\.float\d*|np\.int\d*)\("

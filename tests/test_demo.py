@@ -57,7 +57,7 @@ def test_saved_sentence_names_compiles_seconds_and_padding():
         None,
     )
     assert saved_sentence(result) == (
-        "Buckets saved 12 of 16 compiles and 8.0 s of compiling (pass 1: 14.0 s -> 6.0 s; pass 2 compiled 0 times "
+        "Buckets saved 12 of 16 compiles and 8.0 s of compiling (11.0 s -> 3.0 s; pass 1: 14.0 s -> 6.0 s; pass 2 compiled 0 times "
         "instead of 3), for 130 padding tokens per pass (21% of the tokens prefilled)."
     )
     text = str(result)
@@ -66,6 +66,22 @@ def test_saved_sentence_names_compiles_seconds_and_padding():
         (_run("naive", [(2, 1, 1), (0, 0, 1)], 5, 5), _run("bucketed", [(2, 1, 1), (0, 0, 1)], 5, 5)), (5,), None
     )
     assert saved_sentence(same).startswith("Buckets saved no compiles here")
+
+
+def test_totals_add_up_to_the_parts_shown_and_timing_noise_is_said():
+    from tpu_lab.demo_report import run_text
+
+    # 33.44 + 33.44 = 66.88: shown parts 33.4 + 33.4, so the total shown is 66.8, never 66.9
+    run = _run("naive", [(5, 33.44, 40.0), (5, 33.44, 40.0)], 10, 10)
+    assert "33.4 + 33.4 = 66.8" in run_text(run)
+    noisy = PolicyRun(
+        "naive", "naive", "aot_eager", run.table, run.passes, (), 10, 10,
+        cached_seconds={"short": (0.002, 12, 0.0018, 0.009), "long": (0.040, 12, 0.038, 0.041)},
+    )  # fmt: skip
+    text = run_text(noisy)
+    assert "cached calls differ 20x between shapes: a longer prompt or cache does more work per call" in text
+    assert "1 of 2 shapes' cached calls vary 3x or more from fastest to slowest" in text
+    assert "timing:" not in run_text(run)
 
 
 @pytest.mark.parametrize(

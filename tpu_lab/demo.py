@@ -273,7 +273,7 @@ def _run_policy(
             cumulative=tuple(accumulate(r.compiles for r in session.records[: PASSES * len(workload)])),
             real_tokens=sum(lengths),
             padded_tokens=sum(r.padded_length for r in session.records[: len(workload)]),
-            cached_seconds={sig: (statistics.median(t), len(t)) for sig, t in samples.items()},
+            cached_seconds={sig: (statistics.median(t), len(t), min(t), max(t)) for sig, t in samples.items()},
             timing_compiles=sum(r.compiles for r in timing),
         )
 

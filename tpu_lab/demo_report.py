@@ -60,9 +60,9 @@ class PolicyRun:
     """Prompt tokens of one pass."""
     padded_tokens: int
     """Tokens prefilled in one pass (prompt + padding)."""
-    cached_seconds: Mapping[Any, tuple[float, int]] = field(default_factory=dict)
-    """Per shape signature: the median time of its cached calls (those that compiled nothing) and how many
-    there were, over the passes and the timing rounds after them."""
+    cached_seconds: Mapping[Any, tuple[float, int, float, float]] = field(default_factory=dict)
+    """Per shape signature: the median time of its cached calls (those that compiled nothing), how many
+    there were, and the fastest and slowest, over the passes and the timing rounds after them."""
     timing_compiles: int = 0
     """Compiles during the timing rounds (0 when the passes compiled every shape)."""
 
@@ -72,7 +72,8 @@ class PolicyRun:
 
     @property
     def compile_seconds(self) -> float:
-        return sum(p.compile_seconds for p in self.passes)
+        """The sum of the passes' compile seconds as shown (each to 0.1 s), so a total adds up on screen."""
+        return round(sum(round(p.compile_seconds, 1) for p in self.passes), 1)
 
     @property
     def padding(self) -> int:
@@ -105,8 +106,36 @@ def short_reason(reason: str) -> str:
 
 
 def _cached_ms(run: PolicyRun, signature: Any) -> str:
-    median, n = run.cached_seconds.get(signature, (0.0, 0))
-    return f"{median * 1000:.1f} ({n})" if n else "-"
+    median, n, low, high = run.cached_seconds.get(signature, (0.0, 0, 0.0, 0.0))
+    if not n:
+        return "-"
+    spread = f", {low * 1000:.1f}-{high * 1000:.1f}" if n > 1 else ""
+    return f"{median * 1000:.1f} (n={n}{spread})"
+
+
+WIDE_SPREAD = 3.0
+"""A shape whose slowest cached call took this many times its fastest gets the noise note."""
+
+
+def _timing_note(run: PolicyRun) -> str | None:
+    """Why cached-call times differ, said only where they do: between shapes (size) or within one (load)."""
+    timed = [t for t in run.cached_seconds.values() if t[1]]
+    if not timed:
+        return None
+    medians = [t[0] for t in timed]
+    noisy = sum(1 for _, n, low, high in timed if n > 1 and low > 0 and high / low >= WIDE_SPREAD)
+    notes = []
+    if min(medians) > 0 and max(medians) / min(medians) >= WIDE_SPREAD:
+        notes.append(
+            f"cached calls differ {max(medians) / min(medians):.0f}x between shapes: a longer prompt or cache does "
+            "more work per call"
+        )
+    if noisy:
+        notes.append(
+            f"{noisy} of {len(timed)} shapes' cached calls vary {WIDE_SPREAD:.0f}x or more from fastest to slowest: "
+            "other work on this machine slowed some calls, so compare medians, not single calls"
+        )
+    return "  timing: " + "; ".join(notes) + "." if notes else None
 
 
 def run_text(run: PolicyRun) -> str:
@@ -122,8 +151,8 @@ def run_text(run: PolicyRun) -> str:
         )
         for r in run.table
     ]
-    head = ("shape", "calls", "compiles", "compile s", "first call ms", "cached call ms (n)", "why it compiled")
-    widths = [max(len(head[i]), *(len(c[i]) for c in cells)) for i in range(6)]
+    head = ("shape", "calls", "compiles", "compile s", "first call ms", "cached call ms (n, range)", "why it compiled")
+    widths = [max([len(head[i]), *(len(c[i]) for c in cells)]) for i in range(6)]
     lines = [f"\n== {run.name}: {run.title}"]
     for row in [head, *cells]:
         left = f"{row[0]:<{widths[0]}}"
@@ -136,8 +165,11 @@ def run_text(run: PolicyRun) -> str:
     lines.append(
         f"  calls include {TIMING_ROUNDS} timing rounds after the passes (each distinct prompt again){timing}; "
         "cached call ms: the median over the n prompts that ran that shape without compiling it (its last "
-        "call in each)."
+        "call in each), then the fastest and slowest of them."
     )
+    note = _timing_note(run)
+    if note:
+        lines.append(note)
     advice = {
         short_reason(r.reason): r.reason[len(short_reason(r.reason)) :].lstrip(":; ")
         for r in run.table
@@ -169,7 +201,8 @@ def saved_sentence(result: DemoResult) -> str:
     share = bucketed.padding / bucketed.padded_tokens if bucketed.padded_tokens else 0.0
     return (
         f"Buckets saved {saved} of {naive.compiles} compiles and "
-        f"{naive.compile_seconds - bucketed.compile_seconds:.1f} s of compiling (pass 1: "
+        f"{naive.compile_seconds - bucketed.compile_seconds:.1f} s of compiling ({naive.compile_seconds:.1f} s -> "
+        f"{bucketed.compile_seconds:.1f} s; pass 1: "
         f"{naive.passes[0].wall_seconds:.1f} s -> {bucketed.passes[0].wall_seconds:.1f} s; pass 2 compiled "
         f"{bucketed.passes[-1].compiles} times instead of {naive.passes[-1].compiles}), for "
         f"{bucketed.padding} padding tokens per pass ({share:.0%} of the tokens prefilled)."
