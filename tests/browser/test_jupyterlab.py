@@ -48,6 +48,7 @@ def lab(tmp_path_factory):
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         shutil.copy(nb, root / nb.name)
     _write_live_launch_notebook(root / LIVE_LAUNCH)
+    _write_tables_notebook(root / TABLES)
     port = _free_port()
     log = open(root / "jupyter.log", "w")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen(
@@ -114,9 +115,9 @@ def browser():
         b.close()
 
 
-def open_and_run_all(browser, lab: str, notebook: str, timeout_s: float):
+def open_and_run_all(browser, lab: str, notebook: str, timeout_s: float, *, width: int = 1400):
     """Open a notebook, wait for an idle kernel, Run All Cells, wait until every cell has run."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    page = browser.new_page(viewport={"width": width, "height": 1800})
     # A workspace of its own, reset: only this notebook open, nothing restored from an earlier page.
     page.goto(f"{lab}/lab/workspaces/{Path(notebook).stem}/tree/{notebook}?reset&token={TOKEN}")
     # A cell run before the kernel is idle is silently dropped (FACTS.md): wait for it.
@@ -343,4 +344,195 @@ def test_watch_panel_shows_the_training_loop_compiles(lab, browser):
     assert "more rows" in text_of(panel) and "(backward)" in text_of(panel.locator(".tpu-lab-watch-table"))
     assert panel.locator("img").first.evaluate("img => img.naturalWidth") > 100  # the chart rendered
     shot(page, "05-watch-panel", panel)
+    page.close()
+
+
+TABLES = "tables_at_notebook_width.ipynb"
+# A real watch of a torch.compile'd step over 32 input shapes (tiny tensors, the eager backend), plus a global
+# that changes twice and three times on two of the shapes: 32 rows, long inputs, long why/guard/fix text,
+# and rows that compiled more than others (they must come first when the table folds).
+TABLES_WATCH = """import ipywidgets
+import torch
+
+import tpu_lab as tl
+
+torch._dynamo.config.recompile_limit = 64
+SCALE = 1.0
+
+
+def step(tokens, mask, weights, scale):
+    return ((tokens * mask).float() @ weights * scale * SCALE).tanh().sum()
+
+
+def batch(n):
+    return torch.ones(2, n, dtype=torch.long), torch.ones(2, n, dtype=torch.bool), torch.ones(n, 3), 0.5
+
+
+compiled = torch.compile(step, backend="eager", dynamic=False)
+panel = tl.widgets.WatchPanel()
+display(panel)
+with panel:
+    for n in range(1, 33):
+        compiled(*batch(n))
+    for SCALE in (2.0, 3.0, 4.0):  # a global changes: the same inputs compile again, on their row
+        compiled(*batch(7))
+    for SCALE in (5.0, 6.0):
+        compiled(*batch(12))"""
+# The generation session's table: the same rendering, shown as a cell's output and in a widget (as
+# GenerationPanel shows it). Synthetic rows: a real session over 30 prompt lengths takes minutes on a CPU.
+TABLES_GENERATION = """from tpu_lab.compile.generation.signature import ShapeSignature
+from tpu_lab.compile.generation.table import CompileTable
+from tpu_lab.compile.generation.tally import ShapeRow
+
+generation = CompileTable(tuple(
+    ShapeRow(ShapeSignature("prefill", 4, n, 96, True), calls=3, compiles=1 + (n % 7 == 0),
+             compile_seconds=0.5 + n / 100, first_call_seconds=0.6, last_call_seconds=0.01,
+             reason=f"new prompt length {n} (was {n - 1}): input_ids, attention_mask, cache_position; "
+                    "pad prompts to a few bucket lengths (GenerationSession(buckets=...))",
+             guard=f"tensor 'input_ids' size mismatch at index 1. expected {n - 1}, actual {n}")
+    for n in range(5, 37)
+))
+display(generation)
+generation_widget = ipywidgets.HTML(generation.to_html())  # how GenerationPanel shows its table
+generation_widget.add_class("tpu-lab-shape-table")
+generation_widget"""
+
+
+def _write_tables_notebook(path: Path) -> None:
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(c) for c in (TABLES_WATCH, "panel.watch", TABLES_GENERATION)]
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel}), str(path))
+
+
+# What a reader cannot read at a glance in a compile table: a header or row taller than one line of text,
+# lines spaced wider than text needs, a cell whose content is cut, a table past its output's right edge or
+# scrolling sideways. Folded rows (in a closed <details>) are not on screen and not checked.
+TABLE_PROBLEMS_JS = """root => {
+  const out = [];
+  const area = root.closest('.jp-OutputArea-output') || document.body;
+  const edge = area.getBoundingClientRect().right;
+  for (const wrap of root.querySelectorAll('.tpu-lab-scroll')) {
+    if (wrap.scrollWidth > wrap.clientWidth + 1) out.push(`scrolls sideways: ${wrap.scrollWidth} > ${wrap.clientWidth}`);
+  }
+  for (const table of root.querySelectorAll('table.tpu-lab-table')) {
+    if (table.offsetParent === null) continue;
+    const right = table.getBoundingClientRect().right;
+    if (right > edge + 1) out.push(`table's right edge ${right} past its output's ${edge}`);
+    for (const row of table.rows) {
+      for (const cell of row.cells) {
+        const s = getComputedStyle(cell);
+        const line = parseFloat(s.lineHeight), font = parseFloat(s.fontSize);
+        const high = cell.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom);
+        const text = cell.textContent.trim().slice(0, 60);
+        if (!(line <= 1.6 * font)) out.push(`line-height ${s.lineHeight} for a ${font}px font: '${text}'`);
+        if (high > 1.5 * line) out.push(`${cell.tagName} taller than one line (${high}px, line ${line}px): '${text}'`);
+        if (cell.scrollWidth > cell.clientWidth + 1) out.push(`cut (${cell.scrollWidth} > ${cell.clientWidth}): '${text}'`);
+        for (const e of cell.querySelectorAll('*')) {
+          if (e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).display !== 'inline')
+            out.push(`cut inside a cell: '${e.textContent.trim().slice(0, 60)}'`);
+        }
+      }
+    }
+  }
+  return out;
+}"""
+
+# Per table of a root: its header texts and each row's cells (text, title, height), in page order.
+TABLE_ROWS_JS = """root => [...root.querySelectorAll('table.tpu-lab-table')].map(t => ({
+  header: [...t.querySelectorAll('thead th')].map(th => th.textContent.trim()),
+  headerHeight: t.tHead ? t.tHead.rows[0].getBoundingClientRect().height : 0,
+  rows: [...t.tBodies[0].rows].map(r => ({
+    height: r.getBoundingClientRect().height,
+    cells: [...r.cells].map(c => ({text: c.textContent.trim(), title: c.getAttribute('title') || ''})),
+  })),
+}))"""
+
+
+def _table_problems(locator) -> list[str]:
+    return locator.evaluate(TABLE_PROBLEMS_JS)
+
+
+def _rows(locator) -> list[dict]:
+    return locator.evaluate(TABLE_ROWS_JS)
+
+
+def _leading_number(text: str) -> float:
+    return float(re.match(r"[\d.]+", text).group())
+
+
+def _check_folded_worst_first(tables: list[dict], total_rows: int) -> list[dict]:
+    """The open table shows the rows that compiled most (then cost most), the folded one the rest, in order."""
+    header = tables[0]["header"]
+    rows = [row for t in tables for row in t["rows"]]
+    assert len(rows) == total_rows and len(tables[0]["rows"]) < total_rows, [len(t["rows"]) for t in tables]
+    n, s = header.index("compiles"), header.index("compile s")
+    keys = [(_leading_number(r["cells"][n]["text"]), _leading_number(r["cells"][s]["text"])) for r in rows]
+    assert keys == sorted(keys, reverse=True), keys
+    return rows
+
+
+def _fit_output_width(page, target: int = 900) -> None:
+    """Resize the page so a cell's output area is ``target`` px wide: JupyterLab's notebook column."""
+    area = page.locator(".jp-NotebookPanel .jp-OutputArea-output").first
+    width = page.viewport_size["width"] + target - area.bounding_box()["width"]
+    page.set_viewport_size({"width": round(width), "height": 1800})
+    wait_until(lambda: abs(area.bounding_box()["width"] - target) < 2, 10)
+
+
+def test_compile_tables_read_at_a_glance_at_notebook_width(lab, browser):
+    page = open_and_run_all(browser, lab, TABLES, 300, width=1200)
+    _fit_output_width(page)
+    cells = page.locator(".jp-NotebookPanel .jp-CodeCell")
+    panel = cells.nth(0).locator(".tpu-lab-watch-panel")
+    wait_until(lambda: text_of(panel).startswith("done:"), 60)
+    live, static = panel.locator(".tpu-lab-watch-table"), cells.nth(1).locator(".jp-OutputArea-output").first
+    shot(page, "tables-watch-panel", panel)
+    shot(page, "tables-watch-static", static)
+    for name, root in (("watch panel", live), ("static watch table", static)):
+        problems = _table_problems(root)
+        assert not problems, (name, len(problems), problems[:12])
+        tables = _rows(root)
+        rows = _check_folded_worst_first(tables, 32)  # a row per shape
+        header = tables[0]["header"]
+        assert header[:2] == ["function", "inputs"] and "fix" in " ".join(header), header
+        assert [r["cells"][header.index("compiles")]["text"] for r in rows[:2]] == ["4", "3"]  # the global's rows
+        inputs = [r["cells"][1] for r in rows]
+        assert all("…" in c["text"] and "scale: float 0.5" in c["title"] for c in inputs if len(c["title"]) > 40)
+        assert any(c["title"] for c in inputs), inputs[:3]  # long inputs are shortened, whole on hover
+        assert "more rows" in text_of(root.locator("details.tpu-lab-more > summary").first)
+    # The live panel and the static table follow the same rules: same columns, same row heights.
+    live_tables, static_tables = _rows(live), _rows(static)
+    assert live_tables[0]["header"] == static_tables[0]["header"]
+    assert abs(live_tables[0]["headerHeight"] - static_tables[0]["headerHeight"]) <= 1
+    assert [round(r["height"]) for r in live_tables[0]["rows"]] == [
+        round(r["height"]) for r in static_tables[0]["rows"]
+    ]
+    # Folded rows are one click away, and read as the open ones do.
+    for root in (live, static):
+        root.locator("details.tpu-lab-more > summary").first.click()
+        assert _table_problems(root) == []
+        # A row's whole text (why, Dynamo's guard, fix) is one click away too, wrapped within the table.
+        detail = root.locator("details.tpu-lab-detail").first
+        detail.locator("summary").click()
+        shown = text_of(detail)
+        assert "size mismatch" in shown and "fix" in shown, shown
+        assert root.evaluate(
+            "r => [...r.querySelectorAll('table.tpu-lab-table')].every(t => t.getBoundingClientRect().right"
+            " <= (r.closest('.jp-OutputArea-output') || document.body).getBoundingClientRect().right + 1)"
+        )
+    shot(page, "tables-watch-static-open", static)
+    # The generation session's table: as a cell's output and in a widget, the same rules.
+    generation = cells.nth(2).locator(".jp-OutputArea-output")
+    for root in (generation.first, generation.last.locator(".tpu-lab-shape-table")):
+        assert _table_problems(root) == []
+        tables = _rows(root)
+        rows = _check_folded_worst_first(tables, 32)
+        assert rows[0]["cells"][0]["text"] == "prefill 4x35 cache=96"  # compiled twice, the costliest of those
+    assert [round(r["height"]) for r in _rows(generation.first)[0]["rows"]] == [
+        round(r["height"]) for r in _rows(generation.last)[0]["rows"]
+    ]
+    shot(page, "tables-generation", cells.nth(2))
+    assert_no_raw_markup_or_mojibake(page)
     page.close()

@@ -1,16 +1,33 @@
 """The base both compile tables share (the session's per-shape table and the watch's per-function
-table): list-like rows, totals, and an HTML table whose headers never wrap, whose long text is cut
-with the whole text on hover, and which folds long tables, worst rows first."""
+table): list-like rows, totals, and the one HTML rendering both use, in a cell's output and in a widget
+alike (``WatchPanel``, ``GenerationPanel``): every header and row one line of text at notebook width
+(long text cut with the whole text on hover, and the row's whole why, guard and fix one click away in
+the row), long tables folded worst rows first, nothing past the right edge."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from html import escape
 from typing import Any
 
 from tpu_lab._report import Report
 
 MAX_OPEN_ROWS = 12  # rows shown before the rest fold away
+# Inline styles, not a stylesheet: an ipywidgets HTML widget sets a 28 px line-height and no table
+# padding, JupyterLab's rendered HTML its own; inline, the table reads the same in both.
+TEXT_STYLE = "font-size:var(--jp-ui-font-size1,13px);line-height:1.4"
+TABLE_STYLE = f"border-collapse:collapse;table-layout:auto;margin:0 0 4px 0;{TEXT_STYLE}"
+CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap;padding:2px 8px 2px 0;line-height:1.4"
+HEAD_STYLE = f"{CELL_STYLE};font-weight:bold;border-bottom:1px solid var(--jp-border-color1,#bdbdbd)"
+EVEN_ROW_STYLE = "background:var(--jp-rendermime-table-row-background,#f5f5f5)"
+DETAIL_STYLE = (
+    "white-space:normal;overflow-wrap:anywhere;padding:2px 0 4px 1.2em;"
+    "border-left:2px solid var(--jp-border-color2,#e0e0e0)"
+)
+# The scroll box takes its container's width and nothing from the table (width 0, min-width 100%): in
+# a widget's flex box the table can then never push the panel past the notebook's right edge; a table
+# wider than a narrow notebook scrolls sideways inside it rather than being cut.
+SCROLL_STYLE = "overflow-x:auto;width:0;min-width:100%;max-width:100%"
 
 
 class Cell(str):
@@ -25,7 +42,7 @@ class Cell(str):
 
 
 def cut(text: str, width: int) -> Cell:
-    flat = " ".join(text.split())
+    flat = _flat(text)
     return Cell(flat if len(flat) <= width else flat[: width - 1] + "…", text)
 
 
@@ -36,12 +53,27 @@ def compiled_words(compiles: int, cached: int) -> str:
     return f"{compiles} ({cached} from cache)" if cached else str(compiles)
 
 
+def problems(row: Any) -> int:
+    """What went wrong on a row beyond compiling: calls run uncompiled, compiles failed or refused."""
+    counts = ("uncompiled", "uncompiled_calls", "failed", "refused")
+    return sum(getattr(row, name, 0) or 0 for name in counts) + bool(getattr(row, "limit_hit", False))
+
+
+def worst_first(rows: Sequence[Any]) -> list[int]:
+    """Row indices, the worst first: problems, then compiles, then compile time (first seen on a tie)."""
+    return sorted(range(len(rows)), key=lambda i: (-problems(rows[i]), -rows[i].compiles, -rows[i].compile_seconds))
+
+
 class CompileTableBase(Report):
     """List-like over ``rows`` (each with ``compiles`` and ``compile_seconds``); subclasses give ``_cells``
-    (in row order), ``HEADER`` and the text/summary."""
+    (in row order), ``HEADER`` and the text/summary, and for the HTML table ``HTML_COLUMNS`` (which of
+    ``_cells``' columns show, each with the characters it shows on its one line) and ``_details`` (a row's
+    whole text, by label, behind the last shown column's disclosure)."""
 
     rows: tuple[Any, ...]
     HEADER: tuple[str, ...] = ()
+    HTML_COLUMNS: tuple[tuple[int, int], ...] = ()
+    """(index into ``HEADER``/``_cells``, characters shown); empty: every column, 60 characters each."""
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.rows)
@@ -67,7 +99,7 @@ class CompileTableBase(Report):
     def total_line(self) -> str:
         """``total: 4 compiles, 1.20 s compiling``; a run served from caches says so."""
         n, cached = self.total_compiles, self.from_cache
-        line = f"total: {n} compiles, {self.compile_seconds:.2f} s compiling"
+        line = f"total: {n} compile{'' if n == 1 else 's'}, {self.compile_seconds:.2f} s compiling"
         if cached and cached == n:
             line += " (all served from the persistent compile cache)"
         elif cached:
@@ -79,26 +111,85 @@ class CompileTableBase(Report):
     def _cells(self) -> list[tuple[str, ...]]:
         raise NotImplementedError
 
+    def _details(self, row: Any) -> list[tuple[str, str]]:
+        """A row's whole text by label (why, Dynamo's guard, fix), for its disclosure; none by default."""
+        return []
+
+    def table_html(self, banner: str, lines: Sequence[str]) -> str:
+        """The whole HTML: a banner, the table, the lines under it; the same in a cell's output and in a
+        widget (inline styles: a widget's own 28 px line-height and JupyterLab's table styles never apply)."""
+        return (
+            f"<div class='tpu-lab-compile-table' style='{TEXT_STYLE}'>{banner}{self.html_table()}"
+            f"{text_block(lines, 'tpu-lab-total')}</div>"
+        )
+
     def html_table(self) -> str:
-        """Rows worst first (most compile time) when the table is long; the rest fold under a summary."""
+        """Each header and row on one line; a long table shows its worst rows (see ``worst_first``) and
+        folds the rest under a "N more rows" summary, one click away."""
+        columns = self.HTML_COLUMNS or tuple((i, 60) for i in range(len(self.HEADER)))
+        order = worst_first(self.rows) if len(self.rows) > MAX_OPEN_ROWS else list(range(len(self.rows)))
         cells = self._cells()
-        order = list(range(len(cells)))
-        if len(cells) > MAX_OPEN_ROWS:
-            order.sort(key=lambda i: -(self.rows[i].compile_seconds + self.rows[i].compiles))
-        head = "".join(f"<th style='text-align:left;white-space:nowrap'>{escape(h)}</th>" for h in self.HEADER)
-        body = ["".join(_td(c) for c in cells[i]) for i in order]
-        shown = "".join(f"<tr>{r}</tr>" for r in body[:MAX_OPEN_ROWS])
-        table = f"<table class='tpu-lab-table'><thead><tr>{head}</tr></thead><tbody>{shown}</tbody></table>"
-        if len(body) > MAX_OPEN_ROWS:
-            rest = "".join(f"<tr>{r}</tr>" for r in body[MAX_OPEN_ROWS:])
-            table += (
-                f"<details class='tpu-lab-more'><summary>{len(body) - MAX_OPEN_ROWS} more rows (fewer compiles)"
-                f"</summary><table class='tpu-lab-table'><tbody>{rest}</tbody></table></details>"
+        header = tuple(self.HEADER[i] for i, _ in columns)
+        body = [_row(header, cells[i], columns, self._details(self.rows[i])) for i in order]
+        html = _table(header, body[:MAX_OPEN_ROWS])
+        if rest := body[MAX_OPEN_ROWS:]:
+            html += (
+                f"<details class='tpu-lab-more' style='{TEXT_STYLE}'><summary style='white-space:nowrap'>"
+                f"{len(rest)} more rows (fewer compiles)</summary>{_table(header, rest)}</details>"
             )
-        return f"<div class='tpu-lab-scroll' style='overflow-x:auto;max-width:100%'>{table}</div>"
+        return f"<div class='tpu-lab-scroll' style='{SCROLL_STYLE}'>{html}</div>"
 
 
-def _td(cell: str) -> str:
-    full = getattr(cell, "full", cell)
-    title = f" title='{escape(full)}'" if full != cell else ""
-    return f"<td style='text-align:left'{title}>{escape(str(cell))}</td>"
+def text_block(lines: Sequence[str], css_class: str) -> str:
+    """Lines under a table, at the table's size and spacing (a widget's own line-height is 28 px)."""
+    return f"<div class='{css_class}' style='{TEXT_STYLE}'>{'<br>'.join(escape(line) for line in lines)}</div>"
+
+
+def _table(header: Sequence[str], rows: Sequence[str]) -> str:
+    head = "".join(f"<th style='{HEAD_STYLE}'>{escape(h)}</th>" for h in header)
+    body = "".join(f"<tr style='{EVEN_ROW_STYLE}'>{r}</tr>" if n % 2 else f"<tr>{r}</tr>" for n, r in enumerate(rows))
+    return f"<table class='tpu-lab-table' style='{TABLE_STYLE}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _row(
+    header: Sequence[str], cells: Sequence[str], columns: Sequence[tuple[int, int]], details: list[tuple[str, str]]
+) -> str:
+    """One line: each shown cell cut to its width, its whole text on hover. Where a cell was cut or the row
+    has text no cell shows (Dynamo's guard, the fix), the last cell holds a disclosure with all of it."""
+    shown: list[tuple[str, str]] = []  # (what the cell shows, its whole text where that was cut)
+    whole = [(label, text) for label, text in details if text.strip()]
+    said = {label for label, _ in whole} | {_flat(text) for _, text in whole}
+    for label, (i, width) in zip(header, columns, strict=True):
+        full = str(getattr(cells[i], "full", cells[i]))
+        short = cut(full, width)
+        shown.append((short, full if short != full else ""))
+        if short != _flat(full) and label not in said and _flat(full) not in said:
+            whole.append((label, full))
+    visible = {_flat(s) for s, _ in shown}
+    tds = [_td(s, title) for s, title in shown[:-1]]
+    last, title = shown[-1]
+    if any(_flat(text) not in visible for _, text in whole):
+        body = "".join(f"<div><b>{escape(label)}</b>: {_lines(text)}</div>" for label, text in whole)
+        tds.append(
+            f"<td style='{CELL_STYLE}'><details class='tpu-lab-detail'><summary{_title(title)}>{escape(last)}"
+            f"</summary><div style='{DETAIL_STYLE}'>{body}</div></details></td>"
+        )
+    else:
+        tds.append(_td(last, title))
+    return "".join(tds)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _lines(text: str) -> str:
+    return "<br>".join(escape(line) for line in text.splitlines())
+
+
+def _title(text: str) -> str:
+    return f" title='{escape(text)}'" if text else ""
+
+
+def _td(shown: str, title: str) -> str:
+    return f"<td style='{CELL_STYLE}'{_title(title)}>{escape(shown)}</td>"

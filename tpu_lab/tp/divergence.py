@@ -147,7 +147,7 @@ def _differs(fn: str, ranks: list[int], mine: frozenset[str], common: frozenset[
         closest = max(missing or sorted(common), key=lambda c: _alike(sig, c))
         diff = _input_diff(sig, closest)
         kinds |= {k for _, _, _, k in diff}
-        shown = ", ".join(f"{_name(n)} {a} where {them} had {b}" for n, a, b, _ in diff[:3]) or f"inputs {sig}"
+        shown = ", ".join(_differs(_name(n), a, b, them) for n, a, b, _ in diff[:3]) or f"inputs {sig}"
         words.append(f"{who}: {name} {shown}")
     if len(extra) > 3:
         words.append(f"and {len(extra) - 3} more input signature(s) only {who} compiled")
@@ -254,6 +254,17 @@ def _name(name: str) -> str:
     return name[8:-2] if name.startswith("kwargs['") and name.endswith("']") else name
 
 
+def _differs(name: str, mine: str, theirs: str, them: str) -> str:
+    if theirs == ABSENT:
+        return f"{name} {mine}, an input {them} did not pass"
+    if mine == ABSENT:
+        return f"no {name}, which {them} passed as {theirs}"
+    return f"{name} {mine} where {them} had {theirs}"
+
+
+ABSENT = "absent"
+
+
 def _alike(a: str, b: str) -> int:
     x, y = split_signature(a), split_signature(b)
     return sum(x.get(k) == v for k, v in y.items())
@@ -264,7 +275,7 @@ def _input_diff(mine: str, theirs: str) -> list[tuple[str, str, str, str]]:
     x, y = split_signature(mine), split_signature(theirs)
     out = []
     for name in dict.fromkeys([*x, *y]):
-        a, b = x.get(name, "absent"), y.get(name, "absent")
+        a, b = x.get(name, ABSENT), y.get(name, ABSENT)
         if a != b:
             scalar = a.split(" ", 1)[0] in ("int", "float") and b.split(" ", 1)[0] in ("int", "float")
             out.append((name, a, b, "value" if scalar else "shape"))

@@ -220,7 +220,7 @@ def _check_user_plan(
                     "tp-plan-key",
                     "error",
                     f"tp_plan key {key!r} matches no module: transformers 5.x wants the full path, and raises "
-                    f"\"tp_plan keys ['{key}'] match nothing\" before loading.",
+                    f"`tp_plan keys ['{key}'] match nothing` before loading.",
                     f"Use {candidates[0]!r} instead.",
                 )
             )

@@ -35,12 +35,16 @@ class Failure(NamedTuple):
     """That line's file:line, e.g. ``train.py:81``."""
 
 
+CARRIED = "the value carried over the graph break"
+"""A resumed frame's input (Dynamo's ``___stack0``): a value the code before the break computed."""
+
+
 def local_name(source: str) -> str:
     """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it.
     ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
     s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
-    s = re.sub(r"\b___stack\d+\b", "the value carried over the graph break", s)  # a resumed frame's input
+    s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
-from tpu_lab.compile.causes.guard_values import STATIC_WORDS, with_note, without_note
+from tpu_lab.compile.causes.guard_values import STATIC_WORDS, prompt_length_words, with_note, without_note
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, where_label
 
@@ -129,8 +129,25 @@ def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], 
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
     if limit:
         words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"
-        return name, dataclasses.replace(cause, words=words)
+        fix = cause.fix
+        if fix.startswith("usually none"):  # Dynamo kept it static, so the general hope does not apply
+            fix = static_number_fix(name)
+        return name, dataclasses.replace(cause, words=words, fix=fix)
     return name, cause
+
+
+def static_number_fix(name: str) -> str:
+    """The fix for a Python int Dynamo keeps static after it changed (each value a graph)."""
+    import torch._dynamo.config as config
+
+    if name.startswith("self.") and hasattr(config, "allow_unspec_int_on_nn_module"):
+        # an nn.Module's int attribute: Dynamo keeps those static unless told otherwise
+        return (
+            f"keep {name} out of the compiled forward's Python values: hold it in a tensor (a buffer, "
+            "self.register_buffer), or set torch._dynamo.config.allow_unspec_int_on_nn_module = True "
+            "so Dynamo may make it dynamic"
+        )
+    return "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time, or keep it to a few values"
 
 
 def capture_causes(
@@ -229,6 +246,7 @@ def _dict_or_tensor(guard: str) -> str:
 
 
 _KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")
+_MASKS = re.compile(r"^(\w*attention_mask)\['\w+'\]$")
 _SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
 
 
@@ -248,11 +266,13 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
         return plural.replace("\0", joined)
     i, a, b = size.groups()
     names = list(dict.fromkeys(_KV.sub("the KV cache", n) for n in names))  # one entry per layer's keys, values
+    # transformers' mask per attention type ({'full_attention': ..., 'sliding_attention': ...}) is the mask
+    names = list(dict.fromkeys(_MASKS.sub(r"\1", n) for n in names))
     joined = _join(names)
     if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
         words = f"batch size changed {a} -> {b} in {joined}"
     elif i != "0" and any("input_ids" in n for n in names):
-        words = f"prompt length changed {a} -> {b} in {joined} (a new prompt length, or prefill <-> decode)"
+        words = prompt_length_words(a, b, f" in {joined}")
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"
     return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words

@@ -67,7 +67,8 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
                 "call alike (e.g. a number of inputs that batch_size divides)"
             )
         now = f"; {f.code}" if f.code.startswith("now passed:") else ""  # the keywords of this call
-        return Cause("kwargs", f"a keyword argument was added or dropped (there were {m['n']}{now})", g, fix)
+        were = "there was 1" if m["n"] == "1" else f"there were {m['n']}"
+        return Cause("kwargs", f"a keyword argument was added or dropped ({were}{now})", g, fix)
     if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
         return Cause(
             "optimizer_state",

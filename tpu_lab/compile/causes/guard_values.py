@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
 
 _STATE = {
     "grad_mode": (
@@ -51,6 +51,16 @@ def without_note(words: str, note: str) -> str:
     return words.replace(f"; {note})", ")").replace(f" ({note})", "")
 
 
+def prompt_length_words(a: str, b: str, where: str = "") -> str:
+    """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prefill after
+    decode steps, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
+    if b == "1" and a != "1":
+        return f"a decode step (1 new token per call){where}, where the graph held was compiled for a {a}-token prompt (prefill -> decode)"
+    if a == "1" and b != "1":
+        return f"a {b}-token prompt (prefill){where}, where the graph held was compiled for 1-token decode steps (decode -> prefill)"
+    return f"prompt length changed {a} -> {b}{where}"
+
+
 def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
     ``caller``: the library that called the compiled function (``transformers``), when not the user."""
@@ -64,6 +74,18 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
             "torch._dynamo.config.force_parameter_static_shapes = False makes them dynamic)",
         )
     bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
+    if name == CARRIED:  # computed before the break (boolean masking, nonzero, ...): nothing the user can mark
+        return Cause(
+            "size",
+            f"{CARRIED} changed size (dimension {i}: {a} -> {b}): the code before the break made it",
+            g,
+            "remove the graph break (see its fix) and this recompile goes with it; "
+            + (
+                "or pad before the break to a few sizes"
+                if tpu
+                else "else none needed once Dynamo makes the size dynamic"
+            ),
+        )
     if ("cache" in name or "keys" in name or "values" in name) and i == "2":
         if cache and not cache.startswith("Static"):
             return Cause(
@@ -82,12 +104,18 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     if i == "0" and any(k in name for k in _BATCHED):
         words = f"batch size changed {a} -> {b} ({name})"
     elif "input_ids" in name and i == "1":
-        words = f"prompt length changed {a} -> {b} (a new prompt length, or prefill <-> decode)"
+        words = prompt_length_words(a, b)
     elif "attention_mask" in name:
         words = f"attention mask length changed {a} -> {b}"
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
+        fix = (
+            f"vmap/grad fix each size into the graph, so every size compiles one: keep it fixed "
+            f"(DataLoader(drop_last=True), or pad the last batch to {a})"
+        )
+        return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
     if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
         dynamic = (
             f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "

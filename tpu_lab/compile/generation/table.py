@@ -32,6 +32,8 @@ class CompileTable(CompileTableBase):
         "last call ms",
         "why it compiled",
     )
+    # One line per row at notebook width; the whole reason and Dynamo's guard are in the row's disclosure.
+    HTML_COLUMNS = ((0, 26), (1, 6), (2, 22), (3, 9), (4, 13), (5, 12), (6, 44))
 
     def _cells(self) -> list[tuple[str, ...]]:
         return [
@@ -47,6 +49,9 @@ class CompileTable(CompileTableBase):
             )
             for r in self.rows
         ]
+
+    def _details(self, row: ShapeRow) -> list[tuple[str, str]]:
+        return [("why it compiled", row.reason), ("Dynamo's guard", row.guard)]
 
     def to_text(self) -> str:
         cells = self._cells()
@@ -64,7 +69,7 @@ class CompileTable(CompileTableBase):
             if self.limit_hit
             else ""
         )
-        return f"{banner}{self.html_table()}<div class='tpu-lab-total'>{self.total_line()}</div>"
+        return self.table_html(banner, [self.total_line()])
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{**asdict(r), **r.signature._asdict(), "signature": str(r.signature)} for r in self.rows]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import sys
 import threading
 import time
@@ -146,6 +147,10 @@ def _on_compile_start(args: Any) -> None:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
 
 
+TORCH_FUNC = "torch.func"
+"""The caller named for a function compiled through torch.func's transforms (vmap, grad)."""
+
+
 def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...], heard: bool = True) -> Capture:
     """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller
     (``heard=False``: nobody listens, so the guard re-check and the caller are skipped)."""
@@ -157,6 +162,8 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
+            if "/_functorch/" in frame.f_code.co_filename.replace("\\", "/"):  # vmap/grad fix each size
+                caller = TORCH_FUNC
     else:  # e.g. a backward graph compiled lazily at the first backward call
         key = FunctionKey(f"<{trigger.split('.')[-1].lower() or 'compile'}>", "", 0)
         signature = ()
@@ -315,6 +322,7 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
             continue
         name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
+        name = "the carried value" if re.fullmatch(r"_*stack\d+", name) else name  # a resumed frame's input
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input

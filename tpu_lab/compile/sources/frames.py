@@ -41,6 +41,7 @@ def where_label(filename: str, line: int) -> str:
 
 
 RESUME = "torch_dynamo_resume_in_"
+_CARRIED = re.compile(r"___stack\d+")
 
 
 Signature = tuple[tuple[str, str], ...]
@@ -131,7 +132,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
         later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
         return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
-    return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+    return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 
 def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -173,21 +174,44 @@ def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], 
     args, kwargs = values.get(star, ()) if star else (), values.get(stars, {}) if stars else {}
     if not isinstance(args, tuple) or not isinstance(kwargs, dict):
         return ()
+    # the wrapper's own leading parameters (``self`` of ``def wrapper(self, *args, **kwargs)``) are passed on first
+    own = [values[n] for n in code.co_varnames[: code.co_argcount] if n in values]
     for name in code.co_freevars:
         fn = values.get(name)
         if not inspect.isfunction(fn):
             continue
         try:
             params = inspect.signature(inspect.unwrap(fn)).parameters
-            bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*args, **kwargs)
+            bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*own, *args, **kwargs)
         except (TypeError, ValueError):
             continue
         positional = [
             n for n in bound.arguments if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)
-        ]
+        ][len(own) :]
         out = [(f"{star}[{i}]", n) for i, n in enumerate(positional[: len(args)])]
         return tuple(out + [(f"{stars}[{k!r}]", k) for k in kwargs if isinstance(k, str) and k.isidentifier()])
     return ()
+
+
+def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
+    """A ``*args``/``**kwargs`` decorator (``functools.wraps``' wrappers: transformers' ``deprecate_kwarg``,
+    gradient checkpointing's forward, ``torch.func.vmap``) named after the function it wraps, as the user's
+    code names it: ``Layer.forward`` for a method of a module, ``compute_loss`` for a function."""
+    if not code.co_flags & 0x0C or not code.co_freevars:
+        return None
+    wrapped = [values[n] for n in code.co_freevars if inspect.isfunction(values.get(n))]
+    wrapped = [fn for fn in wrapped if fn.__code__ is not code]  # a wrapper may name itself (is it outermost?)
+    if len(wrapped) != 1:  # none, or several functions in the closure: which one it calls is not known
+        return None
+    fn = inspect.unwrap(wrapped[0])
+    inner = getattr(fn, "__code__", None)
+    if inner is None or inner is code:
+        return None
+    name = getattr(fn, "__qualname__", fn.__name__).rsplit("<locals>.", 1)[-1]
+    owner = values.get(code.co_varnames[0]) if code.co_argcount else None
+    if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
+        name = f"{type(owner).__name__}.{fn.__name__}"
+    return FunctionKey(name, inner.co_filename, inner.co_firstlineno)
 
 
 def library_caller(stack: Any) -> str:
@@ -256,7 +280,7 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     import torch
 
     nargs = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & 4) + bool(code.co_flags & 8)
-    names = [n for n in code.co_varnames[:nargs] if not n.startswith("__")] or [
+    names = [n for n in code.co_varnames[:nargs] if not n.startswith("__") or _CARRIED.fullmatch(n)] or [
         n for n in values if not n.startswith("__")
     ]
     out: list[tuple[str, str]] = []
@@ -264,15 +288,24 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         if name not in values:
             continue
         value = values[name]
+        if _CARRIED.fullmatch(name):  # a resumed frame's input: what the code before the break computed
+            number = int(name[len("___stack") :])
+            name = "the carried value" + (f" {number + 1}" if number else "")
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
-            out += [(f"{name}[{k!r}]", describe(v)) for k, v in value.items() if _interesting(v)]
+            # a **kwargs dict: each keyword passed is guarded (its presence), so a flag passed is shown too
+            passed = bool(code.co_flags & 8) and name == code.co_varnames[nargs - 1]
+            out += [
+                (f"{name}[{k!r}]", describe(v))
+                for k, v in value.items()
+                if _interesting(v) or (passed and isinstance(v, bool))
+            ]
         elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: by field, as the code reads it
             out += [(f"{name}.{k}", describe(v)) for k, v in zip(value._fields, value, strict=False) if _interesting(v)]
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # a dataclass: by field too
             fields = ((f.name, getattr(value, f.name, None)) for f in dataclasses.fields(value))
-            out += [(f"{name}.{k}", describe(v)) for k, v in fields if _interesting(v) or isinstance(v, bool)]
+            out += [(f"{name}.{k}", describe(v)) for k, v in fields if _interesting(v) or isinstance(v, (bool, str))]
         elif isinstance(value, (list, tuple)):
             if value and any(_interesting(v) for v in value):
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]

@@ -5,11 +5,12 @@ run eagerly from now on; under ``fullgraph=True`` the call raised."""
 from __future__ import annotations
 
 import linecache
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.sources import frames
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import is_library, short_path
@@ -58,6 +59,17 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
             f"({cause.words}); the call raised"
         )
+    elif kind not in _FALLS_BACK and not _suppressed() and (marked := _marked_but_static(reason, cap)):
+        user, dim, size = marked
+        words = (
+            f"compile of {name} failed: {user} dimension {dim} was marked dynamic (mark_dynamic), but the code "
+            f"fixes it at {size}; the call raised {kind}"
+        )
+        fix = (
+            f"remove the mark_dynamic on {user}, or use torch._dynamo.maybe_mark_dynamic({user}, {dim}): dynamic "
+            "only where the code allows it"
+        )
+        return FailedCompile(words, "", fix, cause, "")
     elif kind not in _FALLS_BACK and not _suppressed():  # an error, not a break: Dynamo re-raises it
         after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
         words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
@@ -76,3 +88,17 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
     return FailedCompile(words, guard, fix, cause, break_at)
+
+
+_MARKED = re.compile(
+    r"You marked (?P<source>\S+?)\.size\(\)\[(?P<dim>\d+)\] as dynamic but your code specialized it to be a constant \((?P<size>\d+)\)"
+)
+
+
+def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str] | None:
+    """Dynamo's ConstraintViolationError for a dimension marked dynamic that the code fixes (vmap's batch,
+    a size used as a Python int): (the input by the user's name, the dimension, the size it is fixed at)."""
+    m = _MARKED.search(reason)
+    if m is None:
+        return None
+    return frames.renamed(local_name(m["source"]), cap.names), m["dim"], m["size"]

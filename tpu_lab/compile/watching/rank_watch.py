@@ -111,7 +111,10 @@ class RankWatch:
             return
         if self._on_end not in self._handler.end_callbacks:  # torch._dynamo.reset() clears callbacks
             self._handler.register_end_callback(self._on_end)
-        what = {"function": str(capture.function), "inputs": ", ".join(f"{n}: {d}" for n, d in capture.signature)}
+        from tpu_lab.compile.sources.frames import renamed  # loaded with Dynamo's source, by the first compile
+
+        inputs = ", ".join(f"{renamed(n, capture.names)}: {d}" for n, d in capture.signature)  # the user's names
+        what = {"function": str(capture.function), "inputs": inputs}
         with self._lock:
             self.compiling = {**what, "since": time.time()}
         self._write_table()  # the previous compile's record has landed by now

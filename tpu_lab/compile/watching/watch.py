@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
+import re
 import threading
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
@@ -202,7 +204,7 @@ class Watch:
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(cap.function, _shown(cap))
+        row = self._row(cap.function, _shown(cap) + _flags_now(said, _shown(cap)))
         row.compiles += 1
         row.compile_seconds += seconds
         for c in causes:
@@ -322,6 +324,18 @@ class Watch:
 def watch() -> Watch:
     """Watch every compilation inside a block (``with tl.watch() as w:``) or a function (``@tl.watch()``)."""
     return Watch()
+
+
+def _flags_now(causes: list[Cause], shown: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """A flag whose change made this graph (``need_weights=False``), with its new value, where the inputs
+    do not show it: each value is a graph of its own, so it is a row of its own too."""
+    names = {n for n, _ in shown}
+    out = []
+    for c in causes:
+        m = re.match(r"the flag (\S+) was (True|False)\b", c.words) if c.kind == "flag" else None
+        if m and m[1] not in names:
+            out.append((m[1], str(m[2] == "False")))
+    return tuple(out)
 
 
 def _shown(cap: Capture) -> tuple[tuple[str, str], ...]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
-from html import escape
 from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
@@ -112,6 +111,9 @@ class WatchTable(CompileTableBase):
     elsewhere: int = 0
     """Graphs Dynamo compiled meanwhile where the watch was not listening (other threads, between its blocks)."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
+    # One line per row at notebook width: the guard and the fix (and whatever a cut hides) are in the row's
+    # disclosure under "why it compiled", and each distinct fix also closes the summary.
+    HTML_COLUMNS = ((0, 28), (1, 24), (2, 6), (3, 22), (4, 9), (5, 40))
 
     @property
     def limit_hit(self) -> bool:
@@ -142,6 +144,11 @@ class WatchTable(CompileTableBase):
             )
             for r in self.rows
         ]
+
+    def _details(self, row: WatchRow) -> list[tuple[str, str]]:
+        causes = "\n".join(c.words + (f" (x{c.count})" if c.count > 1 else "") for c in row.causes)
+        fixes = "\n".join(dict.fromkeys(c.fix for c in row.causes if c.fix))
+        return [("why it compiled", causes), ("Dynamo's guard", row.guard), ("fix", fixes)]
 
     def summary(self) -> list[str]:
         """The closing lines: totals, graph breaks, limit, resets, then each distinct cause with its fix."""
@@ -207,8 +214,7 @@ class WatchTable(CompileTableBase):
         banner = (
             banner_html("Recompile limit hit.", LIMIT_TEXT, css_class="tpu-lab-limit-banner") if self.limit_hit else ""
         )
-        summary = "<br>".join(escape(line) for line in self.summary())
-        return f"{banner}{self.html_table()}<div class='tpu-lab-total'>{summary}</div>"
+        return self.table_html(banner, self.summary())
 
     def to_dict(self) -> dict[str, Any]:
         rows = [{**dataclasses.asdict(r), "cause": r.cause, "guard": r.guard} for r in self.rows]
