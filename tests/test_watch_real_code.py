@@ -374,10 +374,14 @@ def test_html_folds_long_tables_and_keeps_whole_text_on_hover(dynamo):
         for n in range(1, 16):
             f(torch.ones(n))
     html = w.table.to_html()
-    assert html.count("white-space:nowrap") == len(w.table.HEADER)  # headers never wrap
-    assert "<details class='tpu-lab-more'><summary>3 more rows" in html  # 15 rows: 12 shown, worst first
-    assert "<td style='text-align:left' title='pad to a few sizes, or mark the dimension dynamic" in html  # cut cell
-    assert "…</td>" in html
+    head = html[html.index("<thead>") : html.index("</thead>")]
+    assert head.count("white-space:nowrap") == head.count("<th ") == 6  # headers never wrap
+    assert "3 more rows (fewer compiles)</summary>" in html  # 15 rows: 12 shown, worst first
+    assert html.count("<details class='tpu-lab-more'") == 1
+    # a cut cell keeps its whole text on hover, and the row's guard and fix are one click away
+    assert " title='x dimension 0 changed 1 -&gt; 2 (automatic dynamic shapes off" in html and "…</summary>" in html
+    assert "<b>fix</b><div style='padding-left:1em'>pad to a few sizes, or mark the dimension dynamic" in html
+    assert "<b>Dynamo&#x27;s guard</b><div style='padding-left:1em'>tensor &#x27;x&#x27; size mismatch" in html
     full = w.to_dict()["rows"]
     assert all("\u2026" not in c["guard"] for r in full for c in r["causes"])  # the whole text in to_dict
 

@@ -17,11 +17,11 @@ MAX_OPEN_ROWS = 12  # rows shown before the rest fold away
 # padding, JupyterLab's rendered HTML its own; inline, the table reads the same in both.
 TEXT_STYLE = "font-size:var(--jp-ui-font-size1,13px);line-height:1.4"
 TABLE_STYLE = f"border-collapse:collapse;table-layout:auto;margin:0 0 4px 0;{TEXT_STYLE}"
-CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap;padding:2px 8px 2px 0;line-height:1.4"
+CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap;padding:2px 6px 2px 4px;line-height:1.4"
 HEAD_STYLE = f"{CELL_STYLE};font-weight:bold;border-bottom:1px solid var(--jp-border-color1,#bdbdbd)"
 EVEN_ROW_STYLE = "background:var(--jp-rendermime-table-row-background,#f5f5f5)"
 DETAIL_STYLE = (
-    "white-space:normal;overflow-wrap:anywhere;padding:2px 0 4px 1.2em;"
+    "white-space:normal;overflow-wrap:break-word;padding:2px 0 4px 1.2em;"
     "border-left:2px solid var(--jp-border-color2,#e0e0e0)"
 )
 # The scroll box takes its container's width and nothing from the table (width 0, min-width 100%): in
@@ -111,6 +111,11 @@ class CompileTableBase(Report):
     def _cells(self) -> list[tuple[str, ...]]:
         raise NotImplementedError
 
+    def _html_cells(self) -> list[tuple[str, ...]]:
+        """``_cells`` for the HTML table, where a subclass shortens a cell its own way (a ``Cell`` keeps the
+        whole text); the renderer then cuts each to its column's width."""
+        return self._cells()
+
     def _details(self, row: Any) -> list[tuple[str, str]]:
         """A row's whole text by label (why, Dynamo's guard, fix), for its disclosure; none by default."""
         return []
@@ -128,7 +133,7 @@ class CompileTableBase(Report):
         folds the rest under a "N more rows" summary, one click away."""
         columns = self.HTML_COLUMNS or tuple((i, 60) for i in range(len(self.HEADER)))
         order = worst_first(self.rows) if len(self.rows) > MAX_OPEN_ROWS else list(range(len(self.rows)))
-        cells = self._cells()
+        cells = self._html_cells()
         header = tuple(self.HEADER[i] for i, _ in columns)
         body = [_row(header, cells[i], columns, self._details(self.rows[i])) for i in order]
         html = _table(header, body[:MAX_OPEN_ROWS])
@@ -141,8 +146,10 @@ class CompileTableBase(Report):
 
 
 def text_block(lines: Sequence[str], css_class: str) -> str:
-    """Lines under a table, at the table's size and spacing (a widget's own line-height is 28 px)."""
-    return f"<div class='{css_class}' style='{TEXT_STYLE}'>{'<br>'.join(escape(line) for line in lines)}</div>"
+    """Lines under a table, at the table's size and spacing (a widget's own line-height is 28 px), their
+    indents kept, long ones wrapped."""
+    text = "<br>".join(escape(line) for line in lines)
+    return f"<div class='{css_class}' style='{TEXT_STYLE};white-space:pre-wrap'>{text}</div>"
 
 
 def _table(header: Sequence[str], rows: Sequence[str]) -> str:
@@ -160,8 +167,8 @@ def _row(
     whole = [(label, text) for label, text in details if text.strip()]
     said = {label for label, _ in whole} | {_flat(text) for _, text in whole}
     for label, (i, width) in zip(header, columns, strict=True):
-        full = str(getattr(cells[i], "full", cells[i]))
-        short = cut(full, width)
+        full = str(getattr(cells[i], "full", cells[i]))  # a Cell shows its own short form, cut to width
+        short = cut(str(cells[i]), width)
         shown.append((short, full if short != full else ""))
         if short != _flat(full) and label not in said and _flat(full) not in said:
             whole.append((label, full))
@@ -169,7 +176,7 @@ def _row(
     tds = [_td(s, title) for s, title in shown[:-1]]
     last, title = shown[-1]
     if any(_flat(text) not in visible for _, text in whole):
-        body = "".join(f"<div><b>{escape(label)}</b>: {_lines(text)}</div>" for label, text in whole)
+        body = "".join(f"<div><b>{escape(label)}</b>{_lines(text)}</div>" for label, text in whole)
         tds.append(
             f"<td style='{CELL_STYLE}'><details class='tpu-lab-detail'><summary{_title(title)}>{escape(last)}"
             f"</summary><div style='{DETAIL_STYLE}'>{body}</div></details></td>"
@@ -184,7 +191,8 @@ def _flat(text: str) -> str:
 
 
 def _lines(text: str) -> str:
-    return "<br>".join(escape(line) for line in text.splitlines())
+    """Each line of a detail on its own, hanging under its label."""
+    return "".join(f"<div style='padding-left:1em'>{escape(line)}</div>" for line in text.splitlines() if line.strip())
 
 
 def _title(text: str) -> str:

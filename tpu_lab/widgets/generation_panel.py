@@ -11,6 +11,7 @@ from tpu_lab.compile.buckets.policies import POLICIES, buckets_for_policy
 from tpu_lab.compile.chart import png_bytes
 from tpu_lab.compile.generation.generation_record import GenerationRecord
 from tpu_lab.compile.generation.session import GenerationSession
+from tpu_lab.compile.table_base import TEXT_STYLE
 from tpu_lab.widgets._common import error_html
 
 
@@ -138,7 +139,10 @@ class GenerationPanel(w.VBox):
                 if batched
                 else compare_policies(self.session.prompt_lengths, max_buckets=self.max_buckets)
             )
-            plans = f"<details><summary>bucket policies for the prompts seen</summary>{comparison.to_html()}</details>"
+            plans = (
+                f"<details style='{TEXT_STYLE}'><summary>bucket policies for the prompts seen</summary>"
+                f"{comparison.to_html()}</details>"
+            )
         self.table.value = table.to_html() + plans
         if len(table):
             self.chart.value = png_bytes(table.chart())

@@ -204,6 +204,8 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     if len(wrapped) != 1:  # none, or several functions in the closure: which one it calls is not known
         return None
     fn = inspect.unwrap(wrapped[0])
+    while isinstance(fn, functools.partial):  # torch.func.grad(partial(loss, model)): the function it binds
+        fn = inspect.unwrap(fn.func)
     inner = getattr(fn, "__code__", None)
     if inner is None or inner is code:
         return None

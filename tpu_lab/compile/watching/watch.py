@@ -54,6 +54,8 @@ class Watch:
         self._dynamic: dict[FunctionKey, str] = {}
         self._limited: set[FunctionKey] = set()
         self._lengths: dict[FunctionKey, dict[str, list[int]]] = {}
+        self._flags: dict[FunctionKey, dict[str, str]] = {}
+        """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
@@ -204,7 +206,10 @@ class Watch:
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(cap.function, _shown(cap) + _flags_now(said, _shown(cap)))
+        flags = self._flags.setdefault(cap.function, {})
+        flags.update(_flags_now(said))
+        shown = _shown(cap)
+        row = self._row(cap.function, shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown)))
         row.compiles += 1
         row.compile_seconds += seconds
         for c in causes:
@@ -326,16 +331,15 @@ def watch() -> Watch:
     return Watch()
 
 
-def _flags_now(causes: list[Cause], shown: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """A flag whose change made this graph (``need_weights=False``), with its new value, where the inputs
-    do not show it: each value is a graph of its own, so it is a row of its own too."""
-    names = {n for n, _ in shown}
-    out = []
+def _flags_now(causes: list[Cause]) -> dict[str, str]:
+    """Flags whose change made this graph (``need_weights``, ``self.use_cache``) with their new values:
+    each value is a graph of its own, so the inputs the rows show must tell them apart."""
+    out = {}
     for c in causes:
         m = re.match(r"the flag (\S+) was (True|False)\b", c.words) if c.kind == "flag" else None
-        if m and m[1] not in names:
-            out.append((m[1], str(m[2] == "False")))
-    return tuple(out)
+        if m:
+            out[m[1]] = str(m[2] == "False")
+    return out
 
 
 def _shown(cap: Capture) -> tuple[tuple[str, str], ...]:

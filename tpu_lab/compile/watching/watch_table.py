@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 from tpu_lab._report import banner_html
 from tpu_lab.compile.causes.cause import KIND_LABELS
 from tpu_lab.compile.causes.explain import LIMIT_TEXT
-from tpu_lab.compile.table_base import CompileTableBase, compiled_words, cut
+from tpu_lab.compile.table_base import Cell, CompileTableBase, compiled_words, cut
 
+FUNCTION_WIDTH = 31  # characters of the function column in HTML: "Sequential.forward (backward) …"
 CALLS_NOTE = (
     "calls: counted for functions the watch wraps (@w, %%watch) and the session's forwards; '-' elsewhere, "
     "where counting would cost every call"
@@ -113,7 +114,7 @@ class WatchTable(CompileTableBase):
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
     # One line per row at notebook width: the guard and the fix (and whatever a cut hides) are in the row's
     # disclosure under "why it compiled", and each distinct fix also closes the summary.
-    HTML_COLUMNS = ((0, 28), (1, 24), (2, 6), (3, 22), (4, 9), (5, 40))
+    HTML_COLUMNS = ((0, FUNCTION_WIDTH), (1, 24), (2, 6), (3, 22), (4, 9), (5, 40))
 
     @property
     def limit_hit(self) -> bool:
@@ -144,6 +145,11 @@ class WatchTable(CompileTableBase):
             )
             for r in self.rows
         ]
+
+    def _html_cells(self) -> list[tuple[str, ...]]:
+        """A long function label drops its file:line first (``Sequential.forward (backward) …``); hover or
+        the row's disclosure has it."""
+        return [(_short_function(c[0], FUNCTION_WIDTH), *c[1:]) for c in self._cells()]
 
     def _details(self, row: WatchRow) -> list[tuple[str, str]]:
         causes = "\n".join(c.words + (f" (x{c.count})" if c.count > 1 else "") for c in row.causes)
@@ -254,3 +260,11 @@ def _first_guard(guards: str) -> str:
     """The first guard behind a row, shortened, and how many more failed (all are in ``to_dict()``)."""
     lines = guards.splitlines()
     return cut(lines[0], 60) + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else "") if lines else ""
+
+
+def _short_function(label: str, width: int) -> str:
+    """``name (file:line)`` within ``width``: whole, else the name and an ellipsis where the place was."""
+    name, paren, _ = label.rpartition(" (")
+    if len(label) <= width or not paren or not label.endswith(")") or len(name) + 2 > width:
+        return label
+    return Cell(f"{name} …", label)
