@@ -98,7 +98,9 @@ def test_generation_panel_runs_prompts_and_draws_table_and_chart():
     panel = tl.widgets.GenerationPanel(session)
     assert bytes(panel.chart.value) == b"" and "total: 0 compiles" in panel.table.value
     panel.run_button.click()
-    assert "<b>2 compile(s)</b>" in panel.status.value and "first prefill compile" in panel.status.value
+    assert (
+        "<b>2 compiles</b>" in panel.status.value and "first prefill compile" not in panel.status.value
+    )  # in the table
     assert "The French Bread Law states" in panel.output.value
     panel.prompt.value = "Hello world! How are you today?"
     panel.run_button.click()
@@ -108,9 +110,9 @@ def test_generation_panel_runs_prompts_and_draws_table_and_chart():
     panel.policy.value = "recommended"
     assert session.buckets == (5, 8) and panel.status.value == "buckets: 5, 8"
     panel.warmup_button.click()
-    assert panel.status.value == "warmed up 2 shape(s): 3 compile(s)"
+    assert panel.status.value == "warmed up 2 shapes: 3 compiles"
     panel.run_button.click()
-    assert "<b>0 compile(s)</b>" in panel.status.value
+    assert "<b>0 compiles</b>" in panel.status.value
     panel.prompt.value = ""
     assert panel.run() is None and "The prompt is empty" in panel.output.value
     session.close()
@@ -177,7 +179,7 @@ def test_watch_panel_follows_a_loop_and_draws_the_chart():
         seen_live = wait_for(lambda: "lambda" in panel.table.value, 5)  # redrawn while the block still runs
     assert seen_live
     assert "tpu-lab-table" in panel.table.value and "lambda" in panel.table.value
-    assert panel.watch.table.total_compiles >= 2 and "compile(s)" in panel.status.value
+    assert panel.watch.table.total_compiles >= 2 and "compiles," in panel.status.value
     assert panel.chart.value  # PNG bytes
 
 

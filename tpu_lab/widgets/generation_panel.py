@@ -15,6 +15,11 @@ from tpu_lab.compile.table_base import TEXT_STYLE
 from tpu_lab.widgets._common import error_html
 
 
+def count(n: int, noun: str) -> str:
+    """``1 compile``, ``3 compiles``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 class GenerationPanel(w.VBox):
     """Prompt box (one prompt per line: several lines run as one batch), max_new_tokens, do_sample, bucket
     policy (length and batch buckets), Run and Warm up, the output text, a live per-shape table (batch x
@@ -42,9 +47,13 @@ class GenerationPanel(w.VBox):
             layout=w.Layout(width="340px"),
             style=label,
         )
-        self.run_button = w.Button(description="Run", button_style="primary", icon="play")
-        self.warmup_button = w.Button(description="Warm up", icon="fire", tooltip="compile every bucket now")
-        self.status = w.HTML()
+        # the buttons keep their width; the status line takes what is left and wraps (never squeezes them)
+        keep = {"flex": "0 0 auto", "width": "auto"}
+        self.run_button = w.Button(description="Run", button_style="primary", icon="play", layout=w.Layout(**keep))
+        self.warmup_button = w.Button(
+            description="Warm up", icon="fire", tooltip="compile every bucket now", layout=w.Layout(**keep)
+        )
+        self.status = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0"))
         self.output = w.HTML()
         self.table = w.HTML()
         self.chart = w.Image(format="png")
@@ -93,14 +102,13 @@ class GenerationPanel(w.VBox):
         )
         self.refresh()
         # the status line last: when it changes, the output, table and chart are already updated
-        r = records[0]
-        why = f" &middot; {escape('; '.join(r.reasons))}" if r.reasons else ""
+        r = records[0]  # why it compiled is in the table's row: said once, there
         shape = (
             f"{r.prompt_tokens} tokens -> {r.padded_length}"
             if r.batch_size == 1 and r.padded_batch == 1
             else f"{r.batch_size} prompts -> batch {r.padded_batch} x {r.padded_length}"
         )
-        self.status.value = f"{shape} &middot; <b>{r.compiles} compile(s)</b> &middot; {r.wall_seconds:.2f} s{why}"
+        self.status.value = f"{shape} &middot; <b>{count(r.compiles, 'compile')}</b> &middot; {r.wall_seconds:.2f} s"
         return result
 
     def warm_up(self) -> None:
@@ -110,7 +118,8 @@ class GenerationPanel(w.VBox):
         except Exception as e:
             self.output.value = error_html(e)
             return
-        self.status.value = f"warmed up {len(records)} shape(s): {sum(r.compiles for r in records)} compile(s)"
+        compiles = sum(r.compiles for r in records)
+        self.status.value = f"warmed up {count(len(records), 'shape')}: {count(compiles, 'compile')}"
         self.refresh()
 
     def apply_policy(self) -> None:

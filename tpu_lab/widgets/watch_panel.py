@@ -45,7 +45,7 @@ class WatchPanel(w.VBox):
         self.watch.__exit__(*exc)
         self.redraw(chart=True)
         total = self.watch.table.total_line().removeprefix("total: ")
-        self.status.value = "done: " + total.replace(" compiles,", " compile(s),", 1)
+        self.status.value = "done: " + total
 
     def _follow(self) -> None:
         while not self._stop.wait(REFRESH_SECONDS):

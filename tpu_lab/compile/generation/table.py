@@ -45,7 +45,7 @@ class CompileTable(CompileTableBase):
                 f"{r.compile_seconds:.2f}",
                 f"{r.first_call_seconds * 1000:.1f}",
                 f"{r.last_call_seconds * 1000:.1f}",
-                cut(r.reason, 160),
+                cut(r.reason or _uncompiled_words(r), 160),
             )
             for r in self.rows
         ]
@@ -80,3 +80,10 @@ class CompileTable(CompileTableBase):
         from tpu_lab.compile.chart import compile_chart
 
         return compile_chart({label: self.rows})
+
+
+def _uncompiled_words(row: Any) -> str:
+    """Why a shape that compiled nothing is there: its calls ran uncompiled at the recompile limit."""
+    if getattr(row, "uncompiled_calls", 0) and not row.compiles:
+        return "not compiled: Dynamo's recompile limit was reached, so these calls ran eagerly"
+    return ""
