@@ -11,7 +11,7 @@ from html import unescape
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.generation.table import CompileTable
 from tpu_lab.compile.generation.tally import ShapeRow
-from tpu_lab.compile.table_base import MAX_OPEN_ROWS, worst_first
+from tpu_lab.compile.table_base import LINE_CHARS, MAX_OPEN_ROWS, _widths, worst_first
 from tpu_lab.compile.watching.watch_table import RowCause, WatchRow, WatchTable
 
 LONG_INPUTS = "input_ids: i64[4, {n}], attention_mask: i64[4, {n}], cache_position: i64[{n}], use_cache: bool True"
@@ -76,8 +76,10 @@ def test_every_row_is_one_short_line_and_nothing_is_dropped():
         assert len(rows) == 32  # the open rows and the folded ones
         widths = [w for _, w in table.HTML_COLUMNS]
         for row in rows:
-            assert len(row) == len(widths)
-            assert all(len(text) <= w and "\n" not in text for text, w in zip(row, widths, strict=True)), row
+            assert len(row) == len(widths) and not any("\n" in text for text in row)
+            assert sum(len(text) for text in row) <= LINE_CHARS - 2, row  # the line holds the row
+            fixed = [(t, w) for k, (t, w) in enumerate(zip(row, widths, strict=True)) if k not in table.HTML_FLEX]
+            assert all(len(text) <= w for text, w in fixed), row
         assert "<br>" not in html[: html.index("</table>")].split("<details", 1)[0]  # no line breaks in open rows
         # every row's whole text is in the page: on hover and in the row's disclosure
         flat = unescape(html)
@@ -127,3 +129,18 @@ def test_the_static_table_and_the_widget_share_one_rendering():
     # a widget's own 28 px line-height never reaches the table or the lines under it
     assert "line-height:1.4" in panel.table.value.split("<table", 1)[0]
     assert "tpu-lab-total' style='font-size:var(--jp-ui-font-size1,13px);line-height:1.4" in panel.table.value
+
+
+def test_the_flexible_columns_take_the_room_the_others_leave():
+    header, columns = ("function", "inputs", "why it compiled"), ((0, 31), (1, 22), (2, 38))
+    why = "x dimension 0 changed 8 -> 9 (automatic dynamic shapes off, by torch.compile(dynamic=False)) " * 2
+    short = [("<lambda> (h.py:2)", "x: f32[9]", why)]
+    assert _widths(header, short, columns, (2, 1)) == [17, 9, LINE_CHARS - 2 - 17 - 9]  # why fills the line
+    crowded = [("f" * 31, "y" * 80, why), ("g", "z", "first compile")]
+    wide = [(0, 31), (1, 22), (2, 38), (0, 60)]  # a fourth column that wants most of the line
+    widths = _widths((*header, "extra"), crowded, wide, (2, 1))
+    assert widths[2] < 38 and sum(widths) == LINE_CHARS - 2  # why gives up room first
+    assert _widths(("a", "b"), [("x" * 200, "y" * 200)], ((0, 100), (1, 100)), (0, 1)) == [
+        16,
+        92,
+    ]  # a floor, then the next

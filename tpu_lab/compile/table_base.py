@@ -13,11 +13,15 @@ from typing import Any
 from tpu_lab._report import Report
 
 MAX_OPEN_ROWS = 12  # rows shown before the rest fold away
+# Characters one table row holds at notebook width: JupyterLab's output area, ~880 px, at its 13 px font
+# (measured with Debian's DejaVu Sans, wider than most UI fonts), padding and a disclosure marker counted.
+LINE_CHARS = 110
+FLEX_MIN = 16  # the fewest characters a flexible column keeps when the others need the line
 # Inline styles, not a stylesheet: an ipywidgets HTML widget sets a 28 px line-height and no table
 # padding, JupyterLab's rendered HTML its own; inline, the table reads the same in both.
 TEXT_STYLE = "font-size:var(--jp-ui-font-size1,13px);line-height:1.4"
 TABLE_STYLE = f"border-collapse:collapse;table-layout:auto;margin:0 0 4px 0;{TEXT_STYLE}"
-CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap;padding:2px 6px 2px 4px;line-height:1.4"
+CELL_STYLE = "text-align:left;vertical-align:top;white-space:nowrap;padding:2px 5px 2px 3px;line-height:1.4"
 HEAD_STYLE = f"{CELL_STYLE};font-weight:bold;border-bottom:1px solid var(--jp-border-color1,#bdbdbd)"
 EVEN_ROW_STYLE = "background:var(--jp-rendermime-table-row-background,#f5f5f5)"
 DETAIL_STYLE = (
@@ -74,6 +78,9 @@ class CompileTableBase(Report):
     HEADER: tuple[str, ...] = ()
     HTML_COLUMNS: tuple[tuple[int, int], ...] = ()
     """(index into ``HEADER``/``_cells``, characters shown); empty: every column, 60 characters each."""
+    HTML_FLEX: tuple[int, ...] = ()
+    """Positions in ``HTML_COLUMNS`` that take the characters the others leave on the line (or give them
+    up when the others need them), first first."""
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.rows)
@@ -135,6 +142,7 @@ class CompileTableBase(Report):
         order = worst_first(self.rows) if len(self.rows) > MAX_OPEN_ROWS else list(range(len(self.rows)))
         cells = self._html_cells()
         header = tuple(self.HEADER[i] for i, _ in columns)
+        columns = tuple(zip((i for i, _ in columns), _widths(header, cells, columns, self.HTML_FLEX), strict=True))
         body = [_row(header, cells[i], columns, self._details(self.rows[i])) for i in order]
         html = _table(header, body[:MAX_OPEN_ROWS])
         if rest := body[MAX_OPEN_ROWS:]:
@@ -143,6 +151,25 @@ class CompileTableBase(Report):
                 f"{len(rest)} more rows (fewer compiles)</summary>{_table(header, rest)}</details>"
             )
         return f"<div class='tpu-lab-scroll' style='{SCROLL_STYLE}'>{html}</div>"
+
+
+def _widths(
+    header: Sequence[str], cells: Sequence[Sequence[str]], columns: Sequence[tuple[int, int]], flex: Sequence[int]
+) -> list[int]:
+    """Each column's characters: its longest cell, at most its own width; then the flexible columns take
+    what is left of ``LINE_CHARS`` (or give up what the others need), so a row fills the line and no more."""
+    longest = [
+        max([len(h), *(len(_flat(str(c[i]))) for c in cells)]) for h, (i, _) in zip(header, columns, strict=True)
+    ]
+    widths = [max(len(h), min(w, n)) for h, (_, w), n in zip(header, columns, longest, strict=True)]
+    spare = LINE_CHARS - sum(widths) - 2  # the disclosure marker
+    for k in flex:
+        grow = max(0, min(spare, longest[k] - widths[k]))  # up to its longest cell
+        shrink = max(spare, min(0, FLEX_MIN - widths[k]))  # never below FLEX_MIN
+        change = grow if spare >= 0 else shrink
+        widths[k] += change
+        spare -= change
+    return widths
 
 
 def text_block(lines: Sequence[str], css_class: str) -> str:

@@ -34,6 +34,7 @@ class CompileTable(CompileTableBase):
     )
     # One line per row at notebook width; the whole reason and Dynamo's guard are in the row's disclosure.
     HTML_COLUMNS = ((0, 26), (1, 6), (2, 22), (3, 9), (4, 13), (5, 12), (6, 40))
+    HTML_FLEX = (6, 0)  # why, then the shape, take the room the others leave
 
     def _cells(self) -> list[tuple[str, ...]]:
         return [

@@ -114,7 +114,8 @@ class WatchTable(CompileTableBase):
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
     # One line per row at notebook width: the guard and the fix (and whatever a cut hides) are in the row's
     # disclosure under "why it compiled", and each distinct fix also closes the summary.
-    HTML_COLUMNS = ((0, FUNCTION_WIDTH), (1, 24), (2, 6), (3, 22), (4, 9), (5, 40))
+    HTML_COLUMNS = ((0, FUNCTION_WIDTH), (1, 22), (2, 6), (3, 22), (4, 9), (5, 38))
+    HTML_FLEX = (5, 1)  # why, then inputs, take the room the others leave
 
     @property
     def limit_hit(self) -> bool:
