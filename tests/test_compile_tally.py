@@ -5,7 +5,8 @@ from types import SimpleNamespace
 from tpu_lab.compile.causes.explain import explain
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.generation.tally import ForwardCall, ShapeTally
-from tpu_lab.compile.sources.dynamo_source import dynamic_inputs, is_limit_refusal, served_from_cache, take_record
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
+from tpu_lab.compile.sources.dynamo_source import is_limit_refusal, served_from_cache, take_record
 from tpu_lab.compile.sources.tpu_source import CompileEvent, TpuCacheSource, read_tpu_stats
 
 
@@ -138,7 +139,7 @@ def test_explain_fallbacks():
 
 
 def test_explain_new_batch_sizes_and_pairs():
-    from tpu_lab.compile.causes.explain import explain_new_shape
+    from tpu_lab.compile.generation.shape_reasons import explain_new_shape
 
     def s(phase, batch, length, cache=96):
         return ShapeSignature(phase, batch, length if phase == "prefill" else 1, cache, True)

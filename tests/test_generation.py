@@ -280,7 +280,7 @@ def test_generation_panel_runs_a_batch_and_fits_both_axes(fresh):
         panel.prompt.value = "\n".join(PROMPTS) + "\n\n"
         records = panel.run()
         assert [r.prompt for r in records] == PROMPTS and records[0].batch_shape[0] == 3
-        assert panel.status.value.startswith("3 prompts -> batch 3 x ") and "<b>2 compile(s)</b>" in panel.status.value
+        assert panel.status.value.startswith("3 prompts -> batch 3 x ") and "<b>2 compiles</b>" in panel.status.value
         assert all(p in panel.output.value for p in ("The French Bread Law states", "Hello world!"))
         assert "prefill 3x" in panel.table.value and "batch buckets" in panel.table.value
         panel.prompt.value = "Hello world!"

@@ -144,7 +144,7 @@ class _Parser(argparse.ArgumentParser):
 def _refuse_unknown(parser: argparse.ArgumentParser, command: str | None, unknown: Sequence[str]) -> NoReturn:
     """Exit with the unknown options named, each with the nearest option the command has."""
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    owner = subparsers[0].choices.get(command, parser) if subparsers and command else parser
+    owner: argparse.ArgumentParser = subparsers[0].choices.get(command, parser) if subparsers and command else parser
     options = [flag for action in owner._actions for flag in action.option_strings]
     named = []
     for arg in unknown:

@@ -147,7 +147,7 @@ def _differs(fn: str, ranks: list[int], mine: frozenset[str], common: frozenset[
         closest = max(missing or sorted(common), key=lambda c: _alike(sig, c))
         diff = _input_diff(sig, closest)
         kinds |= {k for _, _, _, k in diff}
-        shown = ", ".join(_differs(_name(n), a, b, them) for n, a, b, _ in diff[:3]) or f"inputs {sig}"
+        shown = ", ".join(_difference_words(_name(n), a, b, them) for n, a, b, _ in diff[:3]) or f"inputs {sig}"
         words.append(f"{who}: {name} {shown}")
     if len(extra) > 3:
         words.append(f"and {len(extra) - 3} more input signature(s) only {who} compiled")
@@ -254,7 +254,7 @@ def _name(name: str) -> str:
     return name[8:-2] if name.startswith("kwargs['") and name.endswith("']") else name
 
 
-def _differs(name: str, mine: str, theirs: str, them: str) -> str:
+def _difference_words(name: str, mine: str, theirs: str, them: str) -> str:
     if theirs == ABSENT:
         return f"{name} {mine}, an input {them} did not pass"
     if mine == ABSENT:

@@ -19,11 +19,11 @@ from typing import Any, overload
 from tpu_lab._checks import positive_int
 from tpu_lab._report import Report
 from tpu_lab.compile.buckets import buckets as bk
-from tpu_lab.compile.causes.explain import innermost, innermost_message
 from tpu_lab.compile.generation import batching
 from tpu_lab.compile.generation.generation_record import GenerationRecord, call_fields, row_records
 from tpu_lab.compile.generation.hooks import keep_attention_masks, private_copy, signature_of
 from tpu_lab.compile.generation.session_checks import COMPILE_PHASES, check_fits, check_session_args
+from tpu_lab.compile.generation.shape_reasons import innermost, innermost_message
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.generation.table import CompileTable
 from tpu_lab.compile.generation.tally import ForwardCall, ShapeTally

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from tpu_lab.compile.causes.explain import explain_new_shape
+from tpu_lab.compile.generation.shape_reasons import explain_new_shape
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 

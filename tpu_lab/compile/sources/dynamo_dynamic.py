@@ -6,8 +6,11 @@ Part of the Dynamo source seam: what cannot be read gives no claim, never a gues
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
+
+from tpu_lab.compile.sources.frames import Signature
 
 _EQUALS = re.compile(r"^(?P<source>[^=<>!]+?) == [-\d.e+]+$")
 _SIZE = re.compile(r"^(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\] == \d+$")
@@ -75,3 +78,29 @@ def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
                 out.add(source)
     values, _ = pinned(guards)
     return frozenset(out - values)
+
+
+def dynamic_inputs(record: Any, signature: Signature) -> str:
+    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes."""
+    text = getattr(record, "graph_node_shapes", None)
+    if not text:
+        return ""
+    try:
+        shapes = ast.literal_eval(text) if isinstance(text, str) else dict(text)
+    except (ValueError, SyntaxError):
+        return ""
+    names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
+    out = []
+    for node, shape in shapes.items():
+        if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
+            continue
+        name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
+        name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
+        name = "the carried value" if re.fullmatch(r"_*stack\d+", name) else name  # a resumed frame's input
+        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
+        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
+        if dims:  # one item per dimension: a later graph may add one dimension of the same input
+            out += [f"{name} dim {d}" for d in dims]
+        elif scalar:
+            out.append(name)
+    return ", ".join(dict.fromkeys(out))

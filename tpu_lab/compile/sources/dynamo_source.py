@@ -12,9 +12,7 @@ Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo
 
 from __future__ import annotations
 
-import ast
 import logging
-import re
 import sys
 import threading
 import time
@@ -23,15 +21,8 @@ from typing import Any
 
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
-from tpu_lab.compile.sources.frames import (
-    Capture,
-    FunctionKey,
-    Signature,
-    describe_inputs,
-    function_key,
-    library_caller,
-    user_names,
-)
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, Signature, describe_inputs, library_caller
+from tpu_lab.compile.sources.wrappers import function_key, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
@@ -304,29 +295,3 @@ def traced_nothing(record: Any) -> bool:
         and getattr(record, "graph_op_count", 0) is None
         and getattr(record, "is_forward", True) is not False
     )
-
-
-def dynamic_inputs(record: Any, signature: Signature) -> str:
-    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes."""
-    text = getattr(record, "graph_node_shapes", None)
-    if not text:
-        return ""
-    try:
-        shapes = ast.literal_eval(text) if isinstance(text, str) else dict(text)
-    except (ValueError, SyntaxError):
-        return ""
-    names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
-    out = []
-    for node, shape in shapes.items():
-        if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
-            continue
-        name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
-        name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
-        name = "the carried value" if re.fullmatch(r"_*stack\d+", name) else name  # a resumed frame's input
-        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
-        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
-        if dims:  # one item per dimension: a later graph may add one dimension of the same input
-            out += [f"{name} dim {d}" for d in dims]
-        elif scalar:
-            out.append(name)
-    return ", ".join(dict.fromkeys(out))

@@ -5,8 +5,6 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import re
 import sys
 from collections.abc import Sequence
@@ -109,111 +107,10 @@ class Capture(NamedTuple):
     code: Any = None
     """The code object compiled, to read the new graph's own guards once it exists."""
 
-
-def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
-    """The compiled function; a model's forward reached through a generic wrapper (transformers'
-    decorators, torch.compile's own) is named after the model's class."""
-    import torch
-
-    if code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or code.co_name.startswith(
-        "tpu_lab_forward_"
-    ):
-        first = values.get("self", values.get("fn"))  # torch.compile(module) wraps it in inner(fn, ...)
-        first = getattr(first, "__self__", first)  # the session's private copy wraps a bound forward
-        args = values.get("args")
-        if first is None and isinstance(args, tuple) and args:
-            first = args[0]
-        if isinstance(first, torch.nn.Module):
-            fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
-            if fwd is not None:
-                return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
-        elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
-            return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
-    if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
-        later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
-        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
-    return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
-
-
-def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """Dynamo's names for a module's inputs reached through a generic wrapper (``args[0]``,
-    ``kwargs['input_ids']``: torch.compile(module)'s ``inner``, transformers' decorators) -> the names in
-    the module's ``forward`` signature (``input``, ``input_ids``); the module itself reads ``self``."""
-    import torch
-
-    args, kwargs = values.get("args"), values.get("kwargs")
-    wrapper = code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward")
-    if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
-        return _wrapped_names(code, values)
-    module, skip = getattr(values.get("fn"), "__self__", values.get("fn")), 0  # the session's is a bound forward
-    if isinstance(values.get("fn"), functools.partial):  # torch.compile(partial(f, ...)): f's free parameters
-        return _partial_names(values["fn"], args, kwargs)
-    if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
-        module, skip = args[0], 1  # a decorated forward: args[0] is the model
-    if not isinstance(module, torch.nn.Module):
-        return _wrapped_names(code, values)
-    try:
-        params = list(inspect.signature(module.forward).parameters.values())
-    except (TypeError, ValueError):
-        return ()
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    out = [("args[0]", "self")] if skip else []
-    out += [(f"args[{i + skip}]", n) for i, n in enumerate(positional[: max(len(args) - skip, 0)])]
-    out += [(f"kwargs[{k!r}]", k) for k in (kwargs or {}) if isinstance(k, str) and k.isidentifier()]
-    return tuple(out)
-
-
-def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """A ``*args, **kwargs`` decorator's inputs by the wrapped function's parameter names: the function
-    it calls is a free variable of its closure (``functools.wraps`` also sets ``__wrapped__``)."""
-    if not code.co_flags & 0x0C or not code.co_freevars:  # no *args/**kwargs, or no closure
-        return ()
-    at = code.co_argcount + code.co_kwonlyargcount
-    star = code.co_varnames[at] if code.co_flags & 0x04 else ""
-    stars = code.co_varnames[at + bool(star)] if code.co_flags & 0x08 else ""
-    args, kwargs = values.get(star, ()) if star else (), values.get(stars, {}) if stars else {}
-    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
-        return ()
-    # the wrapper's own leading parameters (``self`` of ``def wrapper(self, *args, **kwargs)``) are passed on first
-    own = [values[n] for n in code.co_varnames[: code.co_argcount] if n in values]
-    for name in code.co_freevars:
-        fn = values.get(name)
-        if not inspect.isfunction(fn):
-            continue
-        try:
-            params = inspect.signature(inspect.unwrap(fn)).parameters
-            bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*own, *args, **kwargs)
-        except (TypeError, ValueError):
-            continue
-        positional = [
-            n for n in bound.arguments if params[n].kind in (params[n].POSITIONAL_ONLY, params[n].POSITIONAL_OR_KEYWORD)
-        ][len(own) :]
-        out = [(f"{star}[{i}]", n) for i, n in enumerate(positional[: len(args)])]
-        return tuple(out + [(f"{stars}[{k!r}]", k) for k in kwargs if isinstance(k, str) and k.isidentifier()])
-    return ()
-
-
-def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
-    """A ``*args``/``**kwargs`` decorator (``functools.wraps``' wrappers: transformers' ``deprecate_kwarg``,
-    gradient checkpointing's forward, ``torch.func.vmap``) named after the function it wraps, as the user's
-    code names it: ``Layer.forward`` for a method of a module, ``compute_loss`` for a function."""
-    if not code.co_flags & 0x0C or not code.co_freevars:
-        return None
-    wrapped = [values[n] for n in code.co_freevars if inspect.isfunction(values.get(n))]
-    wrapped = [fn for fn in wrapped if fn.__code__ is not code]  # a wrapper may name itself (is it outermost?)
-    if len(wrapped) != 1:  # none, or several functions in the closure: which one it calls is not known
-        return None
-    fn = inspect.unwrap(wrapped[0])
-    while isinstance(fn, functools.partial):  # torch.func.grad(partial(loss, model)): the function it binds
-        fn = inspect.unwrap(fn.func)
-    inner = getattr(fn, "__code__", None)
-    if inner is None or inner is code:
-        return None
-    name = getattr(fn, "__qualname__", fn.__name__).rsplit("<locals>.", 1)[-1]
-    owner = values.get(code.co_varnames[0]) if code.co_argcount else None
-    if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
-        name = f"{type(owner).__name__}.{fn.__name__}"
-    return FunctionKey(name, inner.co_filename, inner.co_firstlineno)
+    @property
+    def shown(self) -> Signature:
+        """The inputs under the user's names (``input`` for a compiled module's ``args[0]``)."""
+        return tuple((renamed(n, self.names), d) for n, d in self.signature) if self.names else self.signature
 
 
 def library_caller(stack: Any) -> str:
@@ -228,16 +125,6 @@ def library_caller(stack: Any) -> str:
 
 # torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
 _PASSED_THROUGH = ("torch", "tpu_lab", "stdlib", "<builtin>")
-
-
-def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:
-    try:
-        params = list(inspect.signature(fn).parameters.values())  # a partial's signature drops what it binds
-    except (TypeError, ValueError):
-        return ()
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    out = [(f"args[{i}]", n) for i, n in enumerate(positional[: len(args)])]
-    return tuple(out + [(f"kwargs[{k!r}]", k) for k in (kwargs or {}) if isinstance(k, str) and k.isidentifier()])
 
 
 def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
@@ -260,20 +147,6 @@ def break_location(stack: list[Any]) -> tuple[str, int, str]:
         int(mine[-1].lineno or 0),
         f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] else "",
     )
-
-
-def _wrapped_key(fn: Any) -> FunctionKey | None:
-    """A functools.partial by the function it binds; a callable object by its class's ``__call__``."""
-    import functools
-
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    code = getattr(inspect.unwrap(fn), "__code__", None) if inspect.isroutine(fn) else None
-    name = getattr(fn, "__qualname__", "")
-    if code is None and callable(fn):
-        call = inspect.unwrap(type(fn).__call__)
-        code, name = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__"
-    return FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno) if code else None
 
 
 def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
-import re
 import threading
 import time
 from collections import Counter
@@ -22,18 +21,17 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars, graph_guards
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
-from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned
+from tpu_lab.compile.watching.what_next import dynamic_note, flags_now, growing, told_dynamic, unpinned, with_flags
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -201,15 +199,14 @@ class Watch:
             after_reset = again and cap.resets > self._resets_before
             words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
             causes = [RowCause(words, kind="first")]
-        shapes = unpinned(renamed(dynamo.dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
+        shapes = unpinned(renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
         seen, first, told = self._dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         flags = self._flags.setdefault(cap.function, {})
-        flags.update(_flags_now(said))
-        shown = _shown(cap)
-        row = self._row(cap.function, shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown)))
+        flags.update(flags_now(said))
+        row = self._row(cap.function, with_flags(cap.shown, flags))
         row.compiles += 1
         row.compile_seconds += seconds
         for c in causes:
@@ -226,7 +223,7 @@ class Watch:
         graph break too, among the breaks."""
         self._handled.add(cap.compile_id)
         failed = failed_compile(cap, record, capture_causes(cap, tpu=self.on_tpu))
-        row = self._row(cap.function, _shown(cap))
+        row = self._row(cap.function, cap.shown)
         row.failed += 1
         row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
         if failed.break_at:
@@ -238,7 +235,7 @@ class Watch:
         forward = self._forward_of.pop(cap.compile_id, None)
         key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(key, _shown(forward) if forward else ())
+        row = self._row(key, forward.shown if forward else ())
         row.compiles += 1
         row.compile_seconds += seconds
         row.add(
@@ -250,7 +247,7 @@ class Watch:
     def _fold_limit(self, cap: Capture) -> CompileEvent:
         self._handled.add(cap.compile_id)
         self._limited.add(cap.function)
-        row = self._row(cap.function, _shown(cap))
+        row = self._row(cap.function, cap.shown)
         row.limit_hit = True
         row.refused += 1
         row.uncompiled += 1
@@ -329,19 +326,3 @@ class Watch:
 def watch() -> Watch:
     """Watch every compilation inside a block (``with tl.watch() as w:``) or a function (``@tl.watch()``)."""
     return Watch()
-
-
-def _flags_now(causes: list[Cause]) -> dict[str, str]:
-    """Flags whose change made this graph (``need_weights``, ``self.use_cache``) with their new values:
-    each value is a graph of its own, so the inputs the rows show must tell them apart."""
-    out = {}
-    for c in causes:
-        m = re.match(r"the flag (\S+) was (True|False)\b", c.words) if c.kind == "flag" else None
-        if m:
-            out[m[1]] = str(m[2] == "False")
-    return out
-
-
-def _shown(cap: Capture) -> tuple[tuple[str, str], ...]:
-    """A compile's inputs under the user's names (``input`` for a compiled module's ``args[0]``)."""
-    return tuple((renamed(n, cap.names), d) for n, d in cap.signature) if cap.names else cap.signature

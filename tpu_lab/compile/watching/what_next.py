@@ -1,7 +1,8 @@
 """What happens next, said where it is known: what a compile made dynamic, once per function (the inputs
 and dimensions automatic dynamic shapes made symbolic: later sizes and values reuse the graph; a Python
 number whose own cause already says so is not said twice), and a container that grows at every compile
-(each length its own graph, up to the recompile limit)."""
+(each length its own graph, up to the recompile limit); a flag that made a graph, kept in the row's inputs
+(each value is a graph of its own)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,19 @@ def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | 
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+def flags_now(causes: list[Cause]) -> dict[str, str]:
+    """Flags whose change made this graph (``need_weights``, ``self.use_cache``) with their new values:
+    each value is a graph of its own, so the inputs the rows show must tell them apart."""
+    out = {}
+    for c in causes:
+        m = re.match(r"the flag (\S+) was (True|False)\b", c.words) if c.kind == "flag" else None
+        if m:
+            out[m[1]] = str(m[2] == "False")
+    return out
+
+
+def with_flags(shown: tuple[tuple[str, str], ...], flags: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A row's inputs with the flags its function's graphs differ by, where the inputs do not show them."""
+    return shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown))
