@@ -24,11 +24,25 @@ def clean(text: str) -> str:
     """Dynamo's text as a user reads it: ``<function log at 0x7f..>`` -> ``log``, absolute paths shortened
     (``transformers/models/llama/modeling_llama.py``), no trailing ``Message: None``."""
     text = re.sub(r"\b[LG]\[['\"]([^'\"]+)['\"]\]", r"\1", text.replace("<locals>.", ""))
+    text = re.sub(r"\._(?:modules|parameters|buffers)\['(\w+)'\]", r".\1", text)  # self._modules['lstm']
     text = _REPR.sub(lambda m: m[1].rsplit(".", 1)[-1].removeprefix("<locals>"), text)
     text = _ADDRESS.sub(lambda m: f"a {m[1].rsplit('.', 1)[-1]}", text)
     text = _PATH.sub(lambda m: short_path(m[1]), text)
     text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text)
     return text.strip().rstrip(".")
+
+
+_FX_DUMP = re.compile(r"FakeTensor|\bargs=\(|\bkwargs=\{|\btarget=")
+_SETTING = re.compile(r"(?:^|(?<=\. ))(Set torch\.[\w.]+\s*=\s*\w+[^.]*)\.?")
+
+
+def _advice_in(explanation: str) -> tuple[str, list[str]]:
+    """An explanation that carries its own advice (``Set torch._dynamo.config.allow_rnn=True to enable ...``):
+    the explanation without it, and the advice as a hint (checked like any hint before it is printed)."""
+    advice = [m[1].strip() for m in _SETTING.finditer(explanation)]
+    for a in advice:
+        explanation = explanation.replace(a, "").strip()
+    return explanation.rstrip(" ."), advice
 
 
 def _sections(text: str) -> tuple[str, str, list[str]]:
@@ -66,8 +80,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
             "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)",
         )
     else:
+        explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
+        hints = [*hints, *advice]
         words = clean(explanation or (found.explanation if found and "{" not in found.explanation else "") or first)
-        if len(words) > 200:  # an FX node dumped with its fake tensors: the type and the error say it
+        if len(words) > 200 and _FX_DUMP.search(words):  # an FX node with its fake tensors: the type and error say it
             error = re.search(r"got (\w+)\((['\"])(.+?)\2\)", words)
             words = clean(first) + (f": {error[1]}: {error[3]}" if error else "")
         if found is not None and not hints:
@@ -75,7 +91,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
         cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped and ("torch/" in cause.words or "torch." in cause.words):
-        fix = "none on your side: Dynamo skips this torch function on purpose (it runs eagerly between graphs)"
+        fix = (
+            "call it outside the compiled function where you can (before or after it): Dynamo skips this torch "
+            "function on purpose and runs it eagerly, between two graphs; else accept the break"
+        )
         cause = dataclasses.replace(cause, fix=fix)
     if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
         # capture_scalar_outputs would only move the break to the branch on the value

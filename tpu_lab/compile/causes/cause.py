@@ -75,6 +75,7 @@ KIND_LABELS = {
     "training": "train/eval switched",
     "hooks": "hooks added or removed",
     "specialised": "a size crossed a bound set by a branch",
+    "number_branch": "a Python number crossed a condition set by a branch",
     "cache_length": "the KV cache length changed",
     "none": "None vs a value",
     "aliasing": "inputs aliasing changed",

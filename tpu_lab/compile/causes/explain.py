@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_values import (
+    PREFILL_DECODE_FIX,
     STATIC_WORDS,
     prompt_length_words,
     static_number_fix,
@@ -221,7 +222,8 @@ def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             out.append(dataclasses.replace(first, guard=guards))
             continue
         also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
-        out.append(Cause(first.kind, _merged_words(names, same), guards, first.fix + also, first.where))
+        fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), first.fix + also)
+        out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
     return out
 
 
@@ -252,6 +254,7 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     if size is None:
         words = first.words.replace(same[0][0], "\0")
         plural = words.replace("\0 is ", "\0 are ").replace("\0 has ", "\0 have ").replace("\0's ", "\0: their ")
+        plural = plural.replace("\0 was ", "\0 were ")
         plural = plural.replace("parameter \0", "parameters \0")
         return plural.replace("\0", joined)
     i, a, b = size.groups()

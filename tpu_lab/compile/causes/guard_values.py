@@ -51,6 +51,12 @@ def without_note(words: str, note: str) -> str:
     return words.replace(f"; {note})", ")").replace(f" ({note})", "")
 
 
+PREFILL_DECODE_FIX = (
+    "expected: prefill and decode are separate graphs (a static cache with a fixed max_cache_len keeps "
+    "decode to one graph)"
+)
+
+
 def prompt_length_words(a: str, b: str, where: str = "") -> str:
     """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prefill after
     decode steps, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
@@ -105,6 +111,8 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         words = f"batch size changed {a} -> {b} ({name})"
     elif "input_ids" in name and i == "1":
         words = prompt_length_words(a, b)
+        if "1" in (a, b) and a != b:  # prefill <-> decode: padding prompts never merges those two
+            return Cause("size", words, g, PREFILL_DECODE_FIX)
     elif "attention_mask" in name:
         words = f"attention mask length changed {a} -> {b}"
     else:

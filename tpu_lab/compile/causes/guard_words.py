@@ -107,7 +107,11 @@ def words(
                 f"{local_name(m['name'])}'s memory layout changed (stride {m['i']}: {m['a']} -> {m['b']}; "
                 "a transposed, sliced or channels_last tensor)",
                 g,
-                "call .contiguous() on it before the compiled call",
+                "expected once per memory format: convert the model once, before the first compiled call "
+                "(model.to(memory_format=torch.channels_last)), and leave it so"
+                if is_parameter(m["name"], g)
+                else "pass it in one memory format every call (always x.contiguous(), or always "
+                "x.to(memory_format=torch.channels_last))",
             )
         )
     if m := _RANK.search(g):
@@ -251,11 +255,33 @@ def words(
             "or express the branch with torch.cond",
             at,
         )
+    if (numbers := _numbers_compared(g, inputs or {})) and not _VALUE.match(g):
+        line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
+        return Cause(
+            "number_branch",
+            f"{numbers} crossed a condition the graph assumed ({local_name(g)}), set{line}: each side of it is a "
+            "graph of its own",
+            g,
+            "expected once per side of that branch; if values cross it often, branch on a tensor instead "
+            "(torch.where, or torch.cond)",
+            at,
+        )
     if (cause := object_words(g, at)) is not None:
         return cause
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
+
+
+def _numbers_compared(g: str, inputs: dict[str, str]) -> str:
+    """The Python numbers a guard compares (``(step % 2) != 0``, ``n <= 3``: a branch on a number Dynamo
+    made dynamic), by the user's names; '' when the guard is about anything else."""
+    text = local_name(g)
+    if not re.search(r"[<>]=?|[!=]=", text):
+        return ""
+    names = [n for n in dict.fromkeys(re.findall(r"[A-Za-z_][\w.]*", text)) if n not in ("and", "or", "not")]
+    numbers = [n for n in names if inputs.get(n, "").startswith(("int ", "float "))]
+    return ", ".join(numbers) if numbers and len(numbers) == len(names) else ""
 
 
 def _is_tensor(description: str) -> bool:

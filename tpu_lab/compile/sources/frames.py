@@ -223,5 +223,12 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
     layers = getattr(value, "layers", None)
     if layers:  # a transformers cache: its length is what a static cache specialises on
-        return f"{type(value).__name__} len={getattr(layers[0], 'max_cache_len', '?')}"
+        size = getattr(layers[0], "max_cache_len", None)
+        if size is None:  # a cache that grows (DynamicCache): the tokens it holds now
+            try:
+                n = int(value.get_seq_length())
+                return f"{type(value).__name__} holding {n} token{'' if n == 1 else 's'}"
+            except Exception:
+                return type(value).__name__
+        return f"{type(value).__name__} len={size}"
     return type(value).__name__

@@ -32,8 +32,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
             return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
-        later = [line for _, _, line in code.co_lines() if line and line > code.co_firstlineno]
-        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, min(later, default=0))
+        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, resume_line(code))
     return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 
@@ -140,3 +139,32 @@ def _wrapped_key(fn: Any) -> FunctionKey | None:
         call = inspect.unwrap(type(fn).__call__)
         code, name = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__"
     return FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno) if code else None
+
+
+def resume_line(code: Any) -> int:
+    """The line a resume function really continues at: its prologue jumps to the instruction after the
+    break; from there, following unconditional jumps (the end of an if-branch jumps over its else), the first
+    instruction on another line than the break's. 0 where it cannot be read."""
+    import dis
+
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:  # another Python's bytecode: no claim
+        return 0
+    at = {ins.offset: i for i, ins in enumerate(instructions)}
+    jump = next((ins for ins in instructions if ins.opname.startswith("JUMP")), None)
+    i = at.get(jump.argval) if jump is not None and isinstance(jump.argval, int) else None
+    seen = set()
+    while i is not None and i < len(instructions) and i not in seen:
+        seen.add(i)
+        ins = instructions[i]
+        line = ins.positions.lineno if ins.positions else None
+        if line and line != code.co_firstlineno:
+            return line
+        if ins.opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and isinstance(ins.argval, int):
+            i = at.get(ins.argval)
+        elif ins.opname.startswith("RETURN"):
+            return 0
+        else:
+            i += 1
+    return 0

@@ -73,7 +73,9 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     elif kind not in _FALLS_BACK and not _suppressed():  # an error, not a break: Dynamo re-raises it
         after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
         words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
-        fix = cause.fix or "fix the error the call raised (run it once without torch.compile to see it in eager)"
+        fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
+        fix = _HOP_FIXES.get(next((k for k in _HOP_FIXES if k in reason), ""), fix)
+        fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     elif recompile:
         words = (
@@ -89,6 +91,14 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
     return FailedCompile(words, guard, fix, cause, break_at)
 
+
+# torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
+_HOP_FIXES = {
+    "do not support input mutation": "the branches of torch.cond (or the body of torch.while_loop) may not change "
+    "their inputs in place: return the new value as an output instead, or update it outside",
+    "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
+    "return a copy (x.clone())",
+}
 
 _MARKED = re.compile(
     r"You marked (?P<source>\S+?)\.size\(\)\[(?P<dim>\d+)\] as dynamic but your code specialized it to be a constant \((?P<size>\d+)\)"

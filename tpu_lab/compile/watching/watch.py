@@ -11,6 +11,7 @@ Warm calls inside a watch run untouched: nothing is read until a compile happens
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import linecache
@@ -209,8 +210,8 @@ class Watch:
         row = self._row(cap.function, with_flags(cap.shown, flags))
         row.compiles += 1
         row.compile_seconds += seconds
-        for c in causes:
-            row.add(c)
+        for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)
+            row.add(c if all(c.kind != d.kind for d in causes[:i]) else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
         cached = record is not None and dynamo.served_from_cache(record)
         row.cached += cached

@@ -198,11 +198,16 @@ class WatchTable(CompileTableBase):
             for c in r.causes:
                 if c.kind not in ("first", "backward", "dynamic", "limit", "failed") and (c.count or c.guard):
                     key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
-                    fixes[key] += max(c.count, 1)
+                    fixes[key] += c.count if c.guard else max(c.count, 1)  # 0: another cause of its compile
                     said.setdefault(key, KIND_LABELS.get(c.kind, c.words))
         if fixes:
             lines.append("causes and fixes:")
-            lines += [f"  {said[k]} ({n} compile{'s' * (n > 1)}): {k[1] or 'no fix needed'}" for k, n in fixes.items()]
+            lines += [
+                f"  {said[k]} ({n} compile{'s' * (n > 1)}): {k[1] or 'no fix needed'}"
+                if n
+                else f"  {said[k]} (with another cause in the same compile): {k[1] or 'no fix needed'}"
+                for k, n in fixes.items()
+            ]
         return lines
 
     def to_text(self) -> str:
