@@ -117,7 +117,7 @@ def words(
     if m := _RANK.search(g):
         return Cause(
             "rank",
-            f"{local_name(m['name'])} has {m['b']} dimensions, was {m['a']}",
+            f"{local_name(m['name'])} has {m['b']} dimension{'' if m['b'] == '1' else 's'}, was {m['a']}",
             g,
             "expected once per rank; reshape inputs to one rank if this keeps changing",
         )
