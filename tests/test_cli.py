@@ -188,7 +188,7 @@ def test_demo_tells_one_story_and_saves_the_chart_where_asked(tmp_path):
         assert own == summary and own[0] + own[1] == own[2] == per_shape, (name, own, summary, per_shape)
         assert "first call ms" in section and "cached call ms (n, range)" in section
         assert "cached call ms: the median over the n prompts that ran that shape without compiling it" in section
-        medians = [int(n) for n in re.findall(r" \d+\.\d \((\d+)\) ", section)]
+        medians = [int(n) for n in re.findall(r" \d+\.\d \(n=(\d+)[,)]", section)]
         # bucketed: every shape serves every pass, so each distinct prompt's 3 timing calls at least; naive
         # keeps rows of cache sizes it outgrew, with the calls they had
         assert medians and min(medians) >= (3 if name == "bucketed" else 1), section

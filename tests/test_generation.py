@@ -288,7 +288,7 @@ def test_generation_panel_runs_a_batch_and_fits_both_axes(fresh):
         panel.policy.value = "recommended"
         assert s.batch_buckets == (1, 3) and "batch buckets: 1, 3" in panel.status.value
         panel.warmup_button.click()
-        assert panel.status.value.startswith("warmed up 4 shape(s)")
+        assert panel.status.value.startswith("warmed up 4 shapes")
 
 
 def test_a_second_session_on_the_same_model_takes_over_and_never_compiles_the_first(fresh):

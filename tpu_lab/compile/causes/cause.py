@@ -49,7 +49,7 @@ def local_name(source: str) -> str:
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"^fn\.keywords\['([^']+)'\]", r"\1", s)
-    return re.sub(r"^fn(?=[.\[]|$)", "self", s)
+    return re.sub(r"^fn(?=[.\[])", "self", s)
 
 
 KIND_LABELS = {

@@ -79,7 +79,7 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
     if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
         return Cause(
             "length",
-            f"{local_name(m['name'][: -len('._modules')])} has another number of modules (was {m['n']})",
+            f"{local_name(m['name']).removesuffix('._modules')} has another number of modules (was {m['n']})",
             g,
             "expected once per model depth; add or remove layers before the first compiled call",
         )

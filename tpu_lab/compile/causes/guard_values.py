@@ -58,12 +58,12 @@ PREFILL_DECODE_FIX = (
 
 
 def prompt_length_words(a: str, b: str, where: str = "") -> str:
-    """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prefill after
-    decode steps, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
+    """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prompt after a
+    1-token graph, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
     if b == "1" and a != "1":
-        return f"a decode step (1 new token per call){where}, where the graph held was compiled for a {a}-token prompt (prefill -> decode)"
+        return f"a decode step (1 token per call){where}, where the graph held was compiled for a {a}-token prompt (prefill -> decode)"
     if a == "1" and b != "1":
-        return f"a {b}-token prompt (prefill){where}, where the graph held was compiled for 1-token decode steps (decode -> prefill)"
+        return f"a {b}-token prompt (prefill){where}, where the graph held was compiled for 1 token (a decode step or a 1-token prompt)"
     return f"prompt length changed {a} -> {b}{where}"
 
 
@@ -111,7 +111,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         words = f"batch size changed {a} -> {b} ({name})"
     elif "input_ids" in name and i == "1":
         words = prompt_length_words(a, b)
-        if "1" in (a, b) and a != b:  # prefill <-> decode: padding prompts never merges those two
+        if b == "1" and a != "1":  # prefill -> decode: padding prompts never merges those two
             return Cause("size", words, g, PREFILL_DECODE_FIX)
     elif "attention_mask" in name:
         words = f"attention mask length changed {a} -> {b}"

@@ -224,10 +224,9 @@ def describe(value: Any) -> str:
     layers = getattr(value, "layers", None)
     if layers:  # a transformers cache: its length is what a static cache specialises on
         size = getattr(layers[0], "max_cache_len", None)
-        if size is None:  # a cache that grows (DynamicCache): the tokens it holds now
+        if size is None:  # a cache that grows (DynamicCache): its length is the tokens it holds now
             try:
-                n = int(value.get_seq_length())
-                return f"{type(value).__name__} holding {n} token{'' if n == 1 else 's'}"
+                size = int(value.get_seq_length())
             except Exception:
                 return type(value).__name__
         return f"{type(value).__name__} len={size}"
