@@ -118,6 +118,11 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    if "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
+        dynamic = (
+            f"sizes 0 and 1 always compile graphs of their own: torch._dynamo.decorators.mark_unbacked({name}, {i}) "
+            "before the first call shares one graph"
+        )
     if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
         fix = (
             f"vmap/grad fix each size into the graph, so every size compiles one: keep it fixed "
@@ -208,7 +213,11 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
     if "." in name and (kind == "float" or static):  # an attribute: a library's code may need a float
         fix = "set it once before the first compiled call, or hold it in a tensor where the code accepts one"
     elif kind == "float" or static:
-        fix = "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time"
+        fix = (
+            "where the code accepts a tensor there, pass one (torch.tensor(value)) so the graph reads it at run "
+            "time; where the value sets a shape or an argument that must be a number (a scale factor, a slice, "
+            "a loss option), each value is a graph: keep it to a few values"
+        )
         if kind == "int":
             fix += ", or keep it to a few values (with automatic dynamic off, and on a TPU, each value is a graph)"
     else:

@@ -42,6 +42,7 @@ _TYPE = re.compile(
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
+_SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]$")
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
 _IS = re.compile(r"^(?P<a>[\w\[\]'.]+) is (?!None$)(?P<b>[\w\[\]'.]+)$")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
@@ -160,7 +161,7 @@ def words(
             "none",
             f"{local_name(m['name'])} is now None, was a tensor (each case is its own graph)",
             g,
-            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
+            _always_pass(m["name"]),
         )
     if m:
         return tensor_type_words(local_name(m["name"]), m["cls"], m["want"], g)
@@ -241,10 +242,20 @@ def words(
             "none",
             f"{local_name(m['name'])} is now {now}, was {'None' if now != 'None' else 'a value'} (each case is its own graph)",
             g,
-            "expected once per case; to keep one graph, always pass it (e.g. an all-ones mask)",
+            _always_pass(m["name"]),
         )
     if (cause := container_words(f, caller=caller, inputs=inputs)) is not None:
         return cause
+    if m := _SIZE_ONE.match(g):  # Dynamo's own 0/1 specialisation, not a branch of the user's code
+        name = local_name(m["name"])
+        return Cause(
+            "size_one",
+            f"{name} dimension {m['i']} is 0 or 1 now, or was: Dynamo compiles sizes 0 and 1 as graphs of their "
+            "own (the graph held assumed at least 2)",
+            g,
+            f"expected once; to share one graph, torch._dynamo.decorators.mark_unbacked({name}, {m['i']}) "
+            "before the first call, or keep that size above 1",
+        )
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
         line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
         return Cause(
@@ -271,6 +282,11 @@ def words(
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
+
+
+def _always_pass(name: str) -> str:
+    example = " (e.g. an all-ones mask)" if "mask" in name else ""
+    return f"expected once per case; to keep one graph, always pass it{example}"
 
 
 def _numbers_compared(g: str, inputs: dict[str, str]) -> str:

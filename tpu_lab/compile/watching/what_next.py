@@ -23,8 +23,9 @@ def unpinned(shapes: str, guards: list[str] | None, names: Sequence[tuple[str, s
     pin to one size (a dict lookup on a size, ``mark_static``): those are not dynamic, whatever the shapes say."""
     if not guards:
         return shapes
-    _, sizes = pinned(guards)
+    values, sizes = pinned(guards)
     fixed = {f"{renamed(local_name(source), names)} dim {dim}" for source, dim in sizes}
+    fixed |= {renamed(local_name(source), names) for source in values}  # a number the graph checks for one value
     return ", ".join(d for d in shapes.split(", ") if d and d not in fixed)
 
 
