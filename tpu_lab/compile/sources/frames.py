@@ -172,9 +172,9 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             # a **kwargs dict: each keyword passed is guarded (its presence), so a flag passed is shown too
             passed = bool(code.co_flags & 8) and name == code.co_varnames[nargs - 1]
             out += [
-                (f"{name}[{k!r}]", describe(v))
+                (f"{name}[{k!r}]", _entry(v))
                 for k, v in value.items()
-                if _interesting(v) or (passed and isinstance(v, bool))
+                if _interesting(v) or (passed and isinstance(v, bool)) or _holds_tensors(v)
             ]
         elif isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: by field, as the code reads it
             out += [(f"{name}.{k}", describe(v)) for k, v in zip(value._fields, value, strict=False) if _interesting(v)]
@@ -191,6 +191,17 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     if not torch.is_grad_enabled():
         out.append(("grad mode", "off"))
     return tuple(out[:MAX_ENTRIES])
+
+
+def _holds_tensors(value: Any) -> bool:
+    """A list or tuple of tensors inside a dict (a ModelOutput's hidden_states): its presence is guarded."""
+    import torch
+
+    return isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value)
+
+
+def _entry(value: Any) -> str:
+    return f"{type(value).__name__} len={len(value)}" if _holds_tensors(value) else describe(value)
 
 
 def _interesting(value: Any) -> bool:
