@@ -185,6 +185,9 @@ def _table(header: Sequence[str], rows: Sequence[str]) -> str:
     return f"<table class='tpu-lab-table' style='{TABLE_STYLE}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+GUARD_LABEL = "Dynamo's guard"
+
+
 def _row(
     header: Sequence[str], cells: Sequence[str], columns: Sequence[tuple[int, int]], details: list[tuple[str, str]]
 ) -> str:
@@ -203,7 +206,10 @@ def _row(
     tds = [_td(s, title) for s, title in shown[:-1]]
     last, title = shown[-1]
     if any(_flat(text) not in visible for _, text in whole):
-        body = "".join(f"<div><b>{escape(label)}</b>{_lines(text)}</div>" for label, text in whole)
+        body = "".join(  # Dynamo's guard is its own code, verbatim: shown as code
+            f"<div><b>{escape(label)}</b>{f'<code>{_lines(text)}</code>' if label == GUARD_LABEL else _lines(text)}</div>"
+            for label, text in whole
+        )
         tds.append(
             f"<td style='{CELL_STYLE}'><details class='tpu-lab-detail'><summary{_title(title)}>{escape(last)}"
             f"</summary><div style='{DETAIL_STYLE}'>{body}</div></details></td>"
