@@ -289,7 +289,7 @@ def _always_pass(name: str) -> str:
     return f"expected once per case; to keep one graph, always pass it{example}"
 
 
-def _numbers_compared(g: str, inputs: dict[str, str]) -> str:
+def _numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
     """The Python numbers a guard compares (``(step % 2) != 0``, ``n <= 3``: a branch on a number Dynamo
     made dynamic), by the user's names; '' when the guard is about anything else."""
     text = local_name(g)
