@@ -31,8 +31,9 @@ PATTERNS = {
     # {'cache_implementation': 'static'} or ('a', 'b') outside an argument
     "a dict repr": re.compile(r"(?<![=\w(`])\{'[^']*': "),
     "a tuple repr": re.compile(r"(?<![=\w`])\((?=[^)]*')(?:'[^']*'|\d+)(?:, (?:'[^']*'|\d+))+,?\)"),
-    # ['stopped', 'failed']: a list of strings printed as Python shows it
-    "a list repr": re.compile(r"(?<![=\w(`])\['[^']*'(?:, '[^']*')*\]"),
+    # ['stopped', 'failed']: a list of strings printed as Python shows it (one item in brackets is how a
+    # message echoes the value a user passed, or indexes a dict: not this)
+    "a list repr": re.compile(r"(?<![=\w(`])\['[^']*'(?:, '[^']*')+\]"),
     # "1 tokens", "1 compiles": a count of one with a plural noun
     "one with a plural": re.compile(
         r"(?<![\d.,])\b1 (?:tokens|compiles|compilations|recompiles|graphs|calls|ranks|prompts|processes|hosts|"

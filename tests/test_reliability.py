@@ -25,6 +25,17 @@ from tpu_lab.tp import rundirs
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def earlier_modules_finished_cleaning_up():
+    # Every test here counts this session's processes. An earlier module's (a Ray cluster's, another
+    # launch's) may still be exiting on a loaded machine: wait for them, bounded, so these tests measure
+    # their own launches whatever ran before them; a process that never exits still fails here, named.
+    start = time.monotonic()
+    while leftovers() and time.monotonic() - start < 120:
+        time.sleep(0.5)
+    assert leftovers() == [], f"processes an earlier test module left running: {leftovers()}"
+
+
 def wait_until(predicate, seconds: float) -> float:
     """Poll until ``predicate()`` holds; returns the seconds it took (fails the test past ``seconds``)."""
     start = time.monotonic()
