@@ -381,7 +381,7 @@ def test_html_folds_long_tables_and_keeps_whole_text_on_hover(dynamo):
     # a cut cell keeps its whole text on hover, and the row's guard and fix are one click away
     assert " title='x dimension 0 changed 1 -&gt; 2 (automatic dynamic shapes off" in html and "…</summary>" in html
     assert "<b>fix</b><div style='padding-left:1em'>pad to a few sizes, or mark the dimension dynamic" in html
-    assert "<b>Dynamo&#x27;s guard</b><div style='padding-left:1em'>tensor &#x27;x&#x27; size mismatch" in html
+    assert "<b>Dynamo&#x27;s guard</b><code><div style='padding-left:1em'>tensor &#x27;x&#x27; size mismatch" in html
     full = w.to_dict()["rows"]
     assert all("\u2026" not in c["guard"] for r in full for c in r["causes"])  # the whole text in to_dict
 
