@@ -1,5 +1,6 @@
 """Sizes, Python values and global state in words, with the fix for the backend (buckets on a TPU;
-mark_dynamic, drop_last or a tensor argument elsewhere, TPU advice labelled so). Pure."""
+mark_dynamic, drop_last or a tensor argument elsewhere, TPU advice labelled so). Pure, but for
+``static_number_fix``, which asks the installed Dynamo whether the config it names exists."""
 
 from __future__ import annotations
 
