@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tpu_lab.compile.sources import listening
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, Signature, describe_inputs, library_caller
@@ -29,7 +30,6 @@ LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to 
 
 Listener = Callable[[Capture], None]
 _lock = threading.Lock()
-_listeners: dict[int, list[Listener]] = {}  # thread id -> listeners, innermost last
 _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled function
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
 resets = 0
@@ -37,22 +37,19 @@ resets = 0
 _filtering = False
 
 
-def add_listener(listener: Listener) -> None:
-    """Hear about every compile that starts in this thread until ``remove_listener``."""
+def add_listener(listener: Listener) -> listening.Scope:
+    """Hear about every compile in the calling code's scope (its thread; a generator or coroutine
+    while it runs) until ``remove_listener`` with what this returns."""
+    scope = listening.open_scope(listener)
     with _lock:
-        _listeners.setdefault(threading.get_ident(), []).append(listener)
         _install()
+    return scope
 
 
-def remove_listener(listener: Listener) -> None:
+def remove_listener(scope: listening.Scope) -> None:
     # The callback stays installed: it keeps each function's last inputs current (a stack walk per
     # compile, nothing per call), so the next watch can compare with them.
-    with _lock:
-        mine = _listeners.get(threading.get_ident(), [])
-        if listener in mine:
-            mine.remove(listener)
-        if not mine:
-            _listeners.pop(threading.get_ident(), None)
+    listening.close_scope(scope)
 
 
 def ensure_installed() -> None:
@@ -95,14 +92,14 @@ QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_conve
 
 def _break_warning_filter(record: logging.LogRecord) -> bool:
     # Inside a watch Dynamo's graph-break warnings (e.g. from Tensor.item()) become rows of its table.
-    watching = threading.get_ident() in _listeners
+    watching = bool(listening.listeners_here())
     return not (watching and record.levelno >= logging.WARNING and "Graph break" in str(record.msg))
 
 
 def _limit_warning_filter(record: logging.LogRecord) -> bool:
     # Inside a watch the recompile-limit warning becomes a row of its table (function, inputs, last
     # reason), not raw text above it.
-    listeners = list(_listeners.get(threading.get_ident(), ()))
+    listeners = listening.listeners_here()
     if not listeners or not str(record.msg).startswith("torch._dynamo hit config."):
         return True
     local = _compile_locals()
@@ -118,7 +115,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
 
 
 def _on_compile_start(args: Any) -> None:
-    listeners = list(_listeners.get(threading.get_ident(), ()))
+    listeners = listening.listeners_here()
     local = _compile_locals()
     frame, reasons = local.get("frame"), _reasons(local)
     frame = frame if hasattr(frame, "f_code") and hasattr(frame, "f_locals") else None

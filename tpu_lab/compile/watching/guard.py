@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.explain import capture_causes
-from tpu_lab.compile.sources import dynamo_source
+from tpu_lab.compile.sources import dynamo_source, listening
 from tpu_lab.compile.sources.frames import Capture, renamed
 from tpu_lab.errors import InvalidArgument, RecompileError
 
@@ -28,14 +28,22 @@ class NoRecompiles:
         self.allow = allow
         self.allowed = 0
         self._refused: RecompileError | None = None
+        self._scopes: list[listening.Scope] = []
 
     def __enter__(self) -> NoRecompiles:
         self._refused = None
-        dynamo_source.add_listener(self._check)
+        self._scopes.append(dynamo_source.add_listener(self._check))
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        dynamo_source.remove_listener(self._check)
+        scope = listening.innermost_here(self._scopes)
+        if scope is None:
+            raise InvalidArgument(
+                "This no_recompiles() block was exited without being entered (or exited once too often).",
+                fix="Use `with tl.no_recompiles():`, which enters and exits it once each.",
+            )
+        self._scopes.remove(scope)
+        dynamo_source.remove_listener(scope)
         refused = self._refused
         if refused is not None and exc is not None and not isinstance(exc, RecompileError) and _caused_by(exc, refused):
             # Dynamo wraps what a compile callback raises (InternalTorchDynamoError): show ours.

@@ -23,7 +23,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
-from tpu_lab.compile.sources import dynamo_breaks, frames, tpu_source
+from tpu_lab.compile.sources import dynamo_breaks, frames, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
@@ -42,12 +42,13 @@ class Watch:
     """Use as ``with tl.watch() as w:`` or ``@tl.watch()``; ``w.table`` (also ``w`` itself) renders the result.
 
     Calls are counted for functions the watch wraps and for the session's forwards; compiles for any code.
-    Nested watches each see what runs inside them; a watch sees only compiles in the threads it is open in.
+    Nested watches each see what runs inside them; a watch sees only compiles in the threads it is open in
+    (opened in a generator or coroutine: only while that runs; see ``sources/listening``).
     """
 
     def __init__(self, *, tpu: bool | None = None) -> None:
         self._lock = threading.RLock()
-        self._open: Counter[int] = Counter()  # thread id -> depth
+        self._scopes: list[listening.Scope] = []  # one per entry, in the code that entered it
         self._pending: list[Capture] = []
         self._rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
         self._dynamic: dict[FunctionKey, str] = {}
@@ -77,21 +78,24 @@ class Watch:
 
     def __enter__(self) -> Watch:
         with self._lock:
-            me = threading.get_ident()
-            if not self._open[me]:
-                dynamo.add_listener(self._on_compile)
-            self._open[me] += 1
+            self._scopes.append(dynamo.add_listener(self._on_compile))
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            scope = listening.innermost_here(self._scopes)
+        if scope is None:
+            from tpu_lab.errors import InvalidArgument
+
+            raise InvalidArgument(
+                "This watch was exited without being entered (or exited once too often).",
+                fix="Use `with tl.watch() as w:` (or @tl.watch()), which enters and exits it once each.",
+            )
         if self._pending or self._tpu is not None or dynamo.newest_record() is not self._last_record:
             self.poll()  # else nothing compiled since the last poll: keep a warm exit cheap
         with self._lock:
-            me = threading.get_ident()
-            self._open[me] -= 1
-            if not self._open[me]:
-                del self._open[me]
-                dynamo.remove_listener(self._on_compile)
+            self._scopes.remove(scope)
+            dynamo.remove_listener(scope)
 
     def __call__(self, fn: Callable) -> Callable:
         """Decorate ``fn``: every call runs inside this watch and is counted per input signature."""
