@@ -75,3 +75,21 @@ def test_a_tensor_subclass_is_summarised_as_a_kind_of_tensor(dynamo):
     summary = "\n".join(w.table.summary())
     assert "another kind of tensor (nn.Parameter, a subclass or a plain tensor)" in summary
     assert "nn.Parameter vs plain tensor" not in summary
+
+
+def step_with_flag(x, sync=False):
+    y = x * 2
+    if sync:
+        y = y + 1
+    return y
+
+
+def test_a_flag_that_changed_is_shown_on_the_first_row_too(dynamo):
+    f = torch.compile(step_with_flag, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2))
+        f(torch.ones(2), sync=True)
+        f(torch.ones(2), sync=False)  # the first graph again
+    check_against_dynamo(w, dynamo)
+    assert [r.signature for r in w.table] == ["x: f32[2], sync: False", "x: f32[2], sync: True"]
+    assert [r.compiles for r in w.table] == [1, 1]

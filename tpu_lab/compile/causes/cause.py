@@ -17,6 +17,8 @@ class Cause:
     guard: str = ""
     fix: str = ""
     where: str = ""
+    flag: tuple[str, str] | None = None
+    """For a flag that changed: its name and the value the earlier graph had (``("sync", "False")``)."""
 
     def __str__(self) -> str:
         return self.words

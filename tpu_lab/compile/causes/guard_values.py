@@ -196,6 +196,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             f"the flag {name} was {value} (each value is its own graph)",
             g,
             "expected once per value; pass a constant if it should not change",
+            flag=(name, value),
         )
     if "cell_contents" in raw:
         name = "a closure variable"

@@ -201,6 +201,7 @@ def words(
                 f"the flag {name}.training was {g.rsplit(' ', 1)[-1]} (each value is its own graph)",
                 g,
                 "expected once per value; pass a constant if it should not change",
+                flag=(f"{name}.training", g.rsplit(" ", 1)[-1]),
             )
         return Cause(
             "training",

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tpu_lab.errors import InvalidArgument
+
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _OURS = str(Path(__file__).resolve().parents[2]) + "/"  # the installed tpu_lab package folder
 _CONTEXTLIB = contextlib.__file__
@@ -59,10 +61,13 @@ def listeners_here() -> list[Callable[..., None]]:
     return list(dict.fromkeys(s.listener for s in scopes if _is_here(s, running)))
 
 
-def innermost_here(scopes: list[Scope]) -> Scope | None:
-    """Of ``scopes`` (one listener's, oldest first), the one the running code is in, else the newest."""
+def innermost_here(scopes: list[Scope], what: str, usage: str) -> Scope:
+    """Of ``scopes`` (one listener's, oldest first), the one the running code is in, else the newest.
+    None open: a clear error (``what`` was exited without being entered; ``usage`` is the fix)."""
     if not scopes:
-        return None
+        raise InvalidArgument(f"{what} was exited without being entered (or exited once too often).", fix=usage)
+    if len(scopes) == 1:
+        return scopes[0]  # the common case, and a decorated function's every call: no stack walk
     running = _running_frames()
     return next((s for s in reversed(scopes) if _is_here(s, running)), scopes[-1])
 

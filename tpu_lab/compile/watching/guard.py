@@ -36,12 +36,8 @@ class NoRecompiles:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        scope = listening.innermost_here(self._scopes)
-        if scope is None:
-            raise InvalidArgument(
-                "This no_recompiles() block was exited without being entered (or exited once too often).",
-                fix="Use `with tl.no_recompiles():`, which enters and exits it once each.",
-            )
+        usage = "Use `with tl.no_recompiles():`, which enters and exits it once each."
+        scope = listening.innermost_here(self._scopes, "This no_recompiles() block", usage)
         self._scopes.remove(scope)
         dynamo_source.remove_listener(scope)
         refused = self._refused

@@ -29,6 +29,7 @@ from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, dynamic_scala
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching import what_next
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
@@ -83,14 +84,8 @@ class Watch:
 
     def __exit__(self, *exc: Any) -> None:
         with self._lock:
-            scope = listening.innermost_here(self._scopes)
-        if scope is None:
-            from tpu_lab.errors import InvalidArgument
-
-            raise InvalidArgument(
-                "This watch was exited without being entered (or exited once too often).",
-                fix="Use `with tl.watch() as w:` (or @tl.watch()), which enters and exits it once each.",
-            )
+            usage = "Use `with tl.watch() as w:` (or @tl.watch()), which enters and exits it once each."
+            scope = listening.innermost_here(self._scopes, "This watch", usage)
         if self._pending or self._tpu is not None or dynamo.newest_record() is not self._last_record:
             self.poll()  # else nothing compiled since the last poll: keep a warm exit cheap
         with self._lock:
@@ -211,6 +206,7 @@ class Watch:
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         flags = self._flags.setdefault(cap.function, {})
         flags.update(flags_now(said))
+        self._rows = what_next.flags_before(self._rows, cap.function, said)
         row = self._row(cap.function, with_flags(cap.shown, flags))
         row.compiles += 1
         row.compile_seconds += seconds

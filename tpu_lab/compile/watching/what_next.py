@@ -78,11 +78,21 @@ def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | 
 def flags_now(causes: list[Cause]) -> dict[str, str]:
     """Flags whose change made this graph (``need_weights``, ``self.use_cache``) with their new values:
     each value is a graph of its own, so the inputs the rows show must tell them apart."""
-    out = {}
-    for c in causes:
-        m = re.match(r"the flag (\S+) was (True|False)\b", c.words) if c.kind == "flag" else None
-        if m:
-            out[m[1]] = str(m[2] == "False")
+    return {c.flag[0]: str(c.flag[1] == "False") for c in causes if c.flag and c.flag[1] in ("True", "False")}
+
+
+def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
+    """``rows`` (by function and inputs) with the earlier rows of ``function`` showing each flag that
+    changed now at the value they were compiled with, so the first row reads ``sync: False`` too."""
+    out = rows
+    for name, old in (c.flag for c in causes if c.flag):
+        out = {}
+        for (key, shown), row in rows.items():
+            if key == function and name not in dict(shown) and (key, (*shown, (name, old))) not in rows:
+                shown = (*shown, (name, old))
+                row.signature = ", ".join(f"{n}: {d}" for n, d in shown)
+            out[(key, shown)] = row
+        rows = out
     return out
 
 
