@@ -59,3 +59,22 @@ def _real_print():
     saved = builtins.print
     yield
     builtins.print = saved
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_unchanged(request):
+    """The interrupt tests (``_thread.interrupt_main``) need Python's own SIGINT handler: a test that
+    leaves another one behind (SIG_IGN, a library's) would make every later interrupt test hang and
+    fail. Such a test fails here, named, and the handler is put back for the tests after it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"{request.node.nodeid} left SIGINT's handler changed: {before!r} -> {after!r}")

@@ -329,3 +329,20 @@ def test_stale_staging_folders_are_removed_and_live_ones_kept(built, tmp_path):
     finally:
         os.close(holder)
     assert not stale.exists() and live.exists() and young.exists()
+
+
+@pytest.mark.parametrize("files", [None, {}, [], "x", {"model.safetensors": 1}])
+def test_a_cache_marker_without_valid_digests_is_never_trusted(built, tmp_path, files):
+    import json
+
+    from tpu_lab.models.tiny import MARKER
+
+    kv4, _ = built
+    entry = tmp_path / "cache" / "models" / kv4.name
+    shutil.copytree(kv4, entry)
+    (entry / "model.safetensors").write_bytes(b"\0" * 64)  # zeroed weights: must not load
+    marker = json.loads((entry / MARKER).read_text())
+    (entry / MARKER).write_text(json.dumps({**marker, "files": files}))
+    with pytest.raises(tl.errors.EnvironmentProblem, match="records no file digests") as e:
+        tl.tiny_model(environ={"TPU_LAB_CACHE": str(tmp_path / "cache")})
+    assert "Delete" in e.value.fix

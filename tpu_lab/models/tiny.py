@@ -176,13 +176,22 @@ def _matches(target: Path, spec: dict, root: Path | None = None) -> bool:
             cause="a symlink put into the cache (by another user or a script); its weights are not the ones built here",
             fix=f"Delete {target} (it is rebuilt on the next call), and check who can write to {root}.",
         )
-    if isinstance(recorded.get("files"), dict) and _digests(target) != recorded["files"]:
+    if "files" not in recorded:
+        return False  # built before markers recorded digests (see _is_legacy)
+    files = recorded["files"]
+    if not (isinstance(files, dict) and files and all(isinstance(v, str) for v in files.values())):
+        raise EnvironmentProblem(
+            f"The marker of the tiny model at {target} records no file digests (files={files!r:.60}).",
+            cause="the marker was edited or written by something other than tpu_lab: the weights cannot be checked",
+            fix=f"Delete {target}; it is rebuilt on the next call.",
+        )
+    if _digests(target) != files:
         raise EnvironmentProblem(
             f"The files of the tiny model at {target} do not match what was recorded when it was built.",
             cause="the folder was modified or replaced after the build (edited, partly copied, or tampered with)",
             fix=f"Delete {target}; it is rebuilt on the next call.",
         )
-    return "files" in recorded
+    return True
 
 
 def _is_legacy(target: Path, spec: dict) -> bool:
