@@ -1,5 +1,6 @@
 """A watch and no_recompiles() hear only the code that opened them: across generators suspended inside
-them, asyncio tasks that run during an await, threads, and entries and exits out of order."""
+them, asyncio tasks that run during an await, threads, and entries and exits out of order; and an
+allow= function that raises."""
 
 import asyncio
 import contextlib
@@ -143,3 +144,15 @@ def test_a_compile_in_another_thread_is_left_out_and_said_so(dynamo):
         t.join()
     assert compiles_in(w) == 0
     assert w.table.elsewhere == 1
+
+
+def test_an_allow_function_that_raises_is_named_not_dynamos_internal_error(dynamo):
+    f = compiled()
+
+    def allow(compile):
+        return compile.function.nmae == "warmup"  # a typo: AttributeError
+
+    refused = pytest.raises(tl.RecompileError, match="allow= function of no_recompiles\\(\\) raised AttributeError")
+    with refused as e, tl.no_recompiles(allow=allow):
+        f(torch.ones(2))
+    assert "return True or False" in e.value.fix

@@ -46,7 +46,16 @@ class NoRecompiles:
             raise refused.with_traceback(None) from None
 
     def _check(self, capture: Capture) -> None:
-        ok = bool(self.allow(capture)) if callable(self.allow) else self.allowed < self.allow
+        try:
+            ok = bool(self.allow(capture)) if callable(self.allow) else self.allowed < self.allow
+        except Exception as e:
+            self._refused = RecompileError(
+                f"The allow= function of no_recompiles() raised {type(e).__name__}: {e} when asked about "
+                f"the compile of {capture.function}.",
+                fix="Make it return True or False for any compile (it gets one with .function.name, "
+                ".signature and .reason), e.g. allow=lambda c: c.function.name == 'warmup'.",
+            )
+            raise self._refused from e
         if ok:
             self.allowed += 1
             return
