@@ -129,7 +129,7 @@ def test_limit_hit_calls_are_not_counted_as_compiles():
 
 def test_explain_fallbacks():
     assert explain(None) == "first compile"
-    assert "static cache length changed 70 -> 90" in explain(
+    assert "KV cache length changed 70 -> 90" in explain(
         "0/1: tensor 'kwargs['cache'].layers[0].keys' size mismatch at index 2. expected 70, actual 90"
     )
     assert explain("0/3: ___check_obj_id(L['self'], 1234)").startswith("self is a different object than")

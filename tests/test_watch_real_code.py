@@ -403,7 +403,7 @@ def test_optional_mask_aliasing_and_string_mode(dynamo):
         f(x, mask=x)
     check_against_dynamo(w, dynamo)
     kinds = {c.kind: c for c in only_causes(w, "attend")}
-    assert "mask is now a value, was None" in kinds["none"].words
+    assert "mask is now a tensor (f32[3]), was None" in kinds["none"].words
     assert kinds["string"].words.startswith("Python string mode changed (was 'sum'")
     assert "x and mask are now the same tensor" in kinds["aliasing"].words
     assert "verbatim" not in kinds

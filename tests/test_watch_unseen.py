@@ -89,7 +89,7 @@ def test_module_flag_and_a_replaced_submodule(dynamo):
     assert flag.kind == "flag" and "self.use_cache was True" in flag.words
     assert (
         swapped.kind == "type"
-        and swapped.words == "self.act is now of another type, was ReLU (a submodule was replaced)"
+        and swapped.words == "self.act is now a GELU, was a ReLU (a submodule was replaced)"
     )
     assert "verbatim" not in {c.kind for c in causes(w)}
 

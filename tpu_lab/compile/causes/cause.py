@@ -54,6 +54,27 @@ def local_name(source: str) -> str:
     return re.sub(r"^fn(?=[.\[])", "self", s)
 
 
+_TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
+_SAME_OBJECT = re.compile(r"___check_obj_id\((?P<name>[^,()]+), \d+\)")
+
+
+def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
+    """Dynamo's guard text as the user's code names things (what it checks is unchanged): inputs by their
+    names (``args[0]`` -> ``pixel_values``, ``L['x']`` -> ``x``), a module's children as attributes, a
+    type check as ``type(x) is float``, an identity check as ``x is the same object``."""
+    g = _TYPE_CHECK.sub(
+        lambda m: f"type({m['name']}) is {m['cls'].rsplit('.', 1)[-1]}" if m["cls"] else f"type({m['name']}) unchanged",
+        guard,
+    )
+    g = _SAME_OBJECT.sub(lambda m: f"{m['name']} is the same object", g)
+    internal = ("L[", "G[", "___stack", "._modules[", "._parameters[", "._buffers[")
+    g = " ".join(local_name(part) if any(i in part for i in internal) else part for part in g.split(" "))
+    for raw, user in names:
+        g = re.sub(re.escape(raw) + r"(?![\w(])", user, g)
+    g = re.sub(r"\bkwargs\['(\w+)'\]", r"\1", g)  # a keyword passed through **kwargs: the user's own keyword
+    return g.replace("GLOBAL_STATE changed", "global state changed")
+
+
 KIND_LABELS = {
     "size": "a tensor size changed",
     "stride": "a tensor's memory layout changed",

@@ -17,7 +17,7 @@ from tpu_lab.compile.causes.guard_values import (
     with_note,
     without_note,
 )
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, where_label
+from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, where_label
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -55,6 +55,7 @@ def causes_of(
     caller: str = "",
     dynamic: frozenset[str] = frozenset(),
     limit: int | None = None,
+    subjects: tuple[tuple[str, str], ...] = (),
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
@@ -69,7 +70,7 @@ def causes_of(
     marks = ((n, re.search(r"mark_static\[([\d, ]+)\]", d)) for n, d in signature)
     pinned = frozenset(f"{n}/{i.strip()}" for n, m in marks if m for i in m[1].split(","))
     cache = next((d.split()[0] for _, d in signature if d.split()[0].endswith("Cache")), "")
-    now = dict(signature)
+    now = dict(signature) | {local_name(source): d for source, d in subjects}  # what the guards checked, now
     per_graph: dict[str, list[Cause]] = {}
     for graph in dict.fromkeys(f.graph for f in failures):
         found = [
@@ -145,7 +146,7 @@ def capture_causes(
     capture: Capture, *, tpu: bool = False, dynamic: frozenset[str] = frozenset(), limit: int | None = None
 ) -> list[Cause]:
     """``causes_of`` for one compile as the Dynamo source heard it."""
-    return causes_of(
+    found = causes_of(
         capture.reasons,
         capture.graphs,
         capture.signature,
@@ -155,7 +156,18 @@ def capture_causes(
         caller=capture.caller,
         dynamic=dynamic,
         limit=limit,
+        subjects=capture.subjects,
     )
+    if not capture.function.name.startswith(RESUME):
+        return found
+    # The part of a function after a graph break: its inputs are the function's own locals, which the
+    # caller cannot mark_dynamic (marking inside compiled code is refused): the break is what to change.
+    line = capture.function.label.rpartition(" ")[-1]
+    instead = (
+        f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
+        "(see its fix) so the function is one graph, and mark the function's own input"
+    )
+    return [dataclasses.replace(c, fix=instead) if "mark_dynamic(" in c.fix else c for c in found]
 
 
 def _calling_style(causes: list[Cause]) -> list[Cause]:
@@ -233,7 +245,7 @@ _TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
 def _dict_or_tensor(guard: str) -> str:
     """The dict or tensor a key-order or stride guard is about."""
-    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'", guard)
+    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'|^(\S+)\.stride\(\)", guard)
     return next((g for g in m.groups() if g), guard) if m else guard
 
 

@@ -4,6 +4,7 @@ another instance, an enum member), and torch.compile's shared wrapper of non-mod
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 
@@ -11,8 +12,9 @@ _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
 
 
-def object_words(g: str, at: str) -> Cause | None:
-    """A failed type or identity guard in words (``at``: the user's file:line behind it); None for others."""
+def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Cause | None:
+    """A failed type or identity guard in words (``at``: the user's file:line behind it; ``inputs``: what
+    the inputs and the guards' other objects are now, by name); None for others."""
     if (m := _TYPE_ID.search(g) or _OBJ.search(g)) and _shared_wrapper(m, at):
         was = m["cls"].rsplit(".", 1)[-1] if "cls" in m.groupdict() and m["cls"] else "another callable"
         return Cause(
@@ -26,9 +28,11 @@ def object_words(g: str, at: str) -> Cause | None:
     if m := _TYPE_ID.search(g):
         name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
         module = "._modules[" in m["name"] or ".nn.modules." in (m["cls"] or "")
+        now = kind_of((inputs or {}).get(name, ""))
         return Cause(
             "type",
-            f"{name} is now of another type, was {was}" + (" (a submodule was replaced)" if module else ""),
+            f"{name} is now {now or 'of another type'}, was {_a(was)}"
+            + (" (a submodule was replaced)" if module else ""),
             g,
             "expected once per type; "
             + ("swap submodules before the first compiled call" if module else "pass the same type every call"),
@@ -50,6 +54,49 @@ def object_words(g: str, at: str) -> Cause | None:
             "reuse one instance across calls",
         )
     return None
+
+
+def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str]) -> Cause:
+    """A value that is None now, or was (``mask is None``), with what it is now where that is known."""
+    name = local_name(raw)
+    value = inputs.get(name, "") if now_value else ""
+    now = (kind_of(value) if value and value != "None" else "a value") if now_value else "None"
+    return Cause(
+        "none",
+        f"{name} is now {now}, was {'None' if now_value else 'a value'} (each case is its own graph)",
+        g,
+        _set_before(name) if name.startswith("self.") else always_pass(raw),
+    )
+
+
+def _set_before(name: str) -> str:
+    """The fix for an attribute the code itself set after the first compile (a transformers model sets
+    ``config.problem_type`` on its first call with labels): the user sets it first, not passes it."""
+    return (
+        "expected once; to keep one graph, set it before the first compiled call (e.g. "
+        f"{name.replace('self.', 'model.', 1)} = its value now: the code set it during the first call), and leave it so"
+    )
+
+
+def always_pass(name: str) -> str:
+    example = " (e.g. an all-ones mask)" if "mask" in name else ""
+    return f"expected once per case; to keep one graph, always pass it{example}"
+
+
+def kind_of(description: str) -> str:
+    """``f32[]`` -> ``a tensor (f32[])``, ``int 2`` -> ``an int (2)``, ``SiLU (train)`` -> ``a SiLU``."""
+    if not description:
+        return ""
+    if "[" in description and description.split("[")[0].isalnum():
+        return f"a tensor ({description})"
+    kind, _, value = description.partition(" ")
+    if kind in ("int", "float", "str") and value:
+        return f"{_a(kind)} ({value})"
+    return _a(kind)
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
 
 
 def _shared_wrapper(m: re.Match, where: str) -> bool:

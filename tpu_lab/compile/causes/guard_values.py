@@ -99,14 +99,22 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
                 "cache_length",
                 f"KV cache length changed {a} -> {b} (a {cache} grows by one token per step)",
                 g,
-                "expected until Dynamo makes the length dynamic; for one decode graph use a static cache "
-                "(cache_implementation='static' with a fixed max_cache_len)",
+                "expected until Dynamo makes the length dynamic; for one decode graph use a static cache of one "
+                "size: generate(..., cache_implementation='static', max_cache_len=N)",
             )
-        return Cause(
+        if cache.startswith("Static"):
+            return Cause(
+                "cache_length",
+                f"static cache length changed {a} -> {b}",
+                g,
+                "fix max_cache_len so every call shares one cache size",
+            )
+        return Cause(  # the cache's class is not among the inputs (inside an encoder-decoder's, a kwargs dict)
             "cache_length",
-            f"static cache length changed {a} -> {b}",
+            f"KV cache length changed {a} -> {b}",
             g,
-            "fix max_cache_len so every call shares one cache size",
+            "expected until Dynamo makes the length dynamic (a cache that grows per token); with a static cache, "
+            "generate(..., cache_implementation='static', max_cache_len=N) keeps one size",
         )
     if i == "0" and any(k in name for k in _BATCHED):
         words = f"batch size changed {a} -> {b} ({name})"
@@ -176,7 +184,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "global",
             f"the global {name} changed (was {value}; its value is baked into the graph)",
             g,
-            "pass it as an argument (a tensor if it changes often) instead of reading a global",
+            "expected once per value; keep it fixed while the function runs compiled (an op such as dropout's p "
+            "fixes it in the graph even when passed as an argument; a tensor instead may cost a graph break)",
         )
     if name.endswith(".is_initialized") and "cache" in name:
         return Cause(

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
-from tpu_lab.compile.causes.guard_objects import object_words
+from tpu_lab.compile.causes.guard_objects import always_pass, none_words, object_words
 from tpu_lab.compile.causes.guard_values import (
     dispatch_words,
     is_parameter,
@@ -161,7 +161,7 @@ def words(
             "none",
             f"{local_name(m['name'])} is now None, was a tensor (each case is its own graph)",
             g,
-            _always_pass(m["name"]),
+            always_pass(m["name"]),
         )
     if m:
         return tensor_type_words(local_name(m["name"]), m["cls"], m["want"], g)
@@ -238,13 +238,7 @@ def words(
             else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
         )
     if m := _NONE.match(g):
-        now = "a value" if m["not"] is None else "None"
-        return Cause(
-            "none",
-            f"{local_name(m['name'])} is now {now}, was {'None' if now != 'None' else 'a value'} (each case is its own graph)",
-            g,
-            _always_pass(m["name"]),
-        )
+        return none_words(m["name"], m["not"] is None, g, inputs or {})
     if (cause := container_words(f, caller=caller, inputs=inputs)) is not None:
         return cause
     if m := _SIZE_ONE.match(g):  # Dynamo's own 0/1 specialisation, not a branch of the user's code
@@ -256,6 +250,16 @@ def words(
             g,
             f"expected once; to share one graph, torch._dynamo.decorators.mark_unbacked({name}, {m['i']}) "
             "before the first call, or keep that size above 1",
+        )
+    if m := re.fullmatch(r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\]", g.strip()):
+        name = local_name(m["name"])  # a dynamic graph's contiguity, seen through its symbolic strides
+        return Cause(
+            "stride",
+            f"{name}'s memory layout changed (the graph assumed stride {m['i']} equal to a size: a contiguous "
+            "tensor; a transposed, sliced or channels_last one is not)",
+            g,
+            "pass it in one memory format every call (always x.contiguous(), or always "
+            "x.to(memory_format=torch.channels_last))",
         )
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
         line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
@@ -278,16 +282,11 @@ def words(
             "(torch.where, or torch.cond)",
             at,
         )
-    if (cause := object_words(g, at)) is not None:
+    if (cause := object_words(g, at, inputs)) is not None:
         return cause
     if m := _VALUE.match(g):
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
-
-
-def _always_pass(name: str) -> str:
-    example = " (e.g. an all-ones mask)" if "mask" in name else ""
-    return f"expected once per case; to keep one graph, always pass it{example}"
 
 
 def _numbers_compared(g: str, inputs: Mapping[str, str]) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.cause import readable_guard
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
@@ -33,7 +34,7 @@ from tpu_lab.compile.watching import what_next
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
-from tpu_lab.compile.watching.what_next import dynamic_note, flags_now, growing, told_dynamic, unpinned, with_flags
+from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -192,7 +193,9 @@ class Watch:
         guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=cap.limit_value)
-        causes = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
+        causes = [
+            RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=readable_guard(c.guard, cap.names)) for c in said
+        ]
         causes = growing(causes, self._lengths.setdefault(cap.function, {}), cap.limit_value)
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
@@ -204,10 +207,8 @@ class Watch:
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
         causes += [note] if note else []
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        flags = self._flags.setdefault(cap.function, {})
-        flags.update(flags_now(said))
         self._rows = what_next.flags_before(self._rows, cap.function, said)
-        row = self._row(cap.function, with_flags(cap.shown, flags))
+        row = self._row(cap.function, with_flags(cap.shown, self._flags.setdefault(cap.function, {}), said))
         row.compiles += 1
         row.compile_seconds += seconds
         for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)

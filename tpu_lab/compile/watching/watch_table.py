@@ -30,6 +30,8 @@ class RowCause:
     fix: str = ""
     kind: str = ""
     count: int = 1
+    shown_guard: str = ""
+    """The guard as the user's code names things (``pixel_values``, not ``args[0]``); ``guard`` keeps Dynamo's text."""
 
 
 @dataclass
@@ -74,6 +76,11 @@ class WatchRow:
     def guard(self) -> str:
         """Dynamo's guard text behind the causes, one per line."""
         return "\n".join(c.guard for c in self.causes if c.guard)
+
+    @property
+    def shown_guard(self) -> str:
+        """The same guards in the user's names, for the table."""
+        return "\n".join(c.shown_guard or c.guard for c in self.causes if c.guard)
 
     def frozen(self) -> WatchRow:
         return dataclasses.replace(self, causes=[dataclasses.replace(c) for c in self.causes])
@@ -141,7 +148,7 @@ class WatchTable(CompileTableBase):
                 + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
                 f"{r.compile_seconds:.2f}",
                 cut(r.cause, 160),
-                _first_guard(r.guard),
+                _first_guard(r.shown_guard),
                 cut("; ".join(dict.fromkeys(c.fix for c in r.causes if c.fix)), 120),
             )
             for r in self.rows
@@ -155,7 +162,7 @@ class WatchTable(CompileTableBase):
     def _details(self, row: WatchRow) -> list[tuple[str, str]]:
         causes = "\n".join(c.words + (f" (x{c.count})" if c.count > 1 else "") for c in row.causes)
         fixes = "\n".join(dict.fromkeys(c.fix for c in row.causes if c.fix))
-        return [("why it compiled", causes), ("Dynamo's guard", row.guard), ("fix", fixes)]
+        return [("why it compiled", causes), ("Dynamo's guard", row.shown_guard), ("fix", fixes)]
 
     def summary(self) -> list[str]:
         """The closing lines: totals, graph breaks, limit, resets, then each distinct cause with its fix."""

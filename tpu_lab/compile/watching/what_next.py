@@ -96,6 +96,10 @@ def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
     return out
 
 
-def with_flags(shown: tuple[tuple[str, str], ...], flags: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """A row's inputs with the flags its function's graphs differ by, where the inputs do not show them."""
+def with_flags(
+    shown: tuple[tuple[str, str], ...], flags: dict[str, str], causes: list[Cause]
+) -> tuple[tuple[str, str], ...]:
+    """A row's inputs with the flags its function's graphs differ by (``flags``, updated here with those
+    this compile's ``causes`` changed), where the inputs do not show them."""
+    flags.update(flags_now(causes))
     return shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown))
