@@ -190,3 +190,31 @@ def test_the_logged_guard_of_a_dynamic_graph_is_among_the_causes(dynamo, scenari
             for n in (20, 28, 36):
                 f(torch.tensor([n, n - 4]), torch.randn(2, n, 4))
     check_against_dynamo(w, dynamo)
+
+
+def test_a_compiled_optimizer_step_under_a_scheduler_is_not_told_to_move_out(dynamo):
+    # the PyTorch recipe "compiling the optimizer with an LR scheduler", with the tutorial's fix (a tensor lr)
+    model = torch.nn.Sequential(*[torch.nn.Linear(16, 16, False) for _ in range(3)])
+    model(torch.rand(16)).sum().backward()
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01))
+    sched = torch.optim.lr_scheduler.LinearLR(opt, total_iters=5)
+
+    @torch.compile(backend=BACKEND)
+    def fn():
+        opt.step()
+        sched.step()
+
+    with tl.watch() as w:
+        for _ in range(4):
+            fn()
+    check_against_dynamo(w, dynamo)
+    assert all("call it outside the compiled function where you can" not in b.fix for b in w.table.breaks)
+    skipped = [b for b in w.table.breaks if "should not be traced" in b.words]
+    assert skipped and all(b.fix.startswith("usually none") for b in skipped)
+
+
+def test_an_internal_break_name_is_put_in_words():
+    from tpu_lab.compile.causes.break_words import graph_break_words
+
+    said = graph_break_words("step_unsupported")
+    assert "step_unsupported" not in said.words and "cannot resume" in said.words

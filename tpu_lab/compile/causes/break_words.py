@@ -88,12 +88,15 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
             words = clean(first) + (f": {error[1]}: {error[3]}" if error else "")
         if found is not None and not hints:
             hints = list(found.hints)
+        if re.fullmatch(r"[a-z]+(?:_[a-z]+)+", words or clean(first)):  # an internal name (step_unsupported)
+            words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
         cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped and ("torch/" in cause.words or "torch." in cause.words):
         fix = (
-            "call it outside the compiled function where you can (before or after it): Dynamo skips this torch "
-            "function on purpose and runs it eagerly, between two graphs; else accept the break"
+            "usually none: Dynamo skips this torch function on purpose and runs it eagerly, between two graphs "
+            "(what it calls is compiled on its own); move the call outside the compiled function only if the "
+            "split costs time"
         )
         cause = dataclasses.replace(cause, fix=fix)
     if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):

@@ -141,7 +141,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
         dynamic = (
             f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "
-            "to a few batch sizes), or accept one graph per batch size"
+            "to a few batch sizes), else none needed once Dynamo makes the batch size dynamic"
         )
     elif caller:
         dynamic = (

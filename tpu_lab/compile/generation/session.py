@@ -20,9 +20,9 @@ from tpu_lab._checks import positive_int
 from tpu_lab._report import Report
 from tpu_lab.compile.buckets import buckets as bk
 from tpu_lab.compile.generation import batching
+from tpu_lab.compile.generation import session_checks as checks
 from tpu_lab.compile.generation.generation_record import GenerationRecord, call_fields, row_records
 from tpu_lab.compile.generation.hooks import keep_attention_masks, private_copy, signature_of
-from tpu_lab.compile.generation.session_checks import COMPILE_PHASES, check_fits, check_session_args
 from tpu_lab.compile.generation.shape_reasons import innermost, innermost_message
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.generation.table import CompileTable
@@ -64,7 +64,7 @@ class GenerationSession(Report):
     ) -> None:
         import torch
 
-        check_session_args(model, tokenizer, compile, backend, recompile_limit)
+        checks.check_session_args(model, tokenizer, compile, backend, recompile_limit)
         self.model, self.tokenizer = model, tokenizer
         self.device = next(model.parameters()).device.type
         self._fits: set[int] = set()  # sequence lengths already checked against positions and memory
@@ -78,7 +78,7 @@ class GenerationSession(Report):
             vars(model).pop("_previous_max_cache_length", None)
         self.max_new_tokens = positive_int(max_new_tokens, "max_new_tokens")
         self.backend = backend or DEFAULT_BACKEND.get(self.device, "aot_eager")
-        self.compile_phases = COMPILE_PHASES[compile]
+        self.compile_phases = checks.COMPILE_PHASES[compile]
         self.recompile_limit = recompile_limit
         self.records: list[GenerationRecord] = []
         self.observed_batches: list[tuple[int, int]] = []
@@ -162,12 +162,12 @@ class GenerationSession(Report):
         """Change the length buckets (None: none) and, when given, the batch buckets (None: no batch
         padding). ``max_cache_len`` defaults to the largest bucket + 64, or stays as it was when it still
         fits. New shapes compile on their first call."""
-        new = bk.validate_buckets(buckets) if buckets is not None else None
+        new = checks.bucket_list(buckets, "buckets")
         if batch_buckets is not KEEP:
-            batch_buckets = bk.validate_buckets(batch_buckets, "batch_buckets") if batch_buckets is not None else None
+            batch_buckets = checks.bucket_list(batch_buckets, "batch_buckets")
         max_cache_len = bk.cache_len_for(new, max_cache_len, self.max_cache_len)
         if max_cache_len is not None:  # the cache holds the largest bucket, so this covers the buckets too
-            check_fits(self.model, max_cache_len, f"max_cache_len={max_cache_len}", self.device)
+            checks.check_fits(self.model, max_cache_len, f"max_cache_len={max_cache_len}", self.device)
         self.buckets, self.max_cache_len = new, max_cache_len
         if batch_buckets is not KEEP:
             self.batch_buckets = batch_buckets
@@ -186,7 +186,9 @@ class GenerationSession(Report):
     def generate(self, prompt: Any, **generate_kwargs: Any) -> GenerationRecord | list[GenerationRecord]:
         """Generate for one prompt (text or token ids) or a list of them in one batch (greedy unless you
         pass do_sample=True), and record what compiled. A list gives one record per prompt, in order.
-        ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, ...)."""
+        ``generate_kwargs`` go to ``model.generate`` (max_new_tokens, do_sample, temperature, ...)."""
+        checks.check_open(self.model, self)
+        checks.check_generate_options(generate_kwargs, self.max_new_tokens)
         prompts, single = batching.as_prompts(prompt, self.tokenizer, getattr(self.model.config, "vocab_size", None))
         records = self._run([t for t, _ in prompts], [ids for _, ids in prompts], generate_kwargs)
         return records[0] if single else records
@@ -202,6 +204,7 @@ class GenerationSession(Report):
         traffic: each length bucket with each batch bucket. Without ``lengths``: every bucket, or without
         buckets every length seen so far; without ``batches``: every batch bucket, or without batch buckets
         every batch size seen so far (1 before any). One record per shape, its first row's."""
+        checks.check_open(self.model, self)
         shapes = bk.warmup_shapes(lengths, batches, self.buckets, self.batch_buckets, self.observed_batches)
         return [
             self._run(
@@ -234,12 +237,17 @@ class GenerationSession(Report):
         return CompileTable(tuple(self._tally.rows()), limit_hit=self.limit_hit)
 
     @property
+    def closed(self) -> bool:
+        """True once ``close()`` ran (or another session took the model over): generate then refuses."""
+        return getattr(self.model.forward, "__self__", None) is not self
+
+    @property
     def total_compiles(self) -> int:
         return sum(r.compiles for r in self.compile_table)
 
     def close(self) -> None:
         """Give the model its own forward and mask building back (unless another session took it over)."""
-        if getattr(self.model.forward, "__self__", None) is not self:
+        if self.closed:
             return
         self._restore_masks()
         if self._had_forward:
@@ -282,7 +290,7 @@ class GenerationSession(Report):
         padded = bucket or longest
         batching.check_cache_fits(len(rows), longest, padded, max_new, self.max_cache_len)
         if padded + max_new not in self._fits:  # reads the memory limit: once per length, not per call
-            check_fits(
+            checks.check_fits(
                 self.model, padded + max_new, f"The prompt ({padded} tokens) + max_new_tokens={max_new}", self.device
             )
             self._fits.add(padded + max_new)
@@ -297,7 +305,7 @@ class GenerationSession(Report):
         self._next_phase, self._first_done_at = "prefill", None
         start = time.perf_counter()
         limit = self._recompile_limit()
-        with limit, self._watch:
+        with limit, self._watch, checks.options_refused(kwargs):
             out = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **gen)
         wall = time.perf_counter() - start
         self._next_phase = None

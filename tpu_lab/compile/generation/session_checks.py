@@ -5,15 +5,35 @@ bucket of a million tokens is refused in milliseconds instead of failing after m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from tpu_lab._checks import positive_int
-from tpu_lab.errors import InvalidArgument
+from tpu_lab._checks import _short, boolean, number_in, positive_int
+from tpu_lab.compile.buckets.buckets import validate_buckets
+from tpu_lab.errors import InvalidArgument, TpuLabError
 
 COMPILE_PHASES = {"all": ("prefill", "decode"), "decode": ("decode",), "none": ()}
 # Refuse shapes whose estimated memory exceeds this share of the device's (or host's) memory.
 MEMORY_SHARE = 0.9
+# generate() options the session sets itself, and why passing them cannot work.
+SESSION_OWNED = {
+    "input_ids": "the session makes input_ids from the prompt (pass token ids as the prompt itself)",
+    "inputs": "the session makes input_ids from the prompt (pass token ids as the prompt itself)",
+    "attention_mask": "the session makes the mask when it pads prompts to a bucket",
+    "past_key_values": "the session's static cache is made fresh for each call",
+    "cache_implementation": "the session always uses a static cache: fixed shapes are what it is for",
+    "max_cache_len": "the cache length is the session's (set when it is created, or by set_buckets)",
+    "max_length": "it counts the prompt too, and the session's max_new_tokens overrides it",
+    "num_return_sequences": "the session returns one record per prompt (rows past the batch would be lost)",
+}
+# name -> bounds for number_in (None allowed: transformers' "use the default")
+SAMPLING: dict[str, dict[str, Any]] = {
+    "temperature": {"above": 0, "example": "0.7"},
+    "top_p": {"above": 0, "at_most": 1, "example": "0.9"},
+    "min_p": {"at_least": 0, "at_most": 1, "example": "0.05"},
+    "typical_p": {"above": 0, "at_most": 1, "example": "0.95"},
+}
 
 
 def check_session_args(model: Any, tokenizer: Any, compile: Any, backend: Any, recompile_limit: Any) -> None:
@@ -21,6 +41,11 @@ def check_session_args(model: Any, tokenizer: Any, compile: Any, backend: Any, r
         raise InvalidArgument(
             f"model is a {type(model).__name__}, not a transformers model with generate().",
             fix="Pass the model from tl.load_model(...) (or AutoModelForCausalLM.from_pretrained(...)).",
+        )
+    if not callable(tokenizer) or not hasattr(tokenizer, "encode"):
+        raise InvalidArgument(
+            f"tokenizer={_short(tokenizer)} ({type(tokenizer).__name__}) is not a tokenizer.",
+            fix="Pass the tokenizer from tl.load_model(...) (or AutoTokenizer.from_pretrained(...)).",
         )
     if getattr(tokenizer, "pad_token_id", None) is None:
         raise InvalidArgument(
@@ -107,3 +132,88 @@ def _memory_bytes(device: str) -> int | None:
 
     gib = memory_gib()
     return int(gib * 2**30) if gib else None
+
+
+def check_open(model: Any, session: Any, name: str = "The session") -> None:
+    """Refuse a closed session: its model no longer runs through it, so nothing would be counted."""
+    from tpu_lab.compile.generation.session import GenerationSession  # here: session imports this module
+
+    owner = getattr(model.forward, "__self__", None)
+    if owner is session:
+        return
+    state = (
+        "was replaced: another GenerationSession took over its model"
+        if isinstance(owner, GenerationSession)
+        else "is closed"
+    )
+    raise InvalidArgument(
+        f"{name} {state}, so it no longer sees the model's forward passes and cannot count compiles.",
+        cause="a with block that ended, a close() call, or a newer session on the same model",
+        fix="Create a new session: tl.GenerationSession(model, tokenizer, ...).",
+    )
+
+
+def bucket_list(value: Any, name: str) -> tuple[int, ...] | None:
+    """None, or a list of sizes as strictly increasing ints (one number or a str is not a list)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise InvalidArgument(
+            f"{name}={_short(value)} is not a list of sizes.", fix=f"Pass e.g. {name}=[16, 32, 64], or None for none."
+        )
+    return validate_buckets(value, name)
+
+
+def check_generate_options(kwargs: dict[str, Any], max_new_tokens: int) -> None:
+    """The generate() options the session can pass on: none it sets itself, sampling values that can
+    work (finite, in range), and sampling options only together with do_sample=True."""
+    for key, why in SESSION_OWNED.items():
+        if key in kwargs and not (key == "num_return_sequences" and kwargs[key] in (None, 1)):
+            more = "; for several samples, call generate once per sample" if key == "num_return_sequences" else ""
+            raise InvalidArgument(
+                f"{key}={_short(kwargs[key])} cannot be passed to session.generate(): {why}.",
+                fix=f"Leave {key} out{more}.",
+            )
+    max_new = positive_int(kwargs.get("max_new_tokens", max_new_tokens), "max_new_tokens")
+    if "do_sample" in kwargs:
+        boolean(kwargs["do_sample"], "do_sample")
+    for key, bounds in SAMPLING.items():
+        if kwargs.get(key) is not None:
+            number_in(kwargs[key], key, **bounds)
+    for key, minimum, example in (("top_k", 0, 50), ("num_beams", 1, 4), ("min_new_tokens", 0, 4)):
+        if kwargs.get(key) is not None:
+            positive_int(kwargs[key], key, example=example, minimum=minimum)
+    if (kwargs.get("min_new_tokens") or 0) > max_new:
+        raise InvalidArgument(
+            f"min_new_tokens={kwargs['min_new_tokens']} is more than max_new_tokens={max_new}.",
+            fix=f"Use min_new_tokens <= {max_new}, or raise max_new_tokens.",
+        )
+    if kwargs.get("repetition_penalty") is not None:
+        number_in(kwargs["repetition_penalty"], "repetition_penalty", above=0, example="1.1")
+    sampling = [k for k in (*SAMPLING, "top_k") if kwargs.get(k) is not None]
+    if sampling and kwargs.get("do_sample") is not True:
+        name = sampling[0]
+        raise InvalidArgument(
+            f"{name}={_short(kwargs[name])} has no effect: the session decodes greedily unless do_sample=True.",
+            fix=f"Pass do_sample=True with it to sample, or leave {name} out for greedy decoding.",
+        )
+
+
+@contextmanager
+def options_refused(kwargs: dict[str, Any]) -> Iterator[None]:
+    """A ValueError or TypeError from model.generate that names an option you passed becomes an
+    InvalidArgument naming it (a misspelt option, a value or combination transformers refuses)."""
+    try:
+        yield
+    except TpuLabError:
+        raise
+    except (ValueError, TypeError) as e:
+        named = [k for k in kwargs if k in str(e)]
+        if not named:
+            raise
+        passed = ", ".join(f"{k}={_short(kwargs[k])}" for k in named)
+        raise InvalidArgument(
+            f"model.generate refused {passed}: {e}",
+            cause="a misspelt option, or a value or combination of options transformers cannot use",
+            fix="Check the option against transformers' GenerationConfig documentation, or leave it out.",
+        ) from e

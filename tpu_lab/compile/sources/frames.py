@@ -120,13 +120,20 @@ def library_caller(stack: Any) -> str:
     Dynamo's compile callback (torch's and tpu_lab's frames skipped): a pipeline or generate() builds
     the inputs, so advice must not ask the user to mark them."""
     f = stack
-    while f is not None and package_of(f.f_code.co_filename) in _PASSED_THROUGH:
+    while f is not None and _passes_through(f.f_code.co_filename):
         f = f.f_back
     return package_of(f.f_code.co_filename) if f is not None else USER
 
 
 # torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
 _PASSED_THROUGH = ("torch", "tpu_lab", "stdlib", "<builtin>")
+_MODEL_CODE = ("/transformers/models/", "/transformers/modeling_", "/transformers/utils/generic.py")
+"""transformers' model code hands the caller's tensors on (an LM head's forward calling the base model's):
+who built the inputs is whoever called it, the user or generate() and the pipelines."""
+
+
+def _passes_through(filename: str) -> bool:
+    return package_of(filename) in _PASSED_THROUGH or any(p in filename.replace("\\", "/") for p in _MODEL_CODE)
 
 
 def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
