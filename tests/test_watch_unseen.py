@@ -87,10 +87,7 @@ def test_module_flag_and_a_replaced_submodule(dynamo):
     check_against_dynamo(w, dynamo)
     flag, swapped = only_causes(w, "Block.forward")
     assert flag.kind == "flag" and "self.use_cache was True" in flag.words
-    assert (
-        swapped.kind == "type"
-        and swapped.words == "self.act is now a GELU, was a ReLU (a submodule was replaced)"
-    )
+    assert swapped.kind == "type" and swapped.words == "self.act is now a GELU, was a ReLU (a submodule was replaced)"
     assert "verbatim" not in {c.kind for c in causes(w)}
 
 

@@ -105,13 +105,84 @@ def string_args(value: Any, name: str = "args") -> tuple[str, ...]:
     return tuple(os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in items)
 
 
-def optional_callable(value: Any, name: str) -> Any:
+def optional_callable(value: Any, name: str, *, example: str = "lambda rank, line: print(line)") -> Any:
     if value is not None and not callable(value):
         raise InvalidArgument(
-            f"{name}={_short(value)} is not callable.",
-            fix=f"Pass a function, e.g. {name}=lambda rank, line: print(line).",
+            f"{name}={_short(value)} is not callable.", fix=f"Pass a function, e.g. {name}={example}."
         )
     return value
+
+
+def number_in(
+    value: Any,
+    name: str,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    example: str,
+) -> float:
+    """``value`` as a finite real number (never a bool, NaN or infinity) inside the bounds given:
+    ``above`` (exclusive), ``at_least`` and ``at_most`` (inclusive)."""
+    real = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not real or (
+        (above is not None and value <= above)
+        or (at_least is not None and value < at_least)
+        or (at_most is not None and value > at_most)
+    ):
+        low = f"> {above:g}" if above is not None else (f">= {at_least:g}" if at_least is not None else "")
+        bounds = " and ".join(b for b in (low, f"<= {at_most:g}" if at_most is not None else "") if b)
+        raise InvalidArgument(
+            f"{name}={_short(value)} must be a finite number{f' {bounds}' if bounds else ''}.",
+            fix=f"Use e.g. {name}={example}.",
+        )
+    return float(value)
+
+
+def of_type(value: Any, name: str, types: Any, what: str, fix: str) -> Any:
+    """``value`` if it is an instance of ``types`` (never a bool standing in for an int)."""
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
+        raise InvalidArgument(f"{name}={_short(value)} ({type(value).__name__}) is not {what}.", fix=fix)
+    return value
+
+
+def _as_tuple(types: Any) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def mapping(value: Any, name: str, *, values: Any = str, example: str) -> Mapping:
+    """None (an empty dict) or a mapping of str keys to values of type ``values``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(
+            f"{name} must be a dict, got {type(value).__name__} {_short(value)}.", fix=f"Pass e.g. {name}={example}."
+        )
+    for key, val in value.items():
+        if not isinstance(key, str) or not isinstance(val, values):
+            kinds = " or ".join("None" if t is type(None) else t.__name__ for t in _as_tuple(values))
+            raise InvalidArgument(
+                f"{name}[{_short(key)}] = {_short(val)}: every key of {name} must be a str and every value a {kinds}.",
+                fix=f"Pass e.g. {name}={example}.",
+            )
+    return value
+
+
+def folder_path(value: Any, name: str, *, default: Any = None) -> str:
+    """A str or os.PathLike naming a folder that exists (``default``, the real one, is not checked: it
+    may be absent on another OS, where it means "nothing there")."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise InvalidArgument(
+            f"{name}={_short(value)} is not a folder path.", fix=f"Pass a str or pathlib.Path, e.g. {name}={default!r}."
+        )
+    if text != default and not os.path.isdir(text):
+        raise InvalidArgument(
+            f"{name}={text!r} is not a folder: it does not exist, or it is a file.",
+            cause="a typo in the path, or a simulated tree that was not written (yet)",
+            fix=f"Pass an existing folder, or leave {name} out for the real one ({default}).",
+        )
+    return text
 
 
 def _short(value: Any, limit: int = 60) -> str:

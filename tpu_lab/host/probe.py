@@ -19,7 +19,9 @@ import platform
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+from tpu_lab._checks import boolean, folder_path, mapping, of_type
 from tpu_lab._report import Finding, Report, report_html, report_text
+from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.chips import TpuChips, scan_tpu_chips
 from tpu_lab.host.chips import holds_tpu as _holds_tpu
 from tpu_lab.host.findings import diagnose
@@ -28,6 +30,9 @@ from tpu_lab.host.versions import installed_versions
 
 ENV_PREFIXES = ("TORCH_TPU_", "TPU_")
 ENV_NAMES = ("PJRT_DEVICE", "XLA_FLAGS", "LIBTPU_INIT_ARGS", "TORCH_DEVICE_BACKEND_AUTOLOAD")
+ACCELERATOR_FIX = (
+    'Pass e.g. accelerator=AcceleratorInfo("tpu", True, 8) from tpu_lab.host.probe, or None for what torch reports.'
+)
 
 
 @dataclass(frozen=True)
@@ -132,9 +137,23 @@ def probe(
     (``versions`` entries override the installed ones, None meaning "not installed";
     ``accelerator``/``holds_tpu`` replace what torch reports).
     """
-    environ = os.environ if environ is None else environ
+    sysfs_root = folder_path(sysfs_root, "sysfs_root", default="/sys")
+    dev_root = folder_path(dev_root, "dev_root", default="/dev")
+    environ = os.environ if environ is None else mapping(environ, "environ", example='{"TPU_NAME": "v6e-8"}')
+    versions = mapping(versions, "versions", values=(str, type(None)), example='{"torch_tpu": "0.2.0"}')
+    if accelerator is not None:
+        of_type(accelerator, "accelerator", AcceleratorInfo, "an AcceleratorInfo", ACCELERATOR_FIX)
+    if holds_tpu is not None:
+        boolean(holds_tpu, "holds_tpu")
     real = installed_versions()
-    found = {**real, **(versions or {})}
+    unknown = sorted(set(versions) - set(real))
+    if unknown:
+        raise InvalidArgument(
+            f"versions names a package the probe does not read: {unknown[0]!r}.",
+            cause="a typo (e.g. a hyphen for an underscore): the entry would be shown, and nothing simulated",
+            fix=f"Use the names {', '.join(real)} (None meaning not installed).",
+        )
+    found = {**real, **versions}
     chips = scan_tpu_chips(sysfs_root, dev_root)
     if accelerator is None and found["torch"] and real["torch"]:
         accelerator = _ask_torch()

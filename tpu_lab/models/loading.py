@@ -13,6 +13,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tpu_lab._checks import boolean
@@ -22,14 +23,15 @@ from tpu_lab.errors import (
     DeviceUnavailable,
     InvalidArgument,
     KernelsUnavailable,
-    ModelLoadError,
     TpuLabError,
     TpuLabWarning,
 )
 from tpu_lab.host.chips import scan_tpu_chips
 from tpu_lab.host.probe import pick_device
 from tpu_lab.host.versions import installed_versions, kernels_status
+from tpu_lab.models import load_checks
 from tpu_lab.models.checkpoint import resolve_source
+from tpu_lab.models.load_checks import explain_load_failure
 from tpu_lab.models.placement import LoadReport, inspect_placement
 
 DTYPES = {
@@ -89,6 +91,7 @@ def load_model(
     use_kernels: bool = False,
     progress: ProgressCallback | None = None,
     device_map: Any = None,
+    check_finite: bool = True,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer on an explicit device, then prove the placement.
 
@@ -100,11 +103,15 @@ def load_model(
     shown when it is None). ``device_map``: transformers' spelling, understood for one device
     ("tpu", "cuda", "cpu"; "auto" as ``device="auto"``): tpu_lab loads the whole model on one device.
     ``trust_remote_code`` and ``use_kernels`` must be real booleans (a string such as "no" is refused,
-    never taken for its truthiness).
+    never taken for its truthiness). ``revision`` applies to a hub id only. A checkpoint folder whose
+    weights exceed the device's memory is refused before loading; ``check_finite`` (default) refuses a
+    model whose weights hold NaN or infinity (False loads it anyway, to inspect it).
     """
     name = check_name(name_or_path)
     boolean(trust_remote_code, "trust_remote_code")
     boolean(use_kernels, "use_kernels")
+    boolean(check_finite, "check_finite")
+    load_checks.check_options(name, revision, attn_implementation, progress)
     device = device_from_map(device_map, device)
     findings: list[Finding] = []
     device, device_map = resolve_device(device, findings)
@@ -112,6 +119,8 @@ def load_model(
     if use_kernels:
         check_kernels(device)
     path, source, local_only = resolve_source(name, revision=revision, trust_remote_code=trust_remote_code)
+    if source == "local":
+        load_checks.check_memory(Path(path), dtype_name, device)
 
     import torch
     import transformers
@@ -143,6 +152,8 @@ def load_model(
             transformers.utils.logging.set_tqdm_hook(previous_hook)
     seconds = time.perf_counter() - start
     model.eval()
+    if check_finite:
+        load_checks.check_finite(model, name)
     report = inspect_placement(
         model,
         name=name,
@@ -268,23 +279,6 @@ def check_kernels(device: str, versions: dict[str, str | None] | None = None) ->
             fix=f"{status.install_command}; if no such release exists yet, install a transformers release "
             f"that accepts kernels {status.kernels}, or load with use_kernels=False.",
         )
-
-
-def explain_load_failure(e: Exception, name: str, *, trusted: bool = False) -> ModelLoadError:
-    """Turn what from_pretrained raised into an error that says the likely cause and the fix."""
-    text = f"{type(e).__name__}: {e}"
-    if "trust_remote_code" in text and not trusted:
-        return ModelLoadError(
-            f"{name} needs its own model code: {e}",
-            fix="Read the model's code on its hub page, then pass trust_remote_code=True if you trust it.",
-        )
-    if "SafetensorError" in text or "incomplete metadata" in text.lower():
-        return ModelLoadError(
-            f"The weights of {name} could not be read: {e}",
-            cause="a truncated or corrupt safetensors file",
-            fix="Delete the checkpoint and download or save it again.",
-        )
-    return ModelLoadError(f"Loading {name} failed: {text}", fix="See the chained error above for the details.")
 
 
 class _ProgressRelay:

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tpu_lab._checks import boolean
+from tpu_lab._checks import boolean, mapping
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument, ModelBuildError
+from tpu_lab.models.tiny_cache import MARKER, _digests, _is_legacy, _lock, _matches, _remove_stale_staging
 
 CACHE_ENV = "TPU_LAB_CACHE"
-MARKER = "tpu_lab_tiny.json"
 # Bump when the recipe changes so old cached checkpoints are not reused.
 RECIPE_VERSION = 2  # 2: weights trained briefly on the corpus; unprintable tokens suppressed
 ARCHS = {"qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
@@ -39,7 +39,7 @@ EOS, PAD = "<|endoftext|>", "<|pad|>"
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where tpu_lab caches tiny models: ``$TPU_LAB_CACHE`` or the user cache dir."""
-    environ = os.environ if environ is None else environ
+    environ = os.environ if environ is None else mapping(environ, "environ", example='{"TPU_LAB_CACHE": "/tmp/c"}')
     value = environ.get(CACHE_ENV)
     if value is None:
         import platformdirs
@@ -109,13 +109,15 @@ def tiny_model(
             cause="the folder (or one above it) is read-only, is a file, or the disk is full",
             fix=f"Pass a writable path, or set {CACHE_ENV} to a writable directory.",
         ) from e
+    from safetensors import SafetensorError  # how safetensors reports a failed write (a full disk)
+
     try:
         _build(staging, spec)
         (staging / MARKER).write_text(json.dumps({**spec, "files": _digests(staging)}, sort_keys=True))
         if target.exists():
             target.rmdir()  # empty (checked above); os.replace cannot replace a directory
         os.replace(staging, target)
-    except OSError as e:
+    except (OSError, SafetensorError) as e:
         if not _matches(target, spec, root):  # else another process finished the same build first
             raise ModelBuildError(
                 f"Writing the tiny model to {target} failed: {e}.",
@@ -129,7 +131,7 @@ def tiny_model(
 
 
 def _validate(arch: str, kv_heads: int | None, tie_embeddings: bool, trained: bool = True) -> dict:
-    if arch not in ARCHS:
+    if not isinstance(arch, str) or arch not in ARCHS:
         raise InvalidArgument(f"Unknown arch {arch!r}.", fix=f"Use one of: {', '.join(sorted(ARCHS))}.")
     heads = SHAPE["num_attention_heads"]
     kv = heads if kv_heads is None else kv_heads
@@ -154,95 +156,6 @@ def _cache_key(spec: dict) -> str:
     tied = "tied" if spec["tie_embeddings"] else "untied"
     random = "" if spec["trained"] else "-random"
     return f"{spec['arch']}-kv{spec['kv_heads']}-{tied}{random}-r{spec['recipe']}"
-
-
-def _recorded(target: Path) -> dict | None:
-    try:
-        marker = json.loads((target / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) else None
-
-
-def _matches(target: Path, spec: dict, root: Path | None = None) -> bool:
-    """Whether ``target`` is a complete build of ``spec``. A marker alone is not trusted: an entry of the
-    cache (``root``) must lie inside it, and every file must have the digest recorded at build time."""
-    recorded = _recorded(target)
-    if recorded is None or {k: v for k, v in recorded.items() if k != "files"} != spec:
-        return False
-    if root is not None and (target.is_symlink() or not target.resolve().is_relative_to(root.resolve())):
-        raise EnvironmentProblem(
-            f"The tiny-model cache entry {target} points outside the cache, to {target.resolve()}.",
-            cause="a symlink put into the cache (by another user or a script); its weights are not the ones built here",
-            fix=f"Delete {target} (it is rebuilt on the next call), and check who can write to {root}.",
-        )
-    if "files" not in recorded:
-        return False  # built before markers recorded digests (see _is_legacy)
-    files = recorded["files"]
-    if not (isinstance(files, dict) and files and all(isinstance(v, str) for v in files.values())):
-        raise EnvironmentProblem(
-            f"The marker of the tiny model at {target} records no file digests (files={files!r:.60}).",
-            cause="the marker was edited or written by something other than tpu_lab: the weights cannot be checked",
-            fix=f"Delete {target}; it is rebuilt on the next call.",
-        )
-    if _digests(target) != files:
-        raise EnvironmentProblem(
-            f"The files of the tiny model at {target} do not match what was recorded when it was built.",
-            cause="the folder was modified or replaced after the build (edited, partly copied, or tampered with)",
-            fix=f"Delete {target}; it is rebuilt on the next call.",
-        )
-    return True
-
-
-def _is_legacy(target: Path, spec: dict) -> bool:
-    recorded = _recorded(target)
-    return recorded == spec and target.is_dir() and not target.is_symlink()
-
-
-def _digests(folder: Path) -> dict[str, str]:
-    """SHA-256 of every file below ``folder`` (the marker excepted); a symlink is recorded as one."""
-    import hashlib
-
-    out = {}
-    for file in sorted(folder.rglob("*")):
-        name = file.relative_to(folder).as_posix()
-        if file.is_symlink():
-            out[name] = "symlink:" + os.readlink(file)
-        elif file.is_file() and name != MARKER:
-            out[name] = hashlib.sha256(file.read_bytes()).hexdigest()
-    return out
-
-
-def _lock(folder: Path) -> int:
-    import fcntl
-
-    fd = os.open(folder, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
-
-
-def _remove_stale_staging(parent: Path, prefix: str, min_age: float = 60.0) -> None:
-    """Remove staging folders of killed builds: older than ``min_age`` s (a folder is locked right after it
-    is made) and not locked by a live builder."""
-    import fcntl
-    import time
-
-    for folder in parent.glob(f"{prefix}*"):
-        try:
-            if not folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
-                continue
-            if time.time() - folder.stat().st_mtime < min_age:
-                continue
-            fd = os.open(folder, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(folder, ignore_errors=True)
-        except OSError:
-            pass  # a live build holds it
-        finally:
-            os.close(fd)
 
 
 def _build(folder: Path, spec: dict) -> None:

@@ -6,11 +6,13 @@ from html import escape
 
 import ipywidgets as w
 
+from tpu_lab._checks import of_type, positive_int
 from tpu_lab.compile.buckets.buckets import compare_policies
 from tpu_lab.compile.buckets.policies import POLICIES, buckets_for_policy
 from tpu_lab.compile.chart import png_bytes
 from tpu_lab.compile.generation.generation_record import GenerationRecord
 from tpu_lab.compile.generation.session import GenerationSession
+from tpu_lab.compile.generation.session_checks import check_open
 from tpu_lab.compile.table_base import TEXT_STYLE
 from tpu_lab.widgets._common import error_html
 
@@ -26,8 +28,10 @@ class GenerationPanel(w.VBox):
     length) and a chart, updated after each run; a banner when the recompile limit was hit."""
 
     def __init__(self, session: GenerationSession, *, max_buckets: int = 4) -> None:
-        self.session = session
-        self.max_buckets = max_buckets
+        fix = "Pass a session: GenerationPanel(tl.GenerationSession(*tl.load_model(...)))."
+        self.session = of_type(session, "session", GenerationSession, "a tl.GenerationSession", fix)
+        check_open(session.model, session, "session")
+        self.max_buckets = positive_int(max_buckets, "max_buckets", example=4)
         self._created = (session.buckets, session.batch_buckets)
         self.prompt = w.Textarea(
             value="The French Bread Law states",
@@ -37,7 +41,11 @@ class GenerationPanel(w.VBox):
         )
         label = {"description_width": "initial"}  # sized to the text, never clipped
         self.max_new_tokens = w.BoundedIntText(
-            value=session.max_new_tokens, min=1, max=4096, description="new tokens", style=label
+            value=session.max_new_tokens,
+            min=1,
+            max=max(4096, session.max_new_tokens),
+            description="new tokens",
+            style=label,
         )
         self.do_sample = w.Checkbox(value=False, description="do_sample")
         self.policy = w.Dropdown(

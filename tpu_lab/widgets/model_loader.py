@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from html import escape
 
 import ipywidgets as w
 
+from tpu_lab._checks import name_or_path, of_type
+from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.probe import DeviceReport, device_choices, probe
 from tpu_lab.models.checkpoint import needs_network
 from tpu_lab.models.loading import MODEL_PRESETS, LoadedModel, load_model
@@ -18,18 +22,26 @@ DTYPE_OPTIONS = [("device default", "auto"), ("bfloat16", "bfloat16"), ("float16
 
 class ModelLoader(w.VBox):
     """A model field with presets, a device dropdown filled from the probe, dtype, Load, status and report.
+    ``presets`` replaces the names the model field offers (e.g. a workshop's own models).
 
     After a load, ``.loaded`` is the LoadedModel and ``.model`` / ``.tokenizer`` its parts. Errors are shown
     in the widget with their fix; nothing is raised into the cell.
     """
 
-    def __init__(self, model: str = "tiny:qwen3", *, device_report: DeviceReport | None = None) -> None:
+    def __init__(
+        self,
+        model: str | os.PathLike = "tiny:qwen3",
+        *,
+        device_report: DeviceReport | None = None,
+        presets: Sequence[str] = MODEL_PRESETS,
+    ) -> None:
+        model, presets = _checked(model, device_report, presets)
         report = device_report or probe()
         self.choices = {c.name: c for c in device_choices(report)}
         self.loaded: LoadedModel | None = None
         self.model_name = w.Combobox(
             value=model,
-            options=list(MODEL_PRESETS),
+            options=presets,
             ensure_option=False,
             description="model",
             placeholder="folder, hub id or tiny:<arch>",
@@ -121,3 +133,18 @@ class ModelLoader(w.VBox):
         # the status line last: when it says "ok", everything above it is already shown
         self.status.value = f"{verdict}: {escape(name)} on <b>{r.device}</b> in {r.load_seconds:.2f} s"
         return self.loaded
+
+
+def _checked(model: object, device_report: object, presets: object) -> tuple[str, list[str]]:
+    """The model name and the presets as the fields hold them; a clear error for what they cannot hold."""
+    name = name_or_path(model, "model")
+    if device_report is not None:
+        fix = "Pass what tl.probe() returns (device_report=tl.probe(...)), or leave it out for this machine."
+        of_type(device_report, "device_report", DeviceReport, "a DeviceReport", fix)
+    items = list(presets) if isinstance(presets, (list, tuple)) else None
+    if not items or any(not isinstance(p, str) or not p.strip() for p in items):
+        raise InvalidArgument(
+            f"presets={presets!r:.60} is not a list of model names.",
+            fix='Pass a non-empty list of strs, e.g. presets=["tiny:qwen3", "Qwen/Qwen3-0.6B"].',
+        )
+    return name, items

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import ipywidgets as w
 
+from tpu_lab._checks import optional_callable
 from tpu_lab.host.probe import DeviceReport, probe
 from tpu_lab.widgets._common import error_html
 
@@ -19,6 +20,7 @@ class ProbePanel(w.VBox):
     """
 
     def __init__(self, probe_fn: Callable[[], DeviceReport] | None = None) -> None:
+        optional_callable(probe_fn, "probe_fn", example="functools.partial(tl.probe, sysfs_root=...)")
         self._probe = probe_fn or probe
         self.report: DeviceReport | None = None
         self.refresh_button = w.Button(description="Refresh", icon="refresh", tooltip="Take a new snapshot")

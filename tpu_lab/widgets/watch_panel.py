@@ -11,8 +11,10 @@ from typing import Any
 
 import ipywidgets as w
 
+from tpu_lab._checks import _short
 from tpu_lab.compile.chart import png_bytes
 from tpu_lab.compile.watching.watch import Watch
+from tpu_lab.errors import InvalidArgument
 
 REFRESH_SECONDS = 0.5
 
@@ -22,7 +24,12 @@ class WatchPanel(w.VBox):
     an existing watch. ``.watch`` is the Watch; the panel is also a context manager that opens it."""
 
     def __init__(self, watch: Watch | None = None) -> None:
-        self.watch = watch or Watch()
+        if watch is not None and not all(hasattr(watch, a) for a in ("table", "version", "poll")):
+            raise InvalidArgument(
+                f"watch={_short(watch)} ({type(watch).__name__}) is not a watch made by tl.watch().",
+                fix="Pass the object tl.watch() returns, e.g. WatchPanel(tl.watch()), or nothing for a new one.",
+            )
+        self.watch = Watch() if watch is None else watch
         self.status = w.HTML()
         self.table = w.HTML()
         self.chart = w.Image(format="png")
