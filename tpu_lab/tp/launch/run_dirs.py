@@ -20,7 +20,7 @@ PREFIX = "tpu_lab_run_"
 HOST_PREFIX = "tpu_lab_host_"
 """A host runner's folders (one per host of a multi-host launch): ``tpu_lab_host_<host marker>.XXXX``."""
 KEEP_RUNS = 5
-"""How many finished run directories are kept (newest first); README documents it."""
+"""How many finished run directories are kept (newest first); docs/api.md documents it."""
 
 
 def new_run_dir(run_id: str, root: str | os.PathLike | None = None) -> Path:
