@@ -23,7 +23,7 @@ from _side_by_side import measure, report
 
 import tpu_lab as tl
 from tpu_lab.testing.loopback import start_sshd
-from tpu_lab.tp.remote_command import BATCH_OPTIONS
+from tpu_lab.tp.launch.runners.ssh_command import BATCH_OPTIONS
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
 HOSTS = ["127.0.0.2", "127.0.0.3"]

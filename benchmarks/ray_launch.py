@@ -28,7 +28,7 @@ from _side_by_side import measure, report
 
 import tpu_lab as tl
 from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
-from tpu_lab.tp.runners import ray_cluster
+from tpu_lab.tp.launch.runners import ray_cluster
 
 WORKER = "import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n"
 CRASH = (

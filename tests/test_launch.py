@@ -11,7 +11,7 @@ from _processes import leftovers
 
 import tpu_lab as tl
 from tpu_lab.errors import InvalidArgument
-from tpu_lab.tp.command import RUN_ID_ENV, LaunchSpec, build_command
+from tpu_lab.tp.launch.torchrun_command import RUN_ID_ENV, LaunchSpec, build_command
 
 
 def spec(**kw):
@@ -21,11 +21,11 @@ def spec(**kw):
 
 def test_build_command_argv():
     argv, _ = build_command(spec(args=("--x", "1")), {})
-    assert argv[:3] == [sys.executable, "-m", "tpu_lab.tp._torchrun"]  # torchrun's main, loopback rendezvous
+    assert argv[:3] == [sys.executable, "-m", "tpu_lab.tp.launch.torchrun_main"]  # torchrun's main, loopback rendezvous
     assert "--nproc-per-node=2" in argv and "--rdzv-endpoint=127.0.0.1:29555" in argv
     assert "--rdzv-backend=tpu_lab-bound" in argv and "--shutdown-timeout=2" in argv and "--nnodes=1" in argv
     assert "--rdzv-id=abc" in argv and "--max-restarts=0" in argv and "--redirects=3" in argv
-    assert argv[-5:] == ["-m", "tpu_lab.tp._worker", "/r/worker.py", "--x", "1"]
+    assert argv[-5:] == ["-m", "tpu_lab.tp.launch.rank_worker", "/r/worker.py", "--x", "1"]
 
 
 def test_build_command_env_drops_stale_and_marks_the_run():
@@ -122,7 +122,7 @@ def test_crashing_rank_stops_the_others_fast():
         tl.launch(code, nproc=2)
     assert time.monotonic() - start < 10
     message = str(e.value)
-    assert "argv: " in message and "tpu_lab.tp._torchrun" in message
+    assert "argv: " in message and "tpu_lab.tp.launch.torchrun_main" in message
     assert "rank 1: failed (exit 1)" in message and "rank 0: stopped" in message
     assert "ValueError: boom on rank 1" in message and "worker.py" in message
     assert leftovers() == []
@@ -205,7 +205,7 @@ def test_report_outside_a_launch_warns(monkeypatch):
 
 def test_tpu_host_rank_checks():
     from tpu_lab.host.chips import TpuChips
-    from tpu_lab.tp.launch_env import check_tpu_ranks
+    from tpu_lab.tp.launch.tpu_env import check_tpu_ranks
 
     v6e = TpuChips(4, "TPU v6e", 32, (1, 4), ("a", "b", "c", "d"))
     with pytest.raises(InvalidArgument, match=r"nproc=8: 8 processes need 8 TPU chips .* but this host has 4") as e:

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 ARGS = [
     "--master-weights=fp32", "--rdzv-timeout=5", "--standalone", "--lr=0.1", "--master-weights", "fp32",
     "--nnodes=3", "--node-rank", "2", "--nproc-per-node=8", "--rdzv-endpoint", "10.9.9.9:1",
-    "--log-line-prefix-template=x", "-m", "tpu_lab.tp._worker", "--", "--tee=3", "", " ", "a b", "$HOME", "é",
+    "--log-line-prefix-template=x", "-m", "tpu_lab.tp.launch.rank_worker", "--", "--tee=3", "", " ", "a b", "$HOME", "é",
 ]  # fmt: skip
 REPORT_ARGS = "import sys, tpu_lab as tl\ntl.report(sys.argv[1:])\n"
 
@@ -185,7 +185,7 @@ def test_a_frozen_host_runner_is_killed_with_everything_under_it(sshd):
                 cmd, env = (entry / "cmdline").read_bytes(), (entry / "environ").read_bytes()
             except OSError:
                 continue
-            if b"tpu_lab.tp.runners.ssh_host" in cmd and marker.search(env + b"\x00"):
+            if b"tpu_lab.tp.launch.runners.ssh_host" in cmd and marker.search(env + b"\x00"):
                 return int(entry.name)
         return None
 

@@ -6,7 +6,7 @@ from transformers import Glm4Config, LlamaConfig, Qwen3Config
 import tpu_lab as tl
 from tpu_lab.errors import InvalidArgument
 from tpu_lab.host.chips import TpuChips
-from tpu_lab.tp.preflight import REPLICATE
+from tpu_lab.tp.preflight.plan import REPLICATE
 
 SEED_PLAN = {f"layers.*.self_attn.{p}": REPLICATE for p in ("q_proj", "k_proj", "v_proj", "o_proj")}
 # Shaped like the real models (head counts, sizes, ties), as their hub configs say.

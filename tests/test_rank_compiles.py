@@ -1,4 +1,4 @@
-"""Compiles per rank, merged and compared (tp.rank_compiles, tp.divergence, tp.rank_live), on real watch
+"""Compiles per rank, merged and compared (tp.results.rank_compiles, tp.results.divergence, tp.results.live_compiles), on real watch
 data: each "rank" here is a real tl.watch() over real torch.compile'd code in this process, its table
 passed through JSON as a rank's file is. The launches themselves are in test_rank_watch.py."""
 
@@ -9,10 +9,11 @@ import pytest
 import torch
 
 import tpu_lab as tl
-from tpu_lab.tp.divergence import MAX_FINDINGS, split_signature
-from tpu_lab.tp.rank_compiles import SHOWN_ROWS, RankTable, RunCompiles
-from tpu_lab.tp.rank_live import RankCompiles, compile_words, hang_words, rank_span, waiting_words
-from tpu_lab.tp.run_state import RankState, RunState
+from tpu_lab.tp.results.divergence import MAX_FINDINGS
+from tpu_lab.tp.results.live_compiles import RankCompiles, compile_words, hang_words, rank_span, waiting_words
+from tpu_lab.tp.results.rank_compiles import RunCompiles
+from tpu_lab.tp.results.rank_table import SHOWN_ROWS, RankTable, split_signature
+from tpu_lab.tp.results.run_state import RankState, RunState
 
 
 def prefill(input_ids, n):

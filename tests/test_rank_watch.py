@@ -9,8 +9,8 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.errors import LaunchError
-from tpu_lab.tp.launch import start
-from tpu_lab.tp.rank_live import compile_words
+from tpu_lab.tp.launch.api import start
+from tpu_lab.tp.results.live_compiles import compile_words
 
 pytestmark = pytest.mark.slow
 

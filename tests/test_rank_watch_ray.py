@@ -5,7 +5,7 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
-from tpu_lab.tp.launch import start
+from tpu_lab.tp.launch.api import start
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -17,9 +17,9 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.testing.ray_cluster import HOST_RESOURCE, LocalRayCluster
-from tpu_lab.tp.launch import start
-from tpu_lab.tp.run_state import RankState
-from tpu_lab.tp.runners import ray_cluster
+from tpu_lab.tp.launch.api import start
+from tpu_lab.tp.launch.runners import ray_cluster
+from tpu_lab.tp.results.run_state import RankState
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -167,7 +167,7 @@ def test_tp_run_and_the_launch_panel_on_the_cluster(two_hosts, capsys, ipython_s
 def test_the_panels_stop_returns_after_the_cluster_is_clean(two_hosts):
     # Stop runs in a background thread; the panel's wait() must not return while that stop is still
     # tearing down (the notebook printed the run's placement group and actors as left over).
-    from tpu_lab.tp.run_state import RankState
+    from tpu_lab.tp.results.run_state import RankState
 
     panel = tl.widgets.LaunchPanel(SLEEP, nproc=1, cluster=two_hosts).start()
     deadline = time.monotonic() + 120

@@ -20,7 +20,7 @@ from _processes import leftovers
 
 import tpu_lab as tl
 from tpu_lab.host.processes import alive, pids_with_env
-from tpu_lab.tp import rundirs
+from tpu_lab.tp.launch import run_dirs
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,7 @@ def test_launch_listens_on_loopback_only():
 def test_run_folders_keep_the_newest_and_live_ones(tmp_path):
     folders = []
     for i in range(9):
-        folder = tmp_path / f"{rundirs.PREFIX}{i:032x}.abc{i}"
+        folder = tmp_path / f"{run_dirs.PREFIX}{i:032x}.abc{i}"
         folder.mkdir()
         os.utime(folder, (1000 + i, 1000 + i))
         folders.append(folder)
@@ -157,13 +157,13 @@ def test_run_folders_keep_the_newest_and_live_ones(tmp_path):
         # alive is not enough: until exec, /proc shows the parent's environment, without the marker
         marker = f"TPU_LAB_RUN_ID={live_id}".encode()
         wait_until(lambda: holder.pid in pids_with_env(marker), 5)
-        removed = rundirs.prune_run_dirs(tmp_path, keep=rundirs.KEEP_RUNS)
+        removed = run_dirs.prune_run_dirs(tmp_path, keep=run_dirs.KEEP_RUNS)
     finally:
         holder.kill()
         holder.wait()
     kept = sorted(p.name for p in tmp_path.iterdir())
-    assert kept == sorted(f.name for f in [folders[1], *folders[-rundirs.KEEP_RUNS :]])
-    assert len(removed) == 9 - rundirs.KEEP_RUNS - 1
+    assert kept == sorted(f.name for f in [folders[1], *folders[-run_dirs.KEEP_RUNS :]])
+    assert len(removed) == 9 - run_dirs.KEEP_RUNS - 1
 
 
 def test_folders_of_a_killed_owner_are_pruned_and_a_live_owners_kept(tmp_path):
@@ -175,22 +175,22 @@ def test_folders_of_a_killed_owner_are_pruned_and_a_live_owners_kept(tmp_path):
     for name, pid in (("dead", gone.pid), ("live", os.getpid())):
         folders[name] = tmp_path / f"{prefix}{name}-node0-.x"
         folders[name].mkdir()
-        (folders[name] / rundirs.OWNER_FILE).write_text(str(pid))
+        (folders[name] / run_dirs.OWNER_FILE).write_text(str(pid))
     unowned = tmp_path / f"{prefix}unowned-node0-.x"  # no owner file (an older tpu_lab): left alone
     unowned.mkdir()
-    assert rundirs.prune_orphan_dirs(tmp_path, prefix) == [folders["dead"]]
+    assert run_dirs.prune_orphan_dirs(tmp_path, prefix) == [folders["dead"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folders["live"].name, unowned.name])
 
 
 def test_launches_keep_at_most_the_limit_and_failed_starts_leave_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    for i in range(rundirs.KEEP_RUNS + 1):
-        old = tmp_path / f"{rundirs.PREFIX}{i:032x}.x"
+    for i in range(run_dirs.KEEP_RUNS + 1):
+        old = tmp_path / f"{run_dirs.PREFIX}{i:032x}.x"
         old.mkdir()
         os.utime(old, (1000 + i, 1000 + i))
     assert tl.launch("print('hi')", nproc=1, on_output=lambda rank, line: None).ok
-    runs = sorted(tmp_path.glob(f"{rundirs.PREFIX}*"))
-    assert len(runs) == rundirs.KEEP_RUNS
+    runs = sorted(tmp_path.glob(f"{run_dirs.PREFIX}*"))
+    assert len(runs) == run_dirs.KEEP_RUNS
     before = set(tmp_path.iterdir())
     with pytest.raises(tl.errors.InvalidArgument):
         tl.launch("print(", nproc=1)

@@ -8,15 +8,15 @@ import pytest
 
 import tpu_lab as tl
 from tpu_lab.errors import EnvironmentProblem, InvalidArgument
-from tpu_lab.tp.command import LaunchSpec, build_command
-from tpu_lab.tp.remote_command import (
+from tpu_lab.tp.launch.hosts import resolve_hosts
+from tpu_lab.tp.launch.runners import ssh_wire as wire
+from tpu_lab.tp.launch.runners.ssh_command import (
     client_argv,
     forwarded_env,
     host_python,
     remote_argv,
-    resolve_hosts,
 )
-from tpu_lab.tp.runners import ssh_wire as wire
+from tpu_lab.tp.launch.torchrun_command import LaunchSpec, build_command
 
 
 def test_hosts_explicit_or_from_the_tpu_worker_list():
@@ -64,7 +64,7 @@ def test_ssh_argv_is_batch_mode_and_quotes_the_remote_command():
         "TPU_LAB_RUN_ID=r-node1-",
         "/opt/my env/bin/python",
         "-m",
-        "tpu_lab.tp.runners.ssh_host",
+        "tpu_lab.tp.launch.runners.ssh_host",
     ]
 
 
@@ -94,7 +94,7 @@ USER_ARGS = [
     ["--master-weights", "fp32"],
     ["--nnodes=3", "--node-rank", "2", "--nproc-per-node=8"],
     ["--rdzv-endpoint", "10.9.9.9:1", "--rdzv_backend=c10d", "--log-line-prefix-template=x"],
-    ["-m", "tpu_lab.tp._worker", "--", "--tee=3", "--redirects", "1"],
+    ["-m", "tpu_lab.tp.launch.rank_worker", "--", "--tee=3", "--redirects", "1"],
     ["", " ", "a b", "$HOME", "'q'", "é\u00a0"],
 ]
 
@@ -108,7 +108,7 @@ def test_one_builder_for_any_node_count_passes_user_arguments_untouched(args, nn
         nnodes=nnodes, node_rank=node, master="10.0.0.2" if nnodes > 1 else "127.0.0.1", rdzv_id="x",
     )  # fmt: skip
     argv, env = build_command(spec, {})
-    at = argv.index("tpu_lab.tp._worker")
+    at = argv.index("tpu_lab.tp.launch.rank_worker")
     assert argv[at + 1 :] == ["/r/w.py", *args]  # byte for byte, whatever they look like
     own = argv[:at]
     assert f"--nnodes={nnodes}" in own and f"--rdzv-conf=rank={node}" in own and "--rdzv-id=x" in own

@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from tpu_lab.tp.command import LaunchSpec, build_command
-from tpu_lab.tp.results import LaunchResult
+from tpu_lab.tp.launch.torchrun_command import LaunchSpec, build_command
+from tpu_lab.tp.results.launch_result import LaunchResult
 
 
 def test_launch_result_knows_its_run_id():

@@ -146,7 +146,7 @@ def test_launch_panel_shows_each_rank_and_its_state():
 
 
 def test_launch_panel_stop_and_failures():
-    from tpu_lab.tp.process import run_pids
+    from tpu_lab.tp.launch.process import run_pids
 
     panel = tl.widgets.LaunchPanel("import time\nprint('sleeping', flush=True)\ntime.sleep(120)", nproc=2).start()
 

@@ -30,14 +30,14 @@ _EXPORTS = {
     "GenerationRecord": "tpu_lab.compile.generation.generation_record",
     "recommend_buckets": "tpu_lab.compile.buckets.buckets",
     "compare_policies": "tpu_lab.compile.buckets.buckets",
-    "tp_preflight": "tpu_lab.tp.preflight",
-    "PreflightReport": "tpu_lab.tp.preflight",
-    "launch": "tpu_lab.tp.launch",
-    "Remote": "tpu_lab.tp.remote_command",
-    "RayCluster": "tpu_lab.tp.runners.ray_cluster",
-    "LaunchResult": "tpu_lab.tp.results",
-    "RunCompiles": "tpu_lab.tp.rank_compiles",
-    "report": "tpu_lab.tp.results",
+    "tp_preflight": "tpu_lab.tp.preflight.preflight",
+    "PreflightReport": "tpu_lab.tp.preflight.preflight",
+    "launch": "tpu_lab.tp.launch.api",
+    "Remote": "tpu_lab.tp.launch.runners.ssh_command",
+    "RayCluster": "tpu_lab.tp.launch.runners.ray_cluster",
+    "LaunchResult": "tpu_lab.tp.results.launch_result",
+    "RunCompiles": "tpu_lab.tp.results.rank_compiles",
+    "report": "tpu_lab.tp.results.rank_files",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "host", "models", "compile", "tp"}
 
@@ -56,12 +56,13 @@ if TYPE_CHECKING:
     from tpu_lab.models.loading import LoadedModel, load_model
     from tpu_lab.models.placement import LoadReport
     from tpu_lab.models.tiny import tiny_model
-    from tpu_lab.tp.launch import launch
-    from tpu_lab.tp.preflight import PreflightReport, tp_preflight
-    from tpu_lab.tp.rank_compiles import RunCompiles
-    from tpu_lab.tp.remote_command import Remote
-    from tpu_lab.tp.results import LaunchResult, report
-    from tpu_lab.tp.runners.ray_cluster import RayCluster
+    from tpu_lab.tp.launch.api import launch
+    from tpu_lab.tp.launch.runners.ray_cluster import RayCluster
+    from tpu_lab.tp.launch.runners.ssh_command import Remote
+    from tpu_lab.tp.preflight.preflight import PreflightReport, tp_preflight
+    from tpu_lab.tp.results.launch_result import LaunchResult
+    from tpu_lab.tp.results.rank_compiles import RunCompiles
+    from tpu_lab.tp.results.rank_files import report
 
 
 def __getattr__(name: str) -> Any:

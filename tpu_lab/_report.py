@@ -23,7 +23,7 @@ class Finding:
     """A trap or problem that applies here, with its fix."""
 
     code: str
-    """Stable identifier, e.g. ``"auto-device-map-cpu"`` (README's troubleshooting uses it)."""
+    """Stable identifier, e.g. ``"auto-device-map-cpu"`` (docs/troubleshooting.md lists them)."""
     severity: str
     """``"error"`` (this will fail), ``"warning"`` (this will surprise you) or ``"info"``."""
     message: str

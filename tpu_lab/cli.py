@@ -54,7 +54,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _preflight(args: argparse.Namespace) -> int:
     import json
 
-    from tpu_lab.tp.preflight import tp_preflight
+    from tpu_lab.tp.preflight.preflight import tp_preflight
 
     try:
         plan = json.loads(args.plan) if args.plan else None

@@ -11,7 +11,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from tpu_lab._checks import positive_int, positive_seconds
 from tpu_lab.errors import LaunchError, LaunchInterrupted, TpuLabError
-from tpu_lab.tp.launch import launch
+from tpu_lab.tp.launch.api import launch
 
 
 @magics_class

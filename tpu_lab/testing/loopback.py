@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpu_lab.tp.process import run_briefly, spawn_server, stop_session
-from tpu_lab.tp.remote_command import Remote
+from tpu_lab.tp.launch.process import run_briefly, spawn_server, stop_session
+from tpu_lab.tp.launch.runners.ssh_command import Remote
 
 ADDRESSES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 SSHD = "/usr/sbin/sshd"

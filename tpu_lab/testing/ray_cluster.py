@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from tpu_lab.tp.runners.ray_cluster import stay_on_loopback
+from tpu_lab.tp.launch.runners.ray_cluster import stay_on_loopback
 
 HOST_RESOURCE = "tpu_lab_test_host"
 NODE: dict[str, Any] = {

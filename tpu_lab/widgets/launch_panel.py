@@ -1,6 +1,6 @@
 """LaunchPanel: a tensor-parallel run with a live log and a state per rank, elapsed time, and Stop.
 
-A view: the launch's run state (``tp.run_state.RunState``, filled by whichever runner runs it) holds
+A view: the launch's run state (``tp.results.run_state.RunState``, filled by whichever runner runs it) holds
 every line and every rank's state; the panel only redraws it.
 """
 
@@ -14,13 +14,14 @@ from html import escape
 import ipywidgets as w
 
 from tpu_lab._checks import positive_seconds
-from tpu_lab.tp.launch import start
-from tpu_lab.tp.outcome import stopped_by_user
-from tpu_lab.tp.rank_live import compile_words
-from tpu_lab.tp.remote_command import Hosts, Remote, resolve_hosts
-from tpu_lab.tp.results import LaunchResult
-from tpu_lab.tp.run_state import RankState
-from tpu_lab.tp.runner import Runner
+from tpu_lab.tp.launch.api import start
+from tpu_lab.tp.launch.hosts import Hosts, resolve_hosts
+from tpu_lab.tp.launch.runner import Runner
+from tpu_lab.tp.launch.runners.ssh_command import Remote
+from tpu_lab.tp.results.launch_error import stopped_by_user
+from tpu_lab.tp.results.launch_result import LaunchResult
+from tpu_lab.tp.results.live_compiles import compile_words
+from tpu_lab.tp.results.run_state import RankState
 from tpu_lab.widgets._common import error_html
 
 LOG_LINES = 12  # the newest lines of each rank, all in view (the result keeps 200)

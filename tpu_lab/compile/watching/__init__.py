@@ -2,4 +2,4 @@
 ``watch_table``; ``failed`` words a compile Dynamo gave up on, ``what_next`` what a compile made dynamic
 and containers that grow, ``leftover`` the records no heard compile claims; ``guard`` refuses compiles
 (``tl.no_recompiles``); ``rank_watch`` keeps a launched rank's watch table in its run folder (armed by
-``tp._worker``)."""
+``tp.launch.rank_worker``)."""

@@ -8,8 +8,8 @@ rank killed mid-compile leaves its table up to that compile and the marker sayin
 The table of a compile lands a moment after it ends (Dynamo files its record after the end callback),
 so a small writer thread folds it in then.
 
-This module knows nothing about launches: ``tp._worker`` arms it (when the launch sets
-``tp._worker.WATCH_ENV``) with the run folder and the rank.
+This module knows nothing about launches: ``tp.launch.rank_worker`` arms it (when the launch sets
+``tp.launch.rank_worker.WATCH_ENV``) with the run folder and the rank.
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""What each rank hands back through its run folder, as files: its value (``tl.report(value)``:
+``rank{R}.value.json``), its status (exit code, traceback: ``rank{R}.status.json``, written by
+``tp.launch.rank_worker``) and its compiles (``rank{R}.compiles.json``, written by the rank's watcher,
+``tpu_lab.compile.watching.rank_watch``). Every file is written to a temporary name and renamed
+(``write_atomic``), so a reader never sees half a file; ``CompileFiles`` reads the compile files while
+the ranks run (one stat per rank per poll) and puts each rank's live compiles into the ``RunState``.
+
+Ranks import this module (``tl.report``, the status file): it stays light (no torch, nothing of the
+kernel's side).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tpu_lab.errors import InvalidArgument, TpuLabWarning
+from tpu_lab.tp.results.live_compiles import RankCompiles
+
+# Duplicated from tp.launch.torchrun_command on purpose: ranks import this module, and it must stay this light.
+RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
+
+
+def report(value: Any) -> None:
+    """Hand ``value`` (anything JSON can encode) back to ``tl.launch`` from this rank; the last call wins."""
+    folder = os.environ.get(RESULT_DIR_ENV)
+    if not folder:
+        warnings.warn(
+            "tpu_lab: tl.report() was called outside a tl.launch worker, so the value goes nowhere. "
+            "Run this code with tl.launch(...) or %%tp_run.",
+            TpuLabWarning,
+            stacklevel=2,
+        )
+        return
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(
+            f"tl.report() got a value JSON cannot encode: {e}.",
+            cause="tensors, arrays and custom objects are not JSON",
+            fix="Report plain data: e.g. tensor.tolist(), float(x), str(obj).",
+        ) from e
+    write_atomic(Path(folder) / f"rank{os.environ.get('RANK', '0')}.value.json", text)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+RANK_FILE = "rank{rank}.compiles.json"
+
+
+def read_rank_file(run_dir: Path, rank: int) -> dict[str, Any] | None:
+    """A rank's watcher file (None: it never imported Dynamo, or it was not watched)."""
+    data = read_json(run_dir / RANK_FILE.format(rank=rank))
+    return data if isinstance(data, dict) else None
+
+
+class CompileFiles:
+    """The watcher files of one node's ranks, read as they change (one stat per rank per poll), for the
+    runner that polls that node: it puts each rank's live compiles in the run state."""
+
+    def __init__(self, run_dir: Path, ranks: Iterable[int]) -> None:
+        self.run_dir = run_dir
+        self._stamp: dict[int, tuple[int, int]] = {r: (0, 0) for r in ranks}
+        self.files: dict[int, dict[str, Any] | None] = {r: None for r in self._stamp}
+
+    def update(self, state: Any) -> list[int]:
+        """Read the files that changed into ``state`` (a RunState); returns the ranks whose compiles changed."""
+        changed = []
+        for rank, before in self._stamp.items():
+            try:
+                st = (self.run_dir / RANK_FILE.format(rank=rank)).stat()
+            except OSError:
+                continue
+            if (st.st_mtime_ns, st.st_size) == before:
+                continue
+            data = read_rank_file(self.run_dir, rank)
+            if data is None:
+                continue  # gone between the stat and the read: the next poll sees it
+            self._stamp[rank] = (st.st_mtime_ns, st.st_size)
+            self.files[rank] = data
+            state.set_compiles(rank, RankCompiles.from_marker(data))
+            changed.append(rank)
+        return changed
