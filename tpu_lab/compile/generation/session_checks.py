@@ -136,14 +136,12 @@ def _memory_bytes(device: str) -> int | None:
 
 def check_open(model: Any, session: Any, name: str = "The session") -> None:
     """Refuse a closed session: its model no longer runs through it, so nothing would be counted."""
-    from tpu_lab.compile.generation.session import GenerationSession  # here: session imports this module
-
     owner = getattr(model.forward, "__self__", None)
     if owner is session:
         return
     state = (
         "was replaced: another GenerationSession took over its model"
-        if isinstance(owner, GenerationSession)
+        if isinstance(owner, type(session))  # another session of the same class
         else "is closed"
     )
     raise InvalidArgument(
