@@ -15,7 +15,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from tpu_lab.tp.results.rank_files import RESULT_DIR_ENV, write_atomic
+from tpu_lab.tp.results.rank_files import LAUNCHED_RANK, RESULT_DIR_ENV, write_atomic
 
 WATCH_ENV = "TPU_LAB_WATCH"  # "1": this rank runs inside the compile watcher
 _finish: list = []  # what the rank-side module asked to run at the end
@@ -45,7 +45,7 @@ def _rank_setup() -> None:
     if os.environ.get(WATCH_ENV) == "1" and folder:
         from tpu_lab.compile.watching.rank_watch import arm  # light: torch only once the rank's code imports Dynamo
 
-        _finish.append(arm(folder, int(os.environ.get("RANK", "0"))))
+        _finish.append(arm(folder, int(LAUNCHED_RANK)))
 
 
 def _status(code: int, error: str | None = None) -> None:
@@ -60,7 +60,7 @@ def _status(code: int, error: str | None = None) -> None:
         import time
 
         text = json.dumps({"exit_code": code, "error": error, "time": time.time()})
-        write_atomic(Path(folder) / f"rank{os.environ.get('RANK', '0')}.status.json", text)
+        write_atomic(Path(folder) / f"rank{LAUNCHED_RANK}.status.json", text)
 
 
 def main() -> None:

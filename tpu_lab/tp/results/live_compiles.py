@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpu_lab.tp.results.checked_files import checked_compile_file
+
 SLOW_COMPILE_S = 10.0
 """A compile running this long while other ranks are idle is named in the words as the one they wait for."""
 
@@ -37,7 +39,8 @@ class RankCompiles:
 
     @classmethod
     def from_marker(cls, data: Mapping[str, Any]) -> RankCompiles:
-        """From a rank's file (or a host runner's message carrying it)."""
+        """From a rank's file (or a host runner's message carrying it), checked first."""
+        data = checked_compile_file(data) or {}
         now, last = data.get("compiling") or {}, data.get("last") or {}
         return cls(
             count=int(data.get("compiles") or 0),

@@ -19,10 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from tpu_lab.errors import InvalidArgument, TpuLabWarning
+from tpu_lab.tp.results.checked_files import MAX_REPORT_BYTES, checked_compile_file, read_checked
 from tpu_lab.tp.results.live_compiles import RankCompiles
 
 # Duplicated from tp.launch.torchrun_command on purpose: ranks import this module, and it must stay this light.
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
+LAUNCHED_RANK = os.environ.get("RANK", "0")
+"""This rank's number as the launcher gave it, read when the rank starts: files are named by it, not by
+an environment variable the rank's own code could change."""
 
 
 def report(value: Any) -> None:
@@ -44,7 +48,14 @@ def report(value: Any) -> None:
             cause="tensors, arrays and custom objects are not JSON",
             fix="Report plain data: e.g. tensor.tolist(), float(x), str(obj).",
         ) from e
-    write_atomic(Path(folder) / f"rank{os.environ.get('RANK', '0')}.value.json", text)
+    if len(text) > MAX_REPORT_BYTES:
+        raise InvalidArgument(
+            f"tl.report() got a value of {len(text) / 2**20:.1f} MiB as JSON, above the "
+            f"{MAX_REPORT_BYTES // 2**20} MiB a launch hands back to the notebook.",
+            cause="the value travels through the run folder into the kernel's memory",
+            fix="Write the data to a file (np.save, torch.save, a .jsonl) and report its path.",
+        )
+    write_atomic(Path(folder) / f"rank{LAUNCHED_RANK}.value.json", text)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -54,10 +65,11 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """A file a rank wrote, or None when absent; one too large or too deep to trust is None too, said once."""
+    value, problem = read_checked(path)
+    if problem:
+        warnings.warn(f"tpu_lab: {problem} ({path.parent}): it is left out.", TpuLabWarning, stacklevel=2)
+    return value
 
 
 RANK_FILE = "rank{rank}.compiles.json"
@@ -65,8 +77,7 @@ RANK_FILE = "rank{rank}.compiles.json"
 
 def read_rank_file(run_dir: Path, rank: int) -> dict[str, Any] | None:
     """A rank's watcher file (None: it never imported Dynamo, or it was not watched)."""
-    data = read_json(run_dir / RANK_FILE.format(rank=rank))
-    return data if isinstance(data, dict) else None
+    return checked_compile_file(read_json(run_dir / RANK_FILE.format(rank=rank)))
 
 
 class CompileFiles:

@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from tpu_lab._report import Report, table
+from tpu_lab.tp.results.checked_files import checked_compile_file
 from tpu_lab.tp.results.live_compiles import RankCompiles
 
 SHOWN_ROWS = 30
@@ -57,6 +58,7 @@ class RankTable(Report):
 
     @classmethod
     def from_file(cls, rank: int, data: Mapping[str, Any] | None) -> RankTable:
+        data = checked_compile_file(data)
         if not data:
             return cls(rank)
         t: Mapping[str, Any] = data.get("table") or {} if isinstance(data.get("table"), dict) else {}

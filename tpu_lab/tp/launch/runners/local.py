@@ -27,6 +27,7 @@ from tpu_lab.tp.launch.run_dirs import new_run_dir, remove_run_dir
 from tpu_lab.tp.launch.runner import OutputCallback, Runner
 from tpu_lab.tp.launch.torchrun_command import FAILURES_FILE, LaunchSpec, build_command
 from tpu_lab.tp.launch.tpu_env import check_rank_memory, tpu_launch_env
+from tpu_lab.tp.results.checked_files import checked_status
 from tpu_lab.tp.results.launch_result import LaunchResult, rank_results
 from tpu_lab.tp.results.rank_compiles import RunCompiles
 from tpu_lab.tp.results.rank_files import CompileFiles, read_json
@@ -158,8 +159,8 @@ class Torchrun:
         for rank in self._logs:
             if self.state.ranks[rank].state.final:
                 continue
-            status = read_json(self.spec.run_dir / f"rank{rank}.status.json")
-            if isinstance(status, dict) and isinstance(status.get("exit_code"), int):
+            status = checked_status(read_json(self.spec.run_dir / f"rank{rank}.status.json"))
+            if status is not None:
                 code = status["exit_code"]
                 if code == 0:
                     self.state.set_rank(rank, RankState.OK, exit_code=0)
@@ -171,6 +172,8 @@ class Torchrun:
         self._read_statuses()
         failures = read_json(self.spec.run_dir / FAILURES_FILE) or {}
         for key, record in failures.items() if isinstance(failures, dict) else ():
+            if not (str(key).isdigit() and isinstance(record, dict) and isinstance(record.get("exitcode", 1), int)):
+                continue  # not the record torchrun writes (a rank may have written over it)
             rank, code = self.spec.first_rank + int(key), int(record.get("exitcode", 1))
             if rank not in self._logs or self.state.ranks[rank].state.final:
                 continue
@@ -211,8 +214,8 @@ class Torchrun:
     def errors(self) -> dict[int, str | None]:
         out: dict[int, str | None] = {}
         for rank in self._logs:
-            status = read_json(self.spec.run_dir / f"rank{rank}.status.json") or {}
-            error = status.get("error") if isinstance(status, dict) else None
+            status = checked_status(read_json(self.spec.run_dir / f"rank{rank}.status.json")) or {}
+            error = status.get("error")
             if error is None and self.state.ranks[rank].state is RankState.FAILED:
                 error = "\n".join(self.state.lines(rank)[-30:]) or None
             out[rank] = error
