@@ -12,6 +12,7 @@ interrupt at any later moment can still stop it); ``runner.start()`` starts ever
 from __future__ import annotations
 
 import atexit
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -98,6 +99,7 @@ class Runner(ABC):
         if rank is None or not line.strip():
             return
         host = self.state.ranks[rank].host if 0 <= rank < len(self.state.ranks) else None
+        line = shown(line)
         print(f"[{host} rank {rank}] {line}" if host else f"[rank {rank}] {line}", flush=True)
 
     def track(self) -> None:
@@ -113,3 +115,13 @@ def _stop_all() -> None:
     """The kernel is exiting: leave no process behind, on any host."""
     for run in list(_LIVE):
         run.stop("kernel exiting")
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def shown(line: str) -> str:
+    """A rank's line as the notebook may show it: terminal escapes (colours, clear-screen) dropped, other
+    control characters (NUL, a stray \\r) written out visibly, so a rank cannot clear or garble the cell."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", _ANSI.sub("", line))

@@ -69,10 +69,13 @@ class _RankLog:
             self.file = open(found, "rb")  # noqa: SIM115 (kept open while the rank runs)
         data = self.pending + self.file.read()
         *lines, self.pending = data.split(b"\n")
+        redrawn = self.pending.rstrip(b"\r").rfind(b"\r")
+        if redrawn >= 0:  # a progress bar redrawing itself with \r: only its newest state is kept
+            self.pending = self.pending[redrawn + 1 :]
         while len(self.pending) > LONG_LINE:
             lines.append(self.pending[:LONG_LINE])
             self.pending = self.pending[LONG_LINE:]
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
+        return [line.decode("utf-8", "replace").rstrip("\r").rsplit("\r", 1)[-1] for line in lines]
 
     def close(self) -> list[str]:
         rest = [self.pending.decode("utf-8", "replace")] if self.pending else []

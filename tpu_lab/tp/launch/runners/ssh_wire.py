@@ -5,7 +5,7 @@ Kernel -> host, one JSON object a line: the job, then ``{"kind": "go", ...}`` or
 (the end of stdin means stop too). Host -> kernel: control lines (``CONTROL`` + JSON: ``hi``, ``hello``,
 ``error``, ``started`` (its argv), ``rank`` (a rank's new state), ``compiles`` (a rank's live compiles,
 ``tp.results.live_compiles``), ``beat`` (every second: not frozen),
-``result``) and output lines ``<global rank>\\t<text>`` (``-`` for torchrun's own lines).
+``result``) and output lines ``<global rank>\\t<text as a JSON string>`` (``-`` for torchrun's own lines).
 Anything else (ssh's own messages, a traceback before the runner started) is passed on as is.
 """
 
@@ -27,8 +27,10 @@ def control(kind: str, **data: Any) -> str:
 
 
 def output_line(rank: int | None, text: str) -> str:
-    """One labelled output line (no newline)."""
-    return f"{'-' if rank is None else rank}\t{text}"
+    """One labelled output line (no newline). The text travels JSON-escaped: a rank's ``\r``, ``\n`` or
+    control prefix cannot start a line of its own on the wire, so it can never speak for another rank
+    or for the runner."""
+    return f"{'-' if rank is None else rank}\t{json.dumps(text)}"
 
 
 def parse(line: str) -> tuple[str, Any]:
@@ -43,7 +45,12 @@ def parse(line: str) -> tuple[str, Any]:
         return "raw", line
     head, tab, text = line.partition("\t")
     if tab and (head == "-" or head.isdigit()):
-        return "line", (None if head == "-" else int(head), text)
+        try:
+            text = json.loads(text)
+        except ValueError:
+            return "raw", line
+        if isinstance(text, str):
+            return "line", (None if head == "-" else int(head), text)
     return "raw", line
 
 
