@@ -193,6 +193,23 @@ def test_too_few_hosts_is_refused_before_anything_starts(cluster, capsys):
     nothing_left()
 
 
+def test_by_default_a_host_reserves_a_cpu_per_rank_so_one_cpu_nodes_are_not_picked_for_two(cluster, capsys):
+    with pytest.raises(tl.LaunchError) as e:
+        tl.launch(SLEEP, nproc=2, cluster=tl.RayCluster(address=cluster.address))  # every node has 1 CPU
+    assert "{CPU: 2}" in str(e.value) and "CPU 1/2" in str(e.value)
+    assert "started" not in capsys.readouterr().out
+    nothing_left()
+
+
+def test_the_launch_says_which_nodes_it_took_and_why(cluster):
+    result = tl.launch("print('hi')", nproc=1, cluster=tl.RayCluster(address=cluster.address, hosts=2))
+    said = [line for line in result.launcher_output.splitlines() if line.startswith("Ray granted")]
+    assert (
+        said and "2 host(s), one per node, each reserving {'CPU': 1.0} (one CPU for each of its 1 rank(s))" in said[0]
+    )
+    nothing_left()
+
+
 def test_an_unreachable_cluster_is_refused_within_seconds():
     start = time.monotonic()
     with pytest.raises(tl.LaunchError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:9"):
@@ -256,6 +273,17 @@ def test_bad_clusters_are_refused_with_the_fix():
         tl.launch("print(1)", nproc=1, cluster="auto", hosts=["127.0.0.2"])
     with pytest.raises(tl.errors.InvalidArgument, match="needs both tpu_topology and tpu_version"):
         tl.launch("print(1)", nproc=1, cluster=tl.RayCluster(tpu_topology="4x4"))
+    for bad in (
+        {"address": 123},
+        {"connect_timeout": float("nan")},
+        {"connect_timeout": -1},
+        {"reserve_timeout": 0},
+        {"resources": {"CPU": float("inf")}},
+        {"resources": 4},
+    ):
+        with pytest.raises(tl.errors.InvalidArgument, match=f"RayCluster\\.{next(iter(bad))}=") as e:
+            tl.launch("print(1)", nproc=1, cluster=tl.RayCluster(**bad))
+        assert e.value.fix
 
 
 def test_tpu_slice_bundles_and_the_host_check_without_a_tpu():

@@ -92,11 +92,22 @@ class RayRunner(Runner):
 
         self.track()
         ray_cluster.connect(self.cluster)
-        bundles = ray_cluster.reserve(self.cluster, f"tpu_lab-{self.job.run_id[:8]}", self._hold)
+        nproc = self.job.nproc
+        bundles = ray_cluster.reserve(self.cluster, f"tpu_lab-{self.job.run_id[:8]}", self._hold, nproc)
         placed = ray_cluster.bundle_nodes(self._group)
         names = ray_cluster.host_names(placed)
-        nproc = self.job.nproc
         self.state = RunState(nproc * len(names), [names[r // nproc] for r in range(nproc * len(names))])
+        why = (
+            "the TPU slice's host bundle"
+            if self.cluster.tpu_topology
+            else "RayCluster.resources"
+            if self.cluster.resources
+            else f"one CPU for each of its {nproc} rank(s)"
+        )
+        self.state.add_line(
+            None,
+            f"Ray granted {len(names)} host(s), one per node, each reserving {bundles[0]} ({why}): {', '.join(names)}",
+        )
         job = self._job_message([ip for _, ip in placed])
         actor_class = ray.remote(RayHost)
         for node, (name, bundle) in enumerate(zip(names, bundles, strict=True)):

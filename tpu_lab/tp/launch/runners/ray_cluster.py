@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tpu_lab.errors import InvalidArgument, LaunchError
@@ -34,9 +34,10 @@ class RayCluster:
     hosts: int | None = None
     """How many hosts (one torchrun each). None: every node that has ``resources`` free; on TPU the
     slice's host count."""
-    resources: Mapping[str, float] = field(default_factory=lambda: {"CPU": 1})
+    resources: Mapping[str, float] | None = None
     """What one host's bundle reserves (the Ray actor that runs its torchrun holds it), e.g.
-    ``{"CPU": 1, "my_host": 1}``. On TPU the slice's bundle (its chips) is used instead."""
+    ``{"CPU": 4, "my_host": 1}``. None: one CPU per rank (``{"CPU": nproc}``), so a node is picked only
+    where its ranks fit. On TPU the slice's bundle (its chips) is used instead."""
     tpu_topology: str | None = None
     """A TPU slice to reserve whole (e.g. ``"4x4"``), with ``tpu_version``: through
     ``ray.util.tpu.slice_placement_group``, one bundle per TPU host."""
@@ -57,8 +58,18 @@ def check_cluster(cluster: Any) -> RayCluster:
             f"cluster={cluster!r} is neither a Ray address nor a tl.RayCluster.",
             fix='Pass cluster="ray://HEAD:10001", "HEAD:6379", "auto", or tl.RayCluster(address=..., hosts=N).',
         )
-    if not cluster.address.strip():
-        raise InvalidArgument("cluster address is empty.", fix='Use "auto" or "HEAD:6379".')
+    if not isinstance(cluster.address, str) or not cluster.address.strip():
+        raise InvalidArgument(
+            f"RayCluster.address={cluster.address!r} is not a Ray address.",
+            fix='Use "auto", "HEAD:6379" or "ray://HEAD:10001" (a string).',
+        )
+    for name in ("connect_timeout", "reserve_timeout"):
+        value = getattr(cluster, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+            raise InvalidArgument(
+                f"RayCluster.{name}={value!r} must be a number of seconds above 0.",
+                fix=f"e.g. {name}=30 (seconds).",
+            )
     if cluster.hosts is not None and (not isinstance(cluster.hosts, int) or cluster.hosts < 1):
         raise InvalidArgument(f"RayCluster.hosts={cluster.hosts!r} must be a positive int.", fix="e.g. hosts=2.")
     if (cluster.tpu_topology is None) != (cluster.tpu_version is None):
@@ -66,7 +77,18 @@ def check_cluster(cluster: Any) -> RayCluster:
             "A TPU slice needs both tpu_topology and tpu_version.",
             fix='e.g. tl.RayCluster(tpu_topology="4x4", tpu_version="v6e").',
         )
-    bad = {k: v for k, v in cluster.resources.items() if not isinstance(v, int | float) or v < 0}
+    if cluster.resources is None:
+        return cluster
+    if not isinstance(cluster.resources, Mapping):
+        raise InvalidArgument(
+            f"RayCluster.resources={cluster.resources!r} is not a mapping of resource names to amounts.",
+            fix='e.g. resources={"CPU": 4}, or leave it out for one CPU per rank.',
+        )
+    bad = {
+        k: v
+        for k, v in cluster.resources.items()
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < float("inf")
+    }
     if not cluster.resources or bad:
         raise InvalidArgument(
             f"RayCluster.resources={dict(cluster.resources)!r} must name at least one resource with an amount >= 0.",
@@ -194,7 +216,12 @@ def check_hosts(nodes: Sequence[Mapping[str, Any]], bundle: Mapping[str, float],
     )
 
 
-def reserve(cluster: RayCluster, name: str, hold: Callable[[Any, Any], None]) -> list[dict[str, float]]:
+def host_bundle(cluster: RayCluster, nproc: int) -> dict[str, float]:
+    """What one host reserves: ``cluster.resources``, or by default one CPU per rank it runs."""
+    return {k: float(v) for k, v in (cluster.resources or {"CPU": nproc}).items()}
+
+
+def reserve(cluster: RayCluster, name: str, hold: Callable[[Any, Any], None], nproc: int = 1) -> list[dict[str, float]]:
     """Reserve one bundle per host and wait until it is granted; returns the bundles. ``hold(group,
     slice handle or None)`` gets the group the moment it exists (no interrupt in between), so the caller
     can always remove it. A LaunchError, before anything started, when the cluster cannot grant it."""
@@ -212,7 +239,7 @@ def reserve(cluster: RayCluster, name: str, hold: Callable[[Any, Any], None]) ->
             hold(handle.placement_group, handle)
         group, bundles = handle.placement_group, [dict(handle.bundle_resources)] * handle.num_hosts
     else:
-        bundle = {k: float(v) for k, v in cluster.resources.items()}
+        bundle = host_bundle(cluster, nproc)
         bundles = [bundle] * check_hosts(ray.nodes(), bundle, cluster.hosts)
         with interrupts_held():
             group = placement_group(bundles, strategy="STRICT_SPREAD", name=name)
