@@ -239,17 +239,28 @@ def test_twenty_interrupts_leave_no_process_actor_or_placement_group(two_hosts):
             raise AssertionError(f"after interrupt {i}: {e}") from None
 
 
+DAEMON = (
+    "import os, pathlib, subprocess, sys, time\n"
+    "daemon = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'\n"
+    "child = subprocess.Popen([sys.executable, '-c', daemon], start_new_session=True, env={'PATH': '/usr/bin:/bin'})\n"
+    "pathlib.Path(sys.argv[1], 'daemon' + os.environ['RANK']).write_text(str(child.pid))\n"
+    "print('started', flush=True)\n"
+    "time.sleep(120)\n"
+)  # a rank's child that leaves its session, drops every marker and ignores SIGTERM
 KERNEL = """
 import sys, tpu_lab as tl
 cluster = tl.RayCluster(address=sys.argv[1], hosts=2, resources={{"CPU": 1, {resource!r}: 1}})
-tl.launch("import time\\nprint('started', flush=True)\\ntime.sleep(120)", nproc=2, cluster=cluster)
+tl.launch({code!r}, nproc=2, cluster=cluster, args=[sys.argv[2]])
 """
 
 
-def test_a_killed_kernel_leaves_no_process(cluster):
-    code = KERNEL.format(resource=HOST_RESOURCE)
+def test_a_killed_kernel_leaves_no_process(cluster, tmp_path):
+    code = KERNEL.format(resource=HOST_RESOURCE, code=DAEMON)
     kernel = subprocess.Popen(
-        [sys.executable, "-c", code, cluster.address], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", code, cluster.address, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         seen = 0
@@ -264,6 +275,15 @@ def test_a_killed_kernel_leaves_no_process(cluster):
         if kernel.poll() is None:
             kernel.kill()
     nothing_left(within=30)
+    daemons = [int(p.read_text()) for p in tmp_path.glob("daemon*")]
+    assert len(daemons) == 4
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in daemons) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [pid for pid in daemons if os.path.exists(f"/proc/{pid}")]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], "a rank's daemon outlived the killed kernel"
 
 
 def test_bad_clusters_are_refused_with_the_fix():

@@ -14,6 +14,9 @@ from tpu_lab.host.findings import LAUNCH_ENV
 RUN_ID_ENV = "TPU_LAB_RUN_ID"
 RESULT_DIR_ENV = "TPU_LAB_RESULT_DIR"
 LAUNCHER_PID_ENV = "TPU_LAB_LAUNCHER_PID"
+KEEPER_ENV = "TPU_LAB_KEEPER"
+"""Set by a runner whose host SIGKILLs its worker's direct children (Ray, for a dead actor): torchrun
+then runs one level further down, under a keeper (``torchrun_main._keep``)."""
 # Written by tp.launch.torchrun_main in the run folder: torchrun's record of the ranks that failed.
 FAILURES_FILE = "torchrun.failures.json"
 # tp.launch.torchrun_main registers it: one store, listening on node 0's address only (torchrun's own backends

@@ -37,7 +37,13 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from tpu_lab.tp.launch.process import end_descendants
-from tpu_lab.tp.launch.torchrun_command import BOUND_BACKEND, FAILURES_FILE, LAUNCHER_PID_ENV, RESULT_DIR_ENV
+from tpu_lab.tp.launch.torchrun_command import (
+    BOUND_BACKEND,
+    FAILURES_FILE,
+    KEEPER_ENV,
+    LAUNCHER_PID_ENV,
+    RESULT_DIR_ENV,
+)
 from tpu_lab.tp.results.rank_files import write_atomic
 
 
@@ -161,7 +167,38 @@ def _become_subreaper() -> None:
             ctypes.CDLL("libc.so.6").prctl(36, 1)  # 36 = PR_SET_CHILD_SUBREAPER
 
 
+def _keep() -> None:
+    """Stay as a keeper whose child runs torchrun; return only in the child. Ray SIGKILLs the children of
+    an actor that dies (its driver, the kernel, killed), which would kill torchrun before it can end what
+    its ranks started (a daemon in its own session, say): torchrun one level down gets a parent-death
+    SIGTERM instead and ends every descendant on its way out, as on one host. The keeper ignores the
+    signals a stop sends (they reach torchrun through its session) and ends as its child ended."""
+    import signal
+
+    child = os.fork()
+    if child == 0:
+        import ctypes
+
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG: the keeper's death
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
 def main() -> None:
+    if os.environ.pop(KEEPER_ENV, "") == "1" and sys.platform.startswith("linux"):
+        _keep()
     _become_subreaper()
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # ranks check they still have this parent
     rendezvous_handler_registry.register(BOUND_BACKEND, create_handler)

@@ -27,7 +27,7 @@ from typing import Any
 from tpu_lab.tp.launch.run_dirs import claim_dir, prune_orphan_dirs
 from tpu_lab.tp.launch.runners.host_prep import HostProblem, prepare
 from tpu_lab.tp.launch.runners.local import Torchrun
-from tpu_lab.tp.launch.torchrun_command import LaunchSpec, build_command
+from tpu_lab.tp.launch.torchrun_command import KEEPER_ENV, LaunchSpec, build_command
 from tpu_lab.tp.results.run_state import RunState
 
 PREFIX = "tpu_lab_ray_"
@@ -80,6 +80,7 @@ class RayHost:
             rdzv_id=job["run_id"],
         )
         argv, env = build_command(spec, os.environ)
+        env[KEEPER_ENV] = "1"  # Ray SIGKILLs a dead actor's children: torchrun runs one level down
         with self._lock:
             if self.result is not None:
                 return argv  # stopped before it could start
