@@ -62,3 +62,12 @@ def test_the_printer_shows_escapes_harmlessly():
     assert shown("\x1b[2J\x1b[31mred\x1b[0m") == "red"
     assert shown("a\x00b\x07c") == "a\\x00b\\x07c"
     assert shown("tab\tkept") == "tab\tkept"
+
+
+def test_a_rank_that_prints_a_lot_at_once_has_every_line_delivered():
+    # the runner reads each rank's log a chunk at a time (benchmarks/rank_output_memory.py: memory)
+    code = "import sys\nfor i in range(200_000): sys.stdout.write(f'{i:07d} ' + 'x' * 60 + '\\n')\n"
+    seen = []
+    result = tl.launch(code, nproc=1, on_output=lambda rank, line: seen.append(line) if rank == 0 else None)
+    assert result.ok and len(seen) == 200_000 and seen[-1].startswith("0199999 ")
+    assert len(result.ranks[0].output.splitlines()) <= 200  # the result keeps a tail

@@ -34,6 +34,7 @@ from tpu_lab.tp.results.rank_files import CompileFiles, read_json
 from tpu_lab.tp.results.run_state import RankState, RunState
 
 STOP_GRACE_S = 3.0
+READ_CHUNK = 1024 * 1024  # per rank per poll: a rank printing 50 MB at once never sits in memory whole
 LONG_LINE = 64 * 1024  # a line longer than this is passed on in pieces (each credited to its own rank)
 
 
@@ -58,7 +59,7 @@ class _RankLog:
     """One rank's log file, read from where it was left, cut into whole lines."""
 
     def __init__(self, rank: int) -> None:
-        self.rank, self.pending = rank, b""
+        self.rank, self.pending, self.more = rank, b"", False
         self.file: IO[bytes] | None = None
 
     def read(self, logs: Path, local: int) -> list[str]:
@@ -67,7 +68,9 @@ class _RankLog:
             if found is None:
                 return []
             self.file = open(found, "rb")  # noqa: SIM115 (kept open while the rank runs)
-        data = self.pending + self.file.read()
+        chunk = self.file.read(READ_CHUNK)  # the rest next poll: memory stays bounded
+        self.more = len(chunk) == READ_CHUNK
+        data = self.pending + chunk
         *lines, self.pending = data.split(b"\n")
         redrawn = self.pending.rstrip(b"\r").rfind(b"\r")
         if redrawn >= 0:  # a progress bar redrawing itself with \r: only its newest state is kept
@@ -139,7 +142,8 @@ class Torchrun:
             self.compile_files.update(self.state)
         if not self._reader_done or self.proc is None or self.proc.poll() is None:
             return False
-        self._tail(on_output)
+        while self._tail(on_output):
+            pass  # what the ranks wrote last, a chunk at a time
         for rank, log in self._logs.items():
             for line in log.close():
                 self.state.add_line(rank, line)
@@ -149,7 +153,8 @@ class Torchrun:
         self._settle()
         return True
 
-    def _tail(self, on_output: OutputCallback) -> None:
+    def _tail(self, on_output: OutputCallback) -> bool:
+        """Each rank's new lines (a chunk at most); True when some rank has more waiting."""
         logs = self.spec.run_dir / "logs"
         for rank, log in self._logs.items():
             for line in log.read(logs, rank - self.spec.first_rank):
@@ -157,6 +162,7 @@ class Torchrun:
                 on_output(rank, line)
             if log.file is not None:
                 self.state.set_rank(rank, RankState.RUNNING)
+        return any(log.more for log in self._logs.values())
 
     def _read_statuses(self) -> None:
         for rank in self._logs:
