@@ -200,3 +200,21 @@ def test_an_internal_break_name_is_put_in_words():
 
     said = graph_break_words("step_unsupported")
     assert "step_unsupported" not in said.words and "cannot resume" in said.words
+
+
+def add_each(x, **kwargs):
+    y = x * 2
+    for value in kwargs.values():
+        y = y + value
+    return y
+
+
+def test_a_keyword_now_passed_is_named(dynamo):
+    # what generate() does for a padded batch: attention_mask passed only then
+    f = torch.compile(add_each, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2), input_ids=torch.ones(2))
+        f(torch.ones(2), input_ids=torch.ones(2), attention_mask=torch.ones(2))
+    check_against_dynamo(w, dynamo)
+    (kwargs,) = causes(w)
+    assert kwargs.words == "a keyword argument was added or dropped: attention_mask now passed"

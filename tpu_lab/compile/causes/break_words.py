@@ -94,10 +94,14 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped and ("torch/" in cause.words or "torch." in cause.words):
         fix = (
-            "usually none: Dynamo skips this torch function on purpose and runs it eagerly, between two graphs "
-            "(what it calls is compiled on its own); move the call outside the compiled function only if the "
-            "split costs time"
+            "call it outside the compiled function where you can (before or after it): Dynamo skips this torch "
+            "function on purpose and runs it eagerly, between two graphs; else accept the break"
         )
+        if "lr_scheduler.py" in cause.words:  # the scheduler's counting wrapper around optimizer.step()
+            fix = (
+                "usually none: an LR scheduler wraps optimizer.step() to count its calls; Dynamo runs that "
+                "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
+            )
         cause = dataclasses.replace(cause, fix=fix)
     if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
         # capture_scalar_outputs would only move the break to the branch on the value

@@ -99,7 +99,27 @@ def causes_of(
             order.index(g),
         ),
     )
-    return per_graph[best]
+    return [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]]
+
+
+def _keyword(name: str) -> str:
+    """``kwargs['attention_mask']`` -> ``attention_mask`` (a keyword through **kwargs); else the input."""
+    m = re.match(r"^\w+\['([^']+)'\]", name)
+    return m[1] if m else name.split("[")[0].split(".")[0]
+
+
+def _keywords_named(cause: Cause, before: Signature | None, now: Signature) -> Cause:
+    """A change in the number of keyword arguments, said by name where the graph's inputs are known:
+    ``attention_mask is now passed`` (generate passes it for a padded batch only)."""
+    if not cause.words.startswith("a keyword argument was added or dropped (") or before is None:
+        return cause  # the words already name it, or the graph's inputs are unknown
+    was, new = ({_keyword(n) for n, _ in sig} for sig in (before, now))
+    added, dropped = sorted(new - was), sorted(was - new)
+    if not (added or dropped):
+        return cause
+    said = [f"{', '.join(added)} now passed"] if added else []
+    said += [f"{', '.join(dropped)} no longer passed"] if dropped else []
+    return dataclasses.replace(cause, words=f"a keyword argument was added or dropped: {'; '.join(said)}")
 
 
 def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, after_reset: bool) -> str:
