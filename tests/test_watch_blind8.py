@@ -218,3 +218,27 @@ def test_a_keyword_now_passed_is_named(dynamo):
     check_against_dynamo(w, dynamo)
     (kwargs,) = causes(w)
     assert kwargs.words == "a keyword argument was added or dropped: attention_mask now passed"
+
+
+HISTORY: list[int] = []
+
+
+def logged_step(x):
+    y = x * 2
+    if len(HISTORY) > 2:  # a global log the compiled code reads
+        y = y + 1
+    return y
+
+
+def test_a_global_list_the_code_reads_is_told_to_stay_out_not_to_keep_its_length(dynamo):
+    f = torch.compile(logged_step, backend=BACKEND)
+    HISTORY.clear()
+    with tl.watch() as w:
+        for i in range(3):
+            f(torch.ones(2))
+            HISTORY.append(i)
+    HISTORY.clear()
+    check_against_dynamo(w, dynamo)
+    first = causes(w)[0]
+    assert first.kind == "length" and "reads HISTORY without it being passed in" in first.fix
+    assert "keep the list/tuple the same length" not in first.fix

@@ -49,6 +49,8 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             g,
             "call it the same way every time"
             if name == "args"
+            else _not_passed_fix(name)
+            if m["name"].startswith("G[") or name.startswith("self.")
             else "keep the list/tuple the same length, or pass one stacked tensor",
         )
     m = _LEN.match(g)
@@ -97,7 +99,9 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             "length",
             f"{local_name(m['name'])} has a different length (was {m['n']})",
             g,
-            "keep the list/tuple the same length, or pass one stacked tensor",
+            _not_passed_fix(local_name(m["name"]))
+            if m["name"].startswith("G[") or local_name(m["name"]).startswith("self.")
+            else "keep the list/tuple the same length, or pass one stacked tensor",
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
         now = "gained" if g.lstrip().startswith("not ") else "lost"
@@ -115,3 +119,13 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             "pass the dict with the same keys in the same order every call",
         )
     return None
+
+
+def _not_passed_fix(name: str) -> str:
+    """A container the compiled code reads but is not given (a global log, an attribute): its length is
+    baked into the graph, so the fix is to keep it out, not to pass it differently."""
+    return (
+        f"the compiled code reads {name} without it being passed in, so each length is a graph of its own: "
+        "read it outside the compiled function and pass only what the code needs (or move that part into "
+        "a torch.compiler.disable'd helper)"
+    )
