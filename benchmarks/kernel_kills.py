@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 from tpu_lab.host.processes import pids_with_env
-from tpu_lab.tp.launch.process import run_pids
 
 RANK = (
     "import os, pathlib, subprocess, sys, time\n"
     "daemon = 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
     "child = subprocess.Popen([sys.executable, '-c', daemon], start_new_session=True, env={'PATH': '/usr/bin:/bin'})\n"
-    "pathlib.Path(sys.argv[1], f\"daemon{os.environ['RANK']}-{child.pid}\").write_text('')\n"
+    "pathlib.Path(sys.argv[1], f\"daemon{os.environ['RANK']}-{child.pid}\").write_text(os.environ['TPU_LAB_RUN_ID'])\n"
     "print('started', flush=True)\n"
     "time.sleep(300)\n"
 )
@@ -73,9 +72,13 @@ def one_kill(code: str, rng: random.Random) -> tuple[int, int]:
     while True:
         daemons = [int(p.name.split("-")[1]) for p in folder.glob("daemon*")]
         alive = [pid for pid in daemons if Path(f"/proc/{pid}").exists()]
-        # every launch process on this machine (any run's marker: hosts over ssh and Ray actors do not
-        # inherit the kernel's environment), so run this on an otherwise idle machine
-        launch = [pid for pid in set(pids_with_env(marker.encode())) | set(run_pids()) if pid != os.getpid()]
+        # the launch's processes: the kernel's children by this round's variable, and every process of the
+        # runs the ranks recorded (hosts over ssh and Ray actors do not inherit the kernel's environment)
+        runs = {p.read_text() for p in folder.glob("daemon*")}
+        found = set(pids_with_env(marker.encode()))
+        for run in runs:
+            found |= set(pids_with_env(f"TPU_LAB_RUN_ID={run}".encode()))
+        launch = [pid for pid in found if pid != os.getpid()]
         if not (alive or launch) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
