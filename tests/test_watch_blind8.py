@@ -242,3 +242,20 @@ def test_a_global_list_the_code_reads_is_told_to_stay_out_not_to_keep_its_length
     first = causes(w)[0]
     assert first.kind == "length" and "reads HISTORY without it being passed in" in first.fix
     assert "keep the list/tuple the same length" not in first.fix
+
+
+def split_sums(x, lengths):
+    sizes = lengths.tolist()  # a graph break: the rest resumes with sizes carried over it
+    return [p.sum() for p in x.split(sizes)]
+
+
+def test_a_value_carried_over_a_break_is_named_by_the_variable_its_line_assigns(dynamo):
+    f = torch.compile(split_sums, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(9), torch.tensor([3, 2, 4]))
+        f(torch.randn(8), torch.tensor([1, 5, 2]))
+        f(torch.randn(8), torch.tensor([1, 5, 1, 1]))
+    check_against_dynamo(w, dynamo, also=["___stack0["])  # every item of sizes changed, not only the first
+    said = " ".join(c.words for c in causes(w))
+    assert "sizes[0] changed (was 3)" in said and "sizes has a different length (was 3)" in said
+    assert "carried over" not in said and "___stack" not in str(w.table)

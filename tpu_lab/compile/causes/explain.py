@@ -17,6 +17,7 @@ from tpu_lab.compile.causes.guard_values import (
     with_note,
     without_note,
 )
+from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, where_label
 
 LIMIT_TEXT = (
@@ -178,16 +179,7 @@ def capture_causes(
         limit=limit,
         subjects=capture.subjects,
     )
-    if not capture.function.name.startswith(RESUME):
-        return found
-    # The part of a function after a graph break: its inputs are the function's own locals, which the
-    # caller cannot mark_dynamic (marking inside compiled code is refused): the break is what to change.
-    line = capture.function.label.rpartition(" ")[-1]
-    instead = (
-        f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
-        "(see its fix) so the function is one graph, and mark the function's own input"
-    )
-    return [dataclasses.replace(c, fix=instead) if "mark_dynamic(" in c.fix else c for c in found]
+    return in_resumed_frame(found, capture.function) if capture.function.name.startswith(RESUME) else found
 
 
 def _calling_style(causes: list[Cause]) -> list[Cause]:

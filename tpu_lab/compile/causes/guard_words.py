@@ -265,7 +265,7 @@ def words(
         line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
         return Cause(
             "specialised",
-            f"a size crossed a bound the graph assumed ({g}), set{line}",
+            f"a size crossed a bound the graph assumed ({local_name(g)}), set{line}",
             g,
             "expected once per side of that branch; if sizes cross it often, pad them to one side "
             "or express the branch with torch.cond",

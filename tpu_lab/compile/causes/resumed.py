@@ -1,0 +1,34 @@
+"""Causes of a compile of the part of a function after a graph break (Dynamo's resumed frame): its
+inputs are the function's own locals, which the caller cannot ``mark_dynamic`` (marking inside compiled
+code is refused), and the value carried over the break is named as the user's code names it."""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import re
+
+from tpu_lab.compile.causes.cause import CARRIED, Cause
+from tpu_lab.compile.sources.frames import FunctionKey
+
+
+def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
+    """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
+    the variable the break line assigns (``sizes = lengths.tolist()``: ``sizes[0] changed``), else that
+    line quoted."""
+    line = function.label.rpartition(" ")[-1]
+    instead = (
+        f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
+        "(see its fix) so the function is one graph, and mark the function's own input"
+    )
+    code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
+    target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
+    out = []
+    for c in causes:
+        words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
+        if target:
+            words, fix = words.replace(CARRIED, target[1]), fix.replace(CARRIED, target[1])
+        elif code:
+            words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
+        out.append(dataclasses.replace(c, words=words, fix=fix))
+    return out
