@@ -259,3 +259,30 @@ def test_a_value_carried_over_a_break_is_named_by_the_variable_its_line_assigns(
     said = " ".join(c.words for c in causes(w))
     assert "sizes[0] changed (was 3)" in said and "sizes has a different length (was 3)" in said
     assert "carried over" not in said and "___stack" not in str(w.table)
+
+
+class ByteLM(torch.nn.Module):
+    """A tokenizer-free byte model (ByT5-style collate): pad_sequence inside the compiled forward, then a
+    GRU, which breaks the graph (round 9 found Dynamo's stack0_0 leaking into the dynamic note)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(257, 8)
+        self.rnn = torch.nn.GRU(8, 8, batch_first=True)
+        self.head = torch.nn.Linear(8, 257)
+
+    def forward(self, byte_seqs):
+        batch = torch.nn.utils.rnn.pad_sequence(byte_seqs, batch_first=True, padding_value=256)
+        h, _ = self.rnn(self.emb(batch))
+        return self.head(h)
+
+
+def test_a_resumed_frames_dynamic_note_names_no_internal_value(dynamo):
+    f = torch.compile(ByteLM().eval(), backend=BACKEND)
+    text = [b"hello", b"world", b"naive cafe", b"ok", b"a", b"bc", b"def"]
+    with tl.watch() as w, torch.no_grad():
+        for batch in ([text[0], text[1]], [text[0], text[1]], [text[2], text[3]], [text[4], text[5], text[6]]):
+            f([torch.tensor(list(t)) for t in batch])
+    shown = str(w.table) + str(w.to_dict())
+    assert "stack0" not in shown.replace("'___stack0", "").replace("___stack0", "")
+    assert not any("stack0" in r.dynamic for r in w.table)

@@ -62,7 +62,10 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             "call it the same way every time (the same arguments, positional or by keyword)",
         )
     if m and local_name(m["name"]) == "kwargs":
-        fix = "pass the same keyword arguments every call"
+        fix = (
+            "expected once per set of keyword arguments (with and without labels, say, are two graphs); to keep "
+            "one, pass the same ones every call, each a value of the same kind (a tensor every time, not None)"
+        )
         if caller:  # the library chose them, e.g. for the last, smaller batch
             fix = (
                 f"{caller} chose these keyword arguments: expected once per case; to keep one graph, make every "

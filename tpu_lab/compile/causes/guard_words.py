@@ -245,11 +245,11 @@ def words(
         name = local_name(m["name"])
         return Cause(
             "size_one",
-            f"{name} dimension {m['i']} is 0 or 1 now, or was: Dynamo compiles sizes 0 and 1 as graphs of their "
-            "own (the graph held assumed at least 2)",
+            f"{name} dimension {m['i']} is now 0 or 1 (the graph held assumed at least 2): Dynamo compiles "
+            "sizes 0 and 1 as graphs of their own",
             g,
-            f"expected once; to share one graph, torch._dynamo.decorators.mark_unbacked({name}, {m['i']}) "
-            "before the first call, or keep that size above 1",
+            "expected once: leave it, or keep that size above 1; torch._dynamo.decorators.mark_unbacked("
+            f"{name}, {m['i']}) before the first call shares one graph only where no code compares that size to a number",
         )
     if m := re.fullmatch(r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\]", g.strip()):
         name = local_name(m["name"])  # a dynamic graph's contiguity, seen through its symbolic strides

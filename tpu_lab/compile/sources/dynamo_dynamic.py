@@ -96,7 +96,8 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
             continue
         name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
-        name = "the carried value" if re.fullmatch(r"_*stack\d+", name) else name  # a resumed frame's input
+        carried = re.fullmatch(r"_*stack\d+(?:_(\d+))?", name)  # a resumed frame's input (or an item of it)
+        name = ("the carried value" + (f"[{carried[1]}]" if carried[1] else "")) if carried else name
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input
