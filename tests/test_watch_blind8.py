@@ -286,3 +286,15 @@ def test_a_resumed_frames_dynamic_note_names_no_internal_value(dynamo):
     shown = str(w.table) + str(w.to_dict())
     assert "stack0" not in shown.replace("'___stack0", "").replace("___stack0", "")
     assert not any("stack0" in r.dynamic for r in w.table)
+
+
+def test_a_size_dynamo_made_dynamic_is_told_nothing_more_is_needed(dynamo):
+    f = torch.compile(encode, backend=BACKEND)
+    with tl.watch() as w:
+        for n in (40, 56, 72):
+            f(torch.randn(2, 8, n))
+    check_against_dynamo(w, dynamo)
+    (size,) = causes(w)
+    assert size.fix.startswith("none needed: Dynamo made mels dim 2 dynamic, so later sizes reuse this graph")
+    assert "mark_dynamic(mels, 2)" in size.fix  # how to skip even this one recompile
+    assert sum(r.compiles for r in w.table) == 2  # and it held: 72 reused the graph

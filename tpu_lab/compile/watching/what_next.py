@@ -103,3 +103,17 @@ def with_flags(
     this compile's ``causes`` changed), where the inputs do not show them."""
     flags.update(flags_now(causes))
     return shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown))
+
+
+def settled(causes: list[RowCause], shapes: str, tpu: bool) -> list[RowCause]:
+    """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
+    reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic)."""
+    dims = set(shapes.split(", ")) if shapes and not tpu else set()
+    out = []
+    for c in causes:
+        m = re.search(r"mark_dynamic\((\S+?), (\d+)\)", c.fix) if c.kind == "size" and dims else None
+        if m and f"{m[1]} dim {m[2]}" in dims:
+            fix = f"none needed: Dynamo made {m[1]} dim {m[2]} dynamic, so later sizes reuse this graph; to skip even this one: "
+            c = dataclasses.replace(c, fix=fix + c.fix)
+        out.append(c)
+    return out
