@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--runners", nargs="+", default=["local", "ssh", "ray"], choices=["local", "ssh", "ray"])
     parser.add_argument("--kills", type=int, default=20)
     args = parser.parse_args()
-    rng = random.Random(26)
+    rng = random.Random(int(os.environ.get("KILLS_SEED", "26")))
     for runner in args.runners:
         server = cluster = None
         if runner == "ssh":
