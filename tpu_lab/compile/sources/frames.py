@@ -133,7 +133,10 @@ who built the inputs is whoever called it, the user or generate() and the pipeli
 
 
 def _passes_through(filename: str) -> bool:
-    return package_of(filename) in _PASSED_THROUGH or any(p in filename.replace("\\", "/") for p in _MODEL_CODE)
+    package = package_of(filename)  # by the installed package's location, never by a folder's name alone
+    return package in _PASSED_THROUGH or (
+        package == "transformers" and any(p in filename.replace("\\", "/") for p in _MODEL_CODE)
+    )
 
 
 def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
@@ -260,8 +263,8 @@ _STEP = re.compile(r"\.(\w+)|\['([^']*)'\]|\[(\d+)\]")
 
 def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """The objects the failed guards check that are not plain inputs (``L['self']._modules['act']``,
-    ``G['DROPOUT']``), described as they are now, keyed by Dynamo's source; read by attribute and key
-    lookups only (nothing is called)."""
+    ``G['DROPOUT']``), described as they are now, keyed by Dynamo's source; read by the attribute and
+    item lookups Dynamo's own guards make, no other call."""
     out = {}
     for reason in reasons:
         for guard in reason.split(":", 1)[-1].split("\n"):
