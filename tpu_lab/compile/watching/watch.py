@@ -11,30 +11,24 @@ Warm calls inside a watch run untouched: nothing is read until a compile happens
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import linecache
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import readable_guard
-from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, dynamic_scalars, graph_guards
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
+from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import what_next
-from tpu_lab.compile.watching.failed import failed_compile
+from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.leftover import leftover_records
-from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
-from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
+from tpu_lab.compile.watching.watch_table import Point, RowCause, WatchTable
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -52,19 +46,8 @@ class Watch:
         self._lock = threading.RLock()
         self._scopes: list[listening.Scope] = []  # one per entry, in the code that entered it
         self._pending: list[Capture] = []
-        self._rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
-        self._dynamic: dict[FunctionKey, str] = {}
-        self._limited: set[FunctionKey] = set()
-        self._lengths: dict[FunctionKey, dict[str, list[int]]] = {}
-        self._flags: dict[FunctionKey, dict[str, str]] = {}
-        """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
-        self._forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
-        self._calls: Counter[FunctionKey] = Counter()
-        self._breaks: dict[tuple[str, str], list[Any]] = {}
-        self.timeline: list[Point] = []
-        """One point per compile, for the chart."""
         self.version = 0
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
@@ -75,6 +58,7 @@ class Watch:
         self._tpu_before = self._tpu.snapshot() if self._tpu else None
         self.on_tpu = bool(tpu) or self._tpu is not None
         """Advice is for torch_tpu's backend (pad to buckets) rather than CPU/CUDA remedies."""
+        self._fold = Fold(tpu=self.on_tpu, started=self._started, resets_before=self._resets_before)
 
     # ---- opening and closing ----------------------------------------------------------------------
 
@@ -135,10 +119,10 @@ class Watch:
 
     def count_call(self, key: FunctionKey, signature: tuple) -> None:
         with self._lock:
-            self._calls[key] += 1
-            row = self._row(key, signature)
+            self._fold.calls[key] += 1
+            row = self._fold.row(key, signature)
             row.calls = (row.calls or 0) + 1
-            if key in self._limited and not row.compiles and not self._dynamic.get(key):
+            if key in self._fold.limited and not row.compiles and not self._fold.dynamic.get(key):
                 row.uncompiled += 1  # past the limit, a call needing a new graph runs uncompiled
                 if not row.causes:
                     row.add(RowCause("ran uncompiled: Dynamo's recompile limit was hit before", kind="limit", count=0))
@@ -175,7 +159,7 @@ class Watch:
                 elif record is not None and dynamo.is_failed(record) and not dynamo.is_limit_refusal(record):
                     events.append(self._fold_failed(cap, record))
                 else:
-                    events.append(self._fold(cap, record))
+                    events.append(self._fold_compiled(cap, record))
             self._pending = waiting
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
             events += [self._fold_limit(cap) for cap in refusals]
@@ -186,91 +170,28 @@ class Watch:
                 self.version += 1
             return events
 
-    def _fold(self, cap: Capture, record: Any) -> CompileEvent:
+    def _fold_compiled(self, cap: Capture, record: Any) -> CompileEvent:
+        self._handled.add(cap.compile_id)
         if "BACKWARD" in cap.trigger.upper():
-            return self._fold_backward(cap, record)
-        self._forward_of[cap.compile_id] = cap
+            return self._fold.backward(cap, record)
         guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
-        said = capture_causes(cap, tpu=self.on_tpu, dynamic=scalars, limit=cap.limit_value)
-        causes = [
-            RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=readable_guard(c.guard, cap.names)) for c in said
-        ]
-        causes = growing(causes, self._lengths.setdefault(cap.function, {}), cap.limit_value)
-        if not causes:
-            again = any(k == cap.function and r.compiles for (k, _), r in self._rows.items())
-            after_reset = again and cap.resets > self._resets_before
-            words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
-            causes = [RowCause(words, kind="first")]
-        shapes = unpinned(renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
-        seen, first, told = self._dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
-        dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
-        causes = what_next.settled(causes, shapes, self.on_tpu) + ([note] if note else [])
-        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        self._rows = what_next.flags_before(self._rows, cap.function, said)
-        row = self._row(cap.function, with_flags(cap.shown, self._flags.setdefault(cap.function, {}), said))
-        row.compiles += 1
-        row.compile_seconds += seconds
-        for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)
-            row.add(c if all(c.kind != d.kind for d in causes[:i]) else dataclasses.replace(c, count=0))
-        row.dynamic = dynamic or row.dynamic
-        cached = record is not None and dynamo.served_from_cache(record)
-        row.cached += cached
-        self._handled.add(cap.compile_id)
-        self.timeline.append(Point(cap.at - self._started, str(cap.function), self._calls[cap.function]))
-        return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
+        return self._fold.compiled(cap, record, guards, scalars, dynamo.defined_before(cap.function))
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:
-        """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
-        graph break too, among the breaks."""
         self._handled.add(cap.compile_id)
-        failed = failed_compile(cap, record, capture_causes(cap, tpu=self.on_tpu))
-        row = self._row(cap.function, cap.shown)
-        row.failed += 1
-        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
-        if failed.break_at:
-            self._add_break(failed.cause, failed.break_at)
-        return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)
-
-    def _fold_backward(self, cap: Capture, record: Any) -> CompileEvent:
-        # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
-        forward = self._forward_of.pop(cap.compile_id, None)
-        key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
-        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
-        row = self._row(key, forward.shown if forward else ())
-        row.compiles += 1
-        row.compile_seconds += seconds
-        row.add(
-            RowCause("backward graph, compiled at the first backward pass through this forward graph", kind="backward")
-        )
-        self.timeline.append(Point(cap.at - self._started, str(key), self._calls[key]))
-        return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
+        return self._fold.failed(cap, record)
 
     def _fold_limit(self, cap: Capture) -> CompileEvent:
         self._handled.add(cap.compile_id)
-        self._limited.add(cap.function)
-        row = self._row(cap.function, cap.shown)
-        row.limit_hit = True
-        row.refused += 1
-        row.uncompiled += 1
-        last = capture_causes(cap, tpu=self.on_tpu)
-        words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
-        if cap.limit:
-            words = f"{words}; {cap.limit}"
-        guard = "\n".join(c.guard for c in last if c.guard)
-        row.add(RowCause(words, guard, "; ".join(dict.fromkeys(c.fix for c in last if c.fix)), "limit", 0))
-        return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
+        return self._fold.refused(cap)
 
     def _poll_breaks(self) -> None:
         found, self._break_marker = dynamo_breaks.graph_breaks_since(self._break_marker)
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            self._add_break(graph_break_words(b.reason, b.library, code), where)
-
-    def _add_break(self, cause: Any, where: str) -> None:
-        entry = self._breaks.setdefault((cause.words, where), [cause, 0])
-        entry[1] += 1
+            self._fold.add_break(graph_break_words(b.reason, b.library, code), where)
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None or self._tpu_before is None:
@@ -279,23 +200,22 @@ class Watch:
         events = self._tpu.events_between(self._tpu_before, now)
         self._tpu_before = now
         if events:
-            row = self._row(TPU_ROW, ())
+            row = self._fold.row(TPU_ROW, ())
             row.compiles += len(events)
             row.compile_seconds += sum(e.seconds for e in events)
             row.add(RowCause(events[-1].reason or "", kind="tpu", count=len(events)))
         return events
 
-    def _row(self, key: FunctionKey, signature: tuple) -> WatchRow:
-        row = self._rows.get((key, signature))
-        if row is None:
-            row = self._rows[(key, signature)] = WatchRow(str(key), ", ".join(f"{n}: {d}" for n, d in signature))
-        return row
-
     # ---- results ----------------------------------------------------------------------------------
 
     @property
+    def timeline(self) -> list[Point]:
+        """One point per compile, for the chart."""
+        return self._fold.timeline
+
+    @property
     def limit_hit(self) -> bool:
-        return bool(self._limited)
+        return bool(self._fold.limited)
 
     @property
     def graph_breaks(self) -> dict[str, int]:
@@ -306,9 +226,10 @@ class Watch:
     def table(self) -> WatchTable:
         self.poll()
         with self._lock:
-            rows = tuple(r.frozen() for r in self._rows.values())
-            breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self._breaks.items())
-        return WatchTable(rows, breaks, dynamo.resets - self._resets_before, tuple(self.timeline), self._elsewhere)
+            rows, breaks = self._fold.frozen()
+        return WatchTable(
+            rows, breaks, dynamo.resets - self._resets_before, tuple(self._fold.timeline), self._elsewhere
+        )
 
     @property
     def total_compiles(self) -> int:

@@ -1,0 +1,135 @@
+"""The one fold from compile events to a table's rows: a compiled graph, a compile Dynamo gave up on, a
+lazy backward, a refusal at the recompile limit, a graph break. Each event comes in with what its source
+could read (Dynamo's record, the new graph's guards, the numbers made dynamic), so the live watch
+(``watch``) and a TORCH_TRACE log read later (``compile.trace``) give the same rows in the same words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from tpu_lab.compile.causes.cause import Cause, readable_guard
+from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
+from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
+from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching import what_next
+from tpu_lab.compile.watching.failed import failed_compile
+from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
+from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
+
+
+class Fold:
+    """Rows per function x inputs, graph breaks per place, and a timeline, from one event at a time."""
+
+    def __init__(self, *, tpu: bool = False, started: float = 0.0, resets_before: int = 0) -> None:
+        self.tpu, self.started, self.resets_before = tpu, started, resets_before
+        self.rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
+        self.dynamic: dict[FunctionKey, str] = {}
+        self.limited: set[FunctionKey] = set()
+        self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
+        self.flags: dict[FunctionKey, dict[str, str]] = {}
+        """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
+        self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
+        self.calls: Counter[FunctionKey] = Counter()
+        self.breaks: dict[tuple[str, str], list[Any]] = {}
+        self.timeline: list[Point] = []
+
+    def compiled(
+        self,
+        cap: Capture,
+        record: Any,
+        guards: list[str] | None,
+        scalars: frozenset[str],
+        earlier: FunctionKey | None,
+    ) -> CompileEvent:
+        """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own
+        (None: unreadable), ``scalars`` the numbers made dynamic, ``earlier`` another definition of the same
+        function seen before (a re-run notebook cell)."""
+        if "BACKWARD" in cap.trigger.upper():
+            return self.backward(cap, record)
+        self.forward_of[cap.compile_id] = cap
+        said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value)
+        causes = [
+            RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=readable_guard(c.guard, cap.names)) for c in said
+        ]
+        causes = growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value)
+        if not causes:
+            again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
+            after_reset = again and cap.resets > self.resets_before
+            causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
+        shapes = unpinned(renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
+        seen, first, told = self.dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
+        dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
+        causes = what_next.settled(causes, shapes, self.tpu) + ([note] if note else [])
+        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
+        self.rows = what_next.flags_before(self.rows, cap.function, said)
+        row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said))
+        row.compiles += 1
+        row.compile_seconds += seconds
+        for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)
+            row.add(c if all(c.kind != d.kind for d in causes[:i]) else dataclasses.replace(c, count=0))
+        row.dynamic = dynamic or row.dynamic
+        cached = record is not None and dynamo.served_from_cache(record)
+        row.cached += cached
+        self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))
+        return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
+
+    def failed(self, cap: Capture, record: Any) -> CompileEvent:
+        """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
+        graph break too, among the breaks."""
+        failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu))
+        row = self.row(cap.function, cap.shown)
+        row.failed += 1
+        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
+        if failed.break_at:
+            self.add_break(failed.cause, failed.break_at)
+        return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)
+
+    def backward(self, cap: Capture, record: Any) -> CompileEvent:
+        # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
+        forward = self.forward_of.pop(cap.compile_id, None)
+        key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
+        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
+        row = self.row(key, forward.shown if forward else ())
+        row.compiles += 1
+        row.compile_seconds += seconds
+        row.add(
+            RowCause("backward graph, compiled at the first backward pass through this forward graph", kind="backward")
+        )
+        self.timeline.append(Point(cap.at - self.started, str(key), self.calls[key]))
+        return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
+
+    def refused(self, cap: Capture) -> CompileEvent:
+        """A compile Dynamo refused at the recompile limit: the call ran uncompiled."""
+        self.limited.add(cap.function)
+        row = self.row(cap.function, cap.shown)
+        row.limit_hit = True
+        row.refused += 1
+        row.uncompiled += 1
+        last = capture_causes(cap, tpu=self.tpu)
+        words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
+        if cap.limit:
+            words = f"{words}; {cap.limit}"
+        guard = "\n".join(c.guard for c in last if c.guard)
+        row.add(RowCause(words, guard, "; ".join(dict.fromkeys(c.fix for c in last if c.fix)), "limit", 0))
+        return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
+
+    def add_break(self, cause: Cause, where: str) -> None:
+        entry = self.breaks.setdefault((cause.words, where), [cause, 0])
+        entry[1] += 1
+
+    def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
+        row = self.rows.get((key, signature))
+        if row is None:
+            row = self.rows[(key, signature)] = WatchRow(str(key), ", ".join(f"{n}: {d}" for n, d in signature))
+        return row
+
+    def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:
+        """The rows and breaks so far, copied (a table is a snapshot)."""
+        rows = tuple(r.frozen() for r in self.rows.values())
+        breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self.breaks.items())
+        return rows, breaks
