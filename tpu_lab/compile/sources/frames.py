@@ -35,7 +35,9 @@ def where_label(filename: str, line: int) -> str:
             named = None
     if named:
         return f"cell {named[1]}, line {line}"
-    return f"{filename.rsplit('/', 1)[-1]}:{line}" if filename else "?"
+    if not filename:
+        return "?"
+    return f"{filename.rsplit('/', 1)[-1]}:{line}" if line else filename.rsplit("/", 1)[-1]  # 0: not known
 
 
 RESUME = "torch_dynamo_resume_in_"

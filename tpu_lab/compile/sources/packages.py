@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import site
 import sys
 import sysconfig
@@ -49,7 +50,19 @@ def package_of(filename: str) -> str:
                 return package
             top = path[len(root) + 1 :].split(os.sep, 1)[0]
             return top.removesuffix(".py")
-    return USER
+    return _installed_elsewhere(filename)
+
+
+_INSTALLED = re.compile(r"[\\/](?:site|dist)-packages[\\/]([^\\/]+)")
+_STDLIB = re.compile(r"[\\/]lib[\\/]python3\.\d+[\\/](?!(?:site|dist)-packages[\\/])")
+
+
+def _installed_elsewhere(filename: str) -> str:
+    """A file of another machine (a TORCH_TRACE log copied here): by its install folder, the one layout
+    every Python shares (``.../site-packages/<package>/``, ``.../lib/python3.N/``), else the user's."""
+    if m := _INSTALLED.search(filename):
+        return m[1].removesuffix(".py")
+    return "stdlib" if _STDLIB.search(filename) else USER
 
 
 def is_library(filename: str) -> bool:
@@ -79,4 +92,6 @@ def short_path(filename: str) -> str:
             if package == "stdlib":
                 return rel.rsplit("/", 1)[-1]
             return f"{package}/{rel}" if package in ("torch", "tpu_lab") else rel
+    if m := _INSTALLED.search(filename):  # another machine's install: from the package on
+        return filename[m.start(1) :].replace("\\", "/")
     return filename.rsplit("/", 1)[-1]

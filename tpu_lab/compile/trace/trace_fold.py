@@ -1,0 +1,196 @@
+"""One process's TORCH_TRACE log folded into the ``WatchTable`` the live watch gives: each compile becomes
+the ``Capture`` the live source would have heard, built from what the log holds, and goes through the
+same fold (``watching.fold``) and the same words. What only the live process could read (the values
+behind a guard now, a module's parameter names, refused calls at the recompile limit) is said, not guessed.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from types import SimpleNamespace
+from typing import Any
+
+from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.frames import _SHORT_DTYPES, RESUME, Capture, FunctionKey, Signature, where_label
+from tpu_lab.compile.sources.packages import USER, is_library, package_of, short_path
+from tpu_lab.compile.trace.trace_log import CompileLog, ProcessLog
+from tpu_lab.compile.watching.fold import Fold
+from tpu_lab.compile.watching.watch_table import RowCause, WatchTable
+
+_LOCAL = re.compile(
+    r"^\| \+- GuardManager: source=L\['(?P<name>\w+)'\], accessed_by=FrameLocalsGuardAccessor\(key='\w+', "
+    r"framelocals_idx=(?P<idx>\d+)\), type=<class '(?P<type>[\w.]+)'>"
+)
+_EXPR = re.compile(r"\+- [A-Z_]+: (?P<expr>.*?)(?:\s+#.*)?$")
+_WRAPPERS = ("inner", "wrapper", "wrapped_func", "_fn", "forward")
+_SKIPPED = ("bool", "NoneType", "function", "method", "builtin_function_or_method", "module", "type")
+POSITIONAL = "input {n}"
+"""A compiled module's positional input: its ``forward``'s parameter names are not in the log."""
+LIMIT_OFFLINE = (
+    "reached the recompile limit ({limit} graphs of this code): from here on, calls that needed a new graph "
+    "ran uncompiled; the log does not record those calls"
+)
+
+
+def fold_log(log: ProcessLog) -> WatchTable:
+    """The table of one process's compiles, as the live watch would have shown it."""
+    fold = Fold(started=log.first_at)
+    graphs: dict[str, Signature] = {}
+    last: dict[FunctionKey, Signature] = {}
+    for c in log.compiles.values():
+        if c.record is None:
+            continue  # started, never recorded: the log ends inside it (see ProcessLog.unfinished)
+        cap = capture_of(c, graphs, last)
+        record = SimpleNamespace(**c.record)
+        if dynamo.is_failed(record) and not dynamo.is_limit_refusal(record):
+            fold.failed(cap, record)
+        else:
+            guards = [m["expr"] for g in c.guards if (m := _EXPR.search(g))]
+            fold.compiled(cap, record, guards if c.guards else None, _scalars(c, cap), None)
+            graphs[c.compile_id] = cap.signature
+            last[cap.function] = cap.signature
+            _at_limit(fold, cap, c.record)
+        failed_break = bool(record.fail_type) and record.fail_type == "Unsupported" and not record.has_guarded_code
+        for reason, stack in c.breaks[: -1 if failed_break else None]:  # the failure's own is on its row
+            _graph_break(fold, reason, stack)
+        if c.backward is not None:
+            fold.backward(cap._replace(trigger="backward"), SimpleNamespace(**c.backward))
+    rows, breaks = fold.frozen()
+    return WatchTable(rows, breaks, 0, tuple(fold.timeline))
+
+
+def capture_of(c: CompileLog, graphs: dict[str, Signature], last: dict[FunctionKey, Signature]) -> Capture:
+    """The ``Capture`` the live source would have heard for this compile, from the log alone."""
+    record = c.record or {}
+    key, names = _function(c)
+    signature = _inputs(c)
+    reasons = tuple(c.reasons) or ((record["recompile_reason"],) if record.get("recompile_reason") else ())
+    limit = record.get("config_recompile_limit")
+    return Capture(
+        c.compile_id,
+        key,
+        signature,
+        reasons[0] if reasons else None,
+        c.at,
+        "",
+        last.get(key) if reasons else None,
+        reasons,
+        tuple((g, graphs[g]) for g in (r.split(":", 1)[0] for r in reasons) if g in graphs),
+        record.get("config_automatic_dynamic_shapes") is False,
+        0,
+        names,
+        _caller(c),
+        limit_value=limit if isinstance(limit, int) else None,
+    )
+
+
+def _function(c: CompileLog) -> tuple[FunctionKey, tuple[tuple[str, str], ...]]:
+    """The compiled function as the user's code names it, and Dynamo's input names -> the names shown."""
+    record = c.record or {}
+    name = str(record.get("co_name") or (c.stack[-1][2] if c.stack else "?"))
+    file = str(record.get("co_filename") or (c.stack[-1][0] if c.stack else ""))
+    line = int(record.get("co_firstlineno") or (c.stack[-1][1] if c.stack else 0))
+    if name in _WRAPPERS and is_library(file):  # torch.compile(module), a library decorator: the module's forward
+        module = next((t for n, _, t in _locals(c) if n in ("self", "fn", "model", "module")), "")
+        if module and not module.startswith(("builtins.", "torch.Tensor")):
+            positional = sorted({int(m[1]) for s in c.tensors for m in [re.match(r"L\['args'\]\[(\d+)\]", s)] if m})
+            keywords = {m[1] for s in c.tensors for m in [re.match(r"L\['kwargs'\]\['(\w+)'\]", s)] if m}
+            names = tuple((f"args[{i}]", POSITIONAL.format(n=i + 1)) for i in positional)
+            names += tuple((f"kwargs[{k!r}]", k) for k in sorted(keywords))
+            return FunctionKey(f"{module.rsplit('.', 1)[-1]}.forward", _forward_file(c), 0), names
+    return FunctionKey(name, file, line, c.resumes_at if name.startswith(RESUME) else 0), ()
+
+
+def _forward_file(c: CompileLog) -> str:
+    """Where the module's forward lives, from the guards' own comments (``... # nn/modules/linear.py:134 in forward``)."""
+    for g in c.guards:
+        m = re.search(r"# (\S+\.py):\d+ in forward$", g)
+        if m:
+            return m[1]
+    return ""
+
+
+def _locals(c: CompileLog) -> list[tuple[str, int, str]]:
+    """The compiled frame's locals Dynamo guarded, in the frame's order: (name, index, type)."""
+    found = [(m["name"], int(m["idx"]), m["type"]) for g in c.guards if (m := _LOCAL.match(g.strip()))]
+    if not found:  # no guard tree (a failed compile): the tensors it described, in the order it did
+        found = [(m[1], i, "torch.Tensor") for i, s in enumerate(c.tensors) if (m := re.fullmatch(r"L\['(\w+)'\]", s))]
+    return sorted(found, key=lambda n: n[1])
+
+
+def _inputs(c: CompileLog) -> Signature:
+    """The inputs the compile specialised on, by Dynamo's names, described as the live watch describes them."""
+    out: list[tuple[str, str]] = []
+    for name, _, kind in _locals(c):
+        short = kind.rsplit(".", 1)[-1]
+        source = f"L['{name}']"
+        if source in c.tensors:
+            out.append((name, _tensor(c.tensors[source])))
+        elif short in ("int", "float"):
+            value = _value(c, source)
+            out.append((name, f"{short} {value}" if value else short))
+        elif short in ("list", "tuple", "dict") or name in ("args", "kwargs"):
+            for s, t in c.tensors.items():
+                m = re.fullmatch(re.escape(source) + r"(\[\d+\]|\['\w+'\])", s)
+                if m:
+                    out.append((f"{name}{m[1]}", _tensor(t)))
+        elif short not in _SKIPPED and name not in ("self", "fn"):
+            out.append((name, short))
+    if any('"grad_mode":false' in g for g in c.guards):
+        out.append(("grad mode", "off"))
+    return tuple(out)
+
+
+def _tensor(t: dict[str, Any]) -> str:
+    dtype = str(t.get("dtype") or "").removeprefix("torch.")
+    sizes = ", ".join(str(s) for s in t.get("size") or ())
+    grad = " requires_grad" if t.get("requires_grad") else ""
+    return f"{_SHORT_DTYPES.get(dtype, dtype)}[{sizes}]{grad}"
+
+
+def _value(c: CompileLog, source: str) -> str:
+    """A Python number's value: its guard pins it (``L['n'] == 2``), or the compile made it symbolic."""
+    for g in c.guards:
+        m = re.search(re.escape(source) + r" == (-?[\d.e+-]+|inf|nan)\b", g)
+        if m:
+            return m[1]
+    return c.symbols.get(source, "")
+
+
+def _scalars(c: CompileLog, cap: Capture) -> frozenset[str]:
+    """The Python numbers this compile made symbolic (a recompile's: a first compile keeps them static)."""
+    if not cap.reasons:
+        return frozenset()
+    return frozenset(s for s in c.symbols if re.fullmatch(r"L\['\w+'\]", s))
+
+
+def _caller(c: CompileLog) -> str:
+    """The package whose code called the compiled function ('' for the user's), from the logged stack."""
+    for file, _, _ in reversed(c.stack[:-1]):
+        package = package_of(file)
+        if package not in ("torch", "tpu_lab", "stdlib", "<builtin>"):
+            return "" if package == USER else package
+    return ""
+
+
+def _graph_break(fold: Fold, reason: str, stack: list[tuple[str, int]]) -> None:
+    """Where the live watch puts a break: the user's innermost frame, and the library's line under it."""
+    while stack and re.search(r"torch[\\/]_dynamo[\\/]", stack[-1][0]):  # Dynamo's own raise, not the code's
+        stack = stack[:-1]
+    mine = [(f, n) for f, n in stack if not is_library(f)] or stack
+    file, line = mine[-1] if mine else ("", 0)
+    inner = stack[-1] if stack else ("", 0)
+    library = f"{short_path(inner[0])}:{inner[1]}" if inner[0] and is_library(inner[0]) else ""
+    code = linecache.getline(file, line).strip() if file else ""  # where the file is on this machine too
+    fold.add_break(graph_break_words(reason, library, code), where_label(file, line) if file else "?")
+
+
+def _at_limit(fold: Fold, cap: Capture, record: dict[str, Any]) -> None:
+    """The graph that filled the code's cache to the recompile limit: its row says the limit was reached."""
+    limit, held = record.get("config_recompile_limit"), record.get("cache_size")
+    if not isinstance(limit, int) or not isinstance(held, int) or held + 1 < limit:
+        return
+    row = fold.row(cap.function, cap.shown)  # no refusal is in the log: the row says the limit was reached
+    row.add(RowCause(LIMIT_OFFLINE.format(limit=limit), kind="limit", count=0))
