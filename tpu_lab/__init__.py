@@ -37,6 +37,8 @@ _EXPORTS = {
     "RayCluster": "tpu_lab.tp.launch.runners.ray_cluster",
     "LaunchResult": "tpu_lab.tp.results.launch_result",
     "RunCompiles": "tpu_lab.tp.results.rank_compiles",
+    "read_trace": "tpu_lab.tp.results.trace_report",
+    "TraceReport": "tpu_lab.tp.results.trace_report",
     "report": "tpu_lab.tp.results.rank_files",
 }
 _SUBMODULES = {"widgets", "testing", "errors", "host", "models", "compile", "tp"}
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from tpu_lab.tp.results.launch_result import LaunchResult
     from tpu_lab.tp.results.rank_compiles import RunCompiles
     from tpu_lab.tp.results.rank_files import report
+    from tpu_lab.tp.results.trace_report import TraceReport, read_trace
 
 
 def __getattr__(name: str) -> Any:

@@ -29,6 +29,16 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trace(args: argparse.Namespace) -> int:
+    import json
+
+    from tpu_lab.tp.results.trace_report import read_trace
+
+    report = read_trace(args.path, rank=args.rank)
+    print(json.dumps(report.to_dict(), indent=1, default=str) if args.json else report)
+    return 1 if any(r.compiles.diverged for r in report.runs) else 0
+
+
 def _flag(name: str, value: object = None) -> str:
     """How the CLI spells an option in its messages: ``--max-new-tokens`` / ``--max-new-tokens 8``."""
     flag = "--" + name.replace("_", "-")
@@ -226,6 +236,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("--json", action="store_true", help="print the verdict, problems and suggested plan as JSON")
     f.set_defaults(run=_preflight)
+    t = command(
+        "trace",
+        "the compiles of a job that ran elsewhere, from its TORCH_TRACE logs",
+        "Reads the folder TORCH_TRACE pointed at on every rank (or one log, .gz too): per rank, each function "
+        "x inputs with its compiles and why, failed compiles, graph breaks, and where ranks diverge. Exits with "
+        "1 when ranks compiled different graphs.",
+    )
+    t.add_argument("path", metavar="PATH", help="the TORCH_TRACE folder (copied from the hosts) or one log file")
+    t.add_argument("--rank", type=_count(0, 1 << 20), metavar="N", help="only this rank's log, its whole table")
+    t.add_argument("--json", action="store_true", help="print the report as JSON (TraceReport.to_dict())")
+    t.set_defaults(run=_trace)
     return parser
 
 

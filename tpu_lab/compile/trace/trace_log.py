@@ -122,7 +122,7 @@ def read_process_log(path: Path) -> ProcessLog:
 
 def _open(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+        return gzip.open(path, "rb")  # type: ignore[return-value]  # a binary file object
     return path.open("rb")
 
 
