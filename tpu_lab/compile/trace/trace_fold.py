@@ -13,11 +13,13 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources import dynamo_source as dynamo
+from tpu_lab.compile.sources.dynamo_limit import limit_from_text
+from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import _SHORT_DTYPES, RESUME, Capture, FunctionKey, Signature, where_label
 from tpu_lab.compile.sources.packages import USER, is_library, package_of, short_path
 from tpu_lab.compile.trace.trace_log import CompileLog, ProcessLog
 from tpu_lab.compile.watching.fold import Fold
-from tpu_lab.compile.watching.watch_table import RowCause, WatchTable
+from tpu_lab.compile.watching.watch_table import WatchTable
 
 _LOCAL = re.compile(
     r"^\| \+- GuardManager: source=L\['(?P<name>\w+)'\], accessed_by=FrameLocalsGuardAccessor\(key='\w+', "
@@ -26,12 +28,12 @@ _LOCAL = re.compile(
 _EXPR = re.compile(r"\+- [A-Z_]+: (?P<expr>.*?)(?:\s+#.*)?$")
 _WRAPPERS = ("inner", "wrapper", "wrapped_func", "_fn", "forward")
 _SKIPPED = ("bool", "NoneType", "function", "method", "builtin_function_or_method", "module", "type")
+LIMIT_WHERE = (
+    "the limit is {n} (torch._dynamo.config.recompile_limit, or this function's own torch.compile(..., "
+    "recompile_limit=): a log does not say which)"
+)
 POSITIONAL = "input {n}"
 """A compiled module's positional input: its ``forward``'s parameter names are not in the log."""
-LIMIT_OFFLINE = (
-    "reached the recompile limit ({limit} graphs of this code): from here on, calls that needed a new graph "
-    "ran uncompiled; the log does not record those calls"
-)
 
 
 def fold_log(log: ProcessLog) -> WatchTable:
@@ -39,19 +41,26 @@ def fold_log(log: ProcessLog) -> WatchTable:
     fold = Fold(started=log.first_at)
     graphs: dict[str, Signature] = {}
     last: dict[FunctionKey, Signature] = {}
+    functions: dict[str, FunctionKey] = {}  # Dynamo's frame id -> the function
     for c in log.compiles.values():
         if c.record is None:
             continue  # started, never recorded: the log ends inside it (see ProcessLog.unfinished)
         cap = capture_of(c, graphs, last)
         record = SimpleNamespace(**c.record)
-        if dynamo.is_failed(record) and not dynamo.is_limit_refusal(record):
+        frame = c.compile_id.split("/")[0]
+        if dynamo.is_limit_refusal(record):  # logged with no function: the frame's earlier compiles name it
+            key = functions.get(frame, cap.function)
+            limit = limit_from_text(record.fail_reason)
+            fold.refused(cap._replace(function=key, trigger=LIMIT_TRIGGER, limit=LIMIT_WHERE.format(n=limit)))
+            continue
+        functions.setdefault(frame, cap.function)
+        if dynamo.is_failed(record):
             fold.failed(cap, record)
         else:
             guards = [m["expr"] for g in c.guards if (m := _EXPR.search(g))]
             fold.compiled(cap, record, guards if c.guards else None, _scalars(c, cap), None)
             graphs[c.compile_id] = cap.signature
             last[cap.function] = cap.signature
-            _at_limit(fold, cap, c.record)
         failed_break = bool(record.fail_type) and record.fail_type == "Unsupported" and not record.has_guarded_code
         for reason, stack in c.breaks[: -1 if failed_break else None]:  # the failure's own is on its row
             _graph_break(fold, reason, stack)
@@ -185,12 +194,3 @@ def _graph_break(fold: Fold, reason: str, stack: list[tuple[str, int]]) -> None:
     library = f"{short_path(inner[0])}:{inner[1]}" if inner[0] and is_library(inner[0]) else ""
     code = linecache.getline(file, line).strip() if file else ""  # where the file is on this machine too
     fold.add_break(graph_break_words(reason, library, code), where_label(file, line) if file else "?")
-
-
-def _at_limit(fold: Fold, cap: Capture, record: dict[str, Any]) -> None:
-    """The graph that filled the code's cache to the recompile limit: its row says the limit was reached."""
-    limit, held = record.get("config_recompile_limit"), record.get("cache_size")
-    if not isinstance(limit, int) or not isinstance(held, int) or held + 1 < limit:
-        return
-    row = fold.row(cap.function, cap.shown)  # no refusal is in the log: the row says the limit was reached
-    row.add(RowCause(LIMIT_OFFLINE.format(limit=limit), kind="limit", count=0))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 _HEADER = re.compile(rb"^[VIWEDC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?) +(\d+) [^\]]*\] ")
+MAX_LINE = 16 << 20  # bytes: a compile record is ~50 KB; a longer line is damage, skipped, never held whole
 _PAYLOAD_CAP = 1 << 20  # characters kept of one payload (a guard tree of a huge model); the rest is not needed
 _GUARDS_KEPT = 4000  # guard lines kept per graph: the inputs' and the numbers' come first in Dynamo's tree
 _METRICS = [
@@ -133,21 +134,30 @@ class _Reader:
         self.payload: list[str] | None = None
         self.payload_size = 0
         self.pending: tuple[str, dict[str, Any], float] | None = None  # an entry waiting for its payload
+        self.last = b""  # the last line read: a file that ends inside one was cut
         self.described: dict[tuple[str, Any, Any], dict[str, Any]] = {}  # (compile, describer, id) -> tensor
 
     def feed(self, f: IO[bytes]) -> None:
         line = b""
-        for line in f:
+        while line := f.readline(MAX_LINE):
+            if len(line) == MAX_LINE and not line.endswith(b"\n"):  # no line is this long: skip to the next
+                while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                    pass
+                self.log.bad_lines += 1
+                self.last = rest or line
+                continue
             if line.startswith(b"\t"):
                 if self.payload is not None and self.payload_size < _PAYLOAD_CAP:
                     text = line[1:].decode("utf-8", "replace").rstrip("\n")
                     self.payload.append(text)
                     self.payload_size += len(text)
+                self.last = line
                 continue
             self._finish_payload()
             self._header(line)
+            self.last = line
         self._finish_payload()
-        if line and not line.endswith(b"\n"):
+        if self.last and not self.last.endswith(b"\n"):
             self.log.cut_last_line = True
 
     def _header(self, line: bytes) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tpu_lab._report import Report, findings_html
+from tpu_lab.compile.sources.frames import FunctionKey
 from tpu_lab.compile.trace.trace_fold import POSITIONAL, fold_log
 from tpu_lab.compile.trace.trace_log import ProcessLog
 from tpu_lab.compile.trace.trace_runs import group_runs, read_logs
@@ -25,8 +26,9 @@ from tpu_lab.tp.results.rank_compiles import RunCompiles, merge
 from tpu_lab.tp.results.rank_table import RankTable
 
 OFFLINE_NOTE = (
-    "read from logs: what the objects behind a failed guard are now, and the calls refused at the recompile "
-    "limit, are not in a log, so those rows say less than the live watch would"
+    "read from logs: a log holds neither what the objects behind a failed guard are now nor the inputs of a "
+    "call refused at the recompile limit (only its first refusal is logged), so those rows say less than the "
+    "live watch would"
 )
 
 
@@ -245,19 +247,23 @@ def _marker(log: ProcessLog, table: WatchTable) -> dict[str, Any]:
     unfinished = log.unfinished
     compiling = None
     if unfinished is not None:
-        where = unfinished.stack[-1] if unfinished.stack else ("", 0, "?")
-        compiling = {"function": f"{where[2]} ({Path(where[0]).name}:{where[1]})", "inputs": "", "since": None}
+        compiling = {"function": _compiling(log), "inputs": "", "since": None}
     return {"table": table.to_dict(), "compiles": table.total_compiles, "compiling": compiling, "done": not unfinished}
+
+
+def _compiling(log: ProcessLog) -> str:
+    """The function the log ends inside, named as the table names functions."""
+    file, line, name = log.unfinished.stack[-1] if log.unfinished and log.unfinished.stack else ("", 0, "?")
+    return str(FunctionKey(name, file, line))
 
 
 def _notes(log: ProcessLog, table: WatchTable) -> list[str]:
     who = f"rank {log.rank or 0}" if log.rank is not None else "the log"
     out = []
     if log.unfinished is not None:
-        stack = log.unfinished.stack[-1] if log.unfinished.stack else ("", 0, "?")
         out.append(
-            f"{who} ends while compiling {stack[2]} ({Path(stack[0]).name}:{stack[1]}): the process ended there, "
-            "or the log was cut; its table is what it compiled up to then"
+            f"{who} ends while compiling {_compiling(log)}: the process ended there, or the log was cut; its "
+            "table is what it compiled up to then"
         )
     elif log.cut_last_line:
         out.append(f"{who} ends inside a line: the process was killed while writing, or the copy was cut")
