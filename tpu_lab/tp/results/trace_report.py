@@ -272,6 +272,11 @@ def _notes(log: ProcessLog, table: WatchTable) -> list[str]:
     if log.unknown:
         kinds = ", ".join(f"{k} ({n})" for k, n in sorted(log.unknown.items())[:8])
         out.append(f"{who}: entries this reader does not know were kept out: {kinds} (another torch version?)")
+    if log.rank is None and log.compiles:
+        out.append(
+            "this log names no rank (torch.distributed was not started before its first compile), so it is read "
+            "as a process of its own, not as a rank of a job"
+        )
     if not log.compiles:
         out.append(f"{who} holds no compile: that process never ran torch.compile'd code (or Dynamo was off)")
     if any(POSITIONAL.format(n=1) in r.signature for r in table.rows):
