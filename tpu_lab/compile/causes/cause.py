@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -41,6 +42,7 @@ CARRIED = "the value carried over the graph break"
 """A resumed frame's input (Dynamo's ``___stack0``): a value the code before the break computed."""
 
 
+@functools.lru_cache(maxsize=8192)  # pure, and called per failed guard of every graph Dynamo held
 def local_name(source: str) -> str:
     """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it.
     ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a

@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+from tpu_lab.compile.sources.packages import torch_folder
+
 _URL = re.compile(r"compile-graph-break-site/gb/gb(\d{4})\.html")
 _NAME = re.compile(r"\btorch(?:\.\w+)+")
 
@@ -30,9 +32,7 @@ class BreakType(NamedTuple):
 @functools.cache
 def graph_break_types() -> dict[str, BreakType]:
     """Every graph-break type this torch ships, by key (empty where the registry is missing)."""
-    import torch._dynamo
-
-    path = Path(torch._dynamo.__file__).with_name("graph_break_registry.json")
+    path = Path(torch_folder(), "_dynamo", "graph_break_registry.json")  # read without importing Dynamo
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -5,6 +5,7 @@ folder give the same answer. Read per compile or per graph break, never per call
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import site
@@ -16,17 +17,22 @@ USER = ""
 
 
 @functools.cache
+def torch_folder() -> str:
+    """Where the installed torch lives, found without importing it (reading a copied log needs no torch)."""
+    spec = importlib.util.find_spec("torch")
+    origin = spec.origin if spec is not None else None
+    return os.path.dirname(os.path.realpath(origin)) if origin else ""
+
+
+@functools.cache
 def _roots() -> tuple[tuple[str, str], ...]:
     """(folder, package) pairs, longest folder first: tpu_lab and torch by their own ``__file__``, every
     installed distribution by its site-packages folder, the standard library by sysconfig."""
-    import torch
-
     import tpu_lab
 
-    found: list[tuple[str, str]] = [
-        (os.path.dirname(os.path.realpath(tpu_lab.__file__)), "tpu_lab"),
-        (os.path.dirname(os.path.realpath(torch.__file__)), "torch"),
-    ]
+    found: list[tuple[str, str]] = [(os.path.dirname(os.path.realpath(tpu_lab.__file__)), "tpu_lab")]
+    if folder := torch_folder():
+        found.append((folder, "torch"))
     folders = {*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["purelib"]}
     folders |= {sysconfig.get_paths()["platlib"], *(p for p in sys.path if p.endswith(("-packages", "-packages/")))}
     found += [(os.path.realpath(f), "site-packages") for f in folders if f and os.path.isdir(f)]
