@@ -4,6 +4,7 @@ said (a list that grew while its items changed size); no mark_dynamic where the 
 fixes the size; DataLoader named only as one way to drop a short last batch; a torch.compiler.disable'd
 call is an expected break, not a thing to remove; a flag argument's value is in the row's inputs."""
 
+import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -53,3 +54,61 @@ def test_a_list_that_grew_to_size_one_items_against_a_dynamic_graph_says_both(dy
     assert {c.kind for c in last} >= {"length"} and len(last) == 2, [c.words for c in last]
     assert "byte_seqs has a different length (was 2)" in [c.words for c in last]
     assert any("byte_seqs[0], byte_seqs[1]" in c.words for c in last), [c.words for c in last]
+
+
+def doubled_sum(x):
+    return (x * 2).sum()
+
+
+def running_sum(x):
+    out = x[0]
+    for i in range(x.shape[0]):  # the size as a Python int: the loop fixes it in the graph
+        out = out + x[i]
+    return out
+
+
+def test_under_dynamic_false_a_size_change_is_never_told_to_mark_dynamic(dynamo):
+    with tl.watch() as w:
+        for fn in (doubled_sum, running_sum):
+            f = torch.compile(fn, backend=BACKEND, dynamic=False)
+            for n in (4, 6, 7):
+                f(torch.randn(n, 8))
+    check_against_dynamo(w, dynamo)
+    sizes = causes(w)
+    assert len(sizes) == 4 and all("every size is its own graph" in c.words for c in sizes)
+    for c in sizes:
+        assert "torch._dynamo.mark_dynamic(" not in c.fix and c.fix.startswith(
+            "pad to a few sizes, or mark the dimension dynamic where the code allows it"
+        )
+        assert "dynamic=None" in c.fix and "torch._dynamo.maybe_mark_dynamic(x, 0)" in c.fix
+    # what the fix offers works under dynamic=False, and does not raise where a loop fixes the size
+    for fn, graphs in ((doubled_sum, 1), (running_sum, 3)):
+        torch._dynamo.reset()
+        f = torch.compile(fn, backend=BACKEND, dynamic=False)
+        with tl.watch() as fixed:
+            for n in (4, 6, 7):
+                x = torch.randn(n, 8)
+                torch._dynamo.maybe_mark_dynamic(x, 0)
+                f(x)
+        assert fixed.table.total_compiles == graphs
+
+
+def test_a_size_a_loop_fixes_is_said_so_and_never_told_to_mark_dynamic(dynamo):
+    f = torch.compile(running_sum, backend=BACKEND)
+    with tl.watch() as w:
+        for n in (4, 6, 7):
+            f(torch.randn(n, 8))
+    check_against_dynamo(w, dynamo)
+    sizes = causes(w)
+    assert [c.words.split(" (")[0] for c in sizes] == ["x dimension 0 changed 4 -> 6", "x dimension 0 changed 6 -> 7"]
+    for c in sizes:
+        assert "the code fixes this size: it uses x.shape[0] as a plain Python number" in c.words
+        assert "range(x.shape[0])" in c.words and "every size is its own graph" in c.words
+        assert "mark_dynamic(" not in c.fix and "mark_dynamic would raise here" in c.fix
+    assert not any(c.kind == "dynamic" for r in w.table for c in r.causes)  # nothing was made dynamic
+    # the words are right: mark_dynamic on that size raises
+    torch._dynamo.reset()
+    x = torch.randn(5, 8)
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(Exception, match=r"ConstraintViolation|specialized"):
+        torch.compile(running_sum, backend=BACKEND)(x)

@@ -202,10 +202,10 @@ class Watch:
             after_reset = again and cap.resets > self._resets_before
             words = first_compile_words(cap.function, dynamo.defined_before(cap.function), after_reset=after_reset)
             causes = [RowCause(words, kind="first")]
-        shapes = unpinned(renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
+        shapes = unpinned(tried := renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
         seen, first, told = self._dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self._dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.on_tpu)
-        causes = what_next.settled(causes, shapes, self.on_tpu) + ([note] if note else [])
+        causes = what_next.settled(causes, shapes, self.on_tpu, tried) + ([note] if note else [])
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self._rows = what_next.flags_before(self._rows, cap.function, said)
         row = self._row(cap.function, with_flags(cap.shown, self._flags.setdefault(cap.function, {}), said))
