@@ -112,3 +112,20 @@ def test_a_size_a_loop_fixes_is_said_so_and_never_told_to_mark_dynamic(dynamo):
     torch._dynamo.mark_dynamic(x, 0)
     with pytest.raises(Exception, match=r"ConstraintViolation|specialized"):
         torch.compile(running_sum, backend=BACKEND)(x)
+
+
+def test_a_short_last_slice_names_dataloader_only_as_one_way_to_drop_it(dynamo):
+    model = torch.nn.Linear(8, 2)
+    f = torch.compile(model, backend=BACKEND)
+    data = torch.randn(10, 8)
+    with tl.watch() as w:
+        for i in range(0, len(data), 4):  # no DataLoader: the last slice holds 2 rows
+            f(data[i : i + 4])
+    check_against_dynamo(w, dynamo)
+    (size,) = causes(w)
+    assert size.words == "input dimension 0 changed 4 -> 2"
+    assert (
+        "if this is the last, smaller batch: pad it to 4 or drop it (DataLoader(drop_last=True) if you use one)"
+        in size.fix
+    )
+    assert size.fix.count("DataLoader") == 1 and "for a short last batch, DataLoader" not in size.fix

@@ -40,6 +40,9 @@ def prompt_length_words(a: str, b: str, where: str = "") -> str:
     return f"prompt length changed {a} -> {b}{where}"
 
 
+_DROP_LAST = "DataLoader(drop_last=True) if you use one"  # whether the inputs came through one is not known
+
+
 def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
     ``caller``: the library that called the compiled function (``transformers``), when not the user."""
@@ -107,7 +110,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
         fix = (
             f"vmap/grad fix each size into the graph, so every size compiles one: keep it fixed "
-            f"(DataLoader(drop_last=True), or pad the last batch to {a})"
+            f"(pad the last batch to {a}, or drop it: {_DROP_LAST})"
         )
         return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
     if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
@@ -123,7 +126,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     if tpu:
         fix = bucket
     elif i == "0" and int(b) < int(a) and not caller:
-        fix = f"for a short last batch, DataLoader(drop_last=True) or pad it to {a}; else {dynamic}"
+        fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({_DROP_LAST}); else {dynamic}"
     else:
         fix = dynamic if caller else f"{dynamic}, or pad to a few sizes"
     if static and not tpu:
