@@ -129,3 +129,29 @@ def test_a_short_last_slice_names_dataloader_only_as_one_way_to_drop_it(dynamo):
         in size.fix
     )
     assert size.fix.count("DataLoader") == 1 and "for a short last batch, DataLoader" not in size.fix
+
+
+@torch.compiler.disable
+def log_stats(x):
+    return float(x.mean())
+
+
+def scaled_step(x):
+    y = x * 2
+    log_stats(y)  # disabled on purpose: runs eagerly
+    return y + 1
+
+
+def test_a_disabled_function_is_an_expected_break_not_a_thing_to_remove(dynamo):
+    f = torch.compile(scaled_step, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(2):
+            f(torch.randn(4))
+    check_against_dynamo(w, dynamo)
+    (br,) = w.table.breaks
+    assert br.words == (
+        "log_stats is wrapped with torch.compiler.disable: it runs eagerly and splits the graph in two there "
+        "(expected: that is what disable does)"
+    )
+    assert br.fix.startswith("expected; keep the disabled call out of hot loops") and "accept the break" in br.fix
+    assert "remove" not in br.fix.lower() and "rewrite" not in br.fix.lower()
