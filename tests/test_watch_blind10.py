@@ -155,3 +155,43 @@ def test_a_disabled_function_is_an_expected_break_not_a_thing_to_remove(dynamo):
     )
     assert br.fix.startswith("expected; keep the disabled call out of hot loops") and "accept the break" in br.fix
     assert "remove" not in br.fix.lower() and "rewrite" not in br.fix.lower()
+
+
+def fake_quant(x, scale, observe: bool, num_bits: int):
+    if observe:  # calibrating: the scale follows the data
+        scale = x.abs().max() / (2 ** (num_bits - 1) - 1)
+    top = 2 ** (num_bits - 1)
+    return torch.clamp(torch.round(x / scale), -top, top - 1) * scale
+
+
+def test_a_flag_argument_is_in_every_row_at_each_calls_value(dynamo):
+    w = tl.watch()
+    f = w(torch.compile(fake_quant, backend=BACKEND))  # wrapped: its calls are counted
+    x, scale = torch.randn(8), torch.tensor(0.1)
+    for observe, bits in ((True, 8), (False, 8), (True, 8), (False, 4), (False, 8), (True, 4), (True, 8)):
+        f(x, scale, observe, bits)
+    check_against_dynamo(w, dynamo)
+    rows = {r.signature.removeprefix("x: f32[8], scale: f32[], "): (r.calls, r.compiles) for r in w.table}
+    assert rows == {
+        "num_bits: int 8, observe: True": (3, 1),
+        "num_bits: int 8, observe: False": (2, 1),
+        "num_bits: int 4, observe: False": (1, 1),
+        "num_bits: int 4, observe: True": (1, 1),
+    }, rows
+    flagged = [c.words for c in causes(w) if c.kind == "flag"]
+    assert flagged == [
+        "the flag observe was True (each value is its own graph)",
+        "the flag observe was False (each value is its own graph)",
+    ]
+
+
+def test_a_graph_compiled_for_another_change_shows_the_flag_the_call_passed(dynamo):
+    f = torch.compile(fake_quant, backend=BACKEND)
+    x, scale = torch.randn(8), torch.tensor(0.1)
+    with tl.watch() as w:
+        for observe, bits in ((True, 8), (False, 8), (True, 8), (True, 4)):  # the third reuses the first graph
+            f(x, scale, observe, bits)
+    check_against_dynamo(w, dynamo)
+    last = w.table.rows[-1]
+    assert [c.kind for c in last.causes if c.kind != "dynamic"] == ["value_dynamic"], last.causes
+    assert last.signature.endswith("num_bits: int 4, observe: True"), last.signature  # not the False left before

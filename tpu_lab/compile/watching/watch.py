@@ -12,8 +12,6 @@ Warm calls inside a watch run untouched: nothing is read until a compile happens
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 import linecache
 import threading
 import time
@@ -30,7 +28,7 @@ from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, dynamic_scala
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import what_next
+from tpu_lab.compile.watching import calls, what_next
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow, WatchTable
@@ -65,6 +63,8 @@ class Watch:
         self._breaks: dict[tuple[str, str], list[Any]] = {}
         self.timeline: list[Point] = []
         """One point per compile, for the chart."""
+        self.refusals = 0
+        """Compiles Dynamo refused at the recompile limit, so far."""
         self.version = 0
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
@@ -95,36 +95,7 @@ class Watch:
 
     def __call__(self, fn: Callable) -> Callable:
         """Decorate ``fn``: every call runs inside this watch and is counted per input signature."""
-        if not callable(fn):
-            from tpu_lab.errors import InvalidArgument
-
-            raise InvalidArgument(
-                f"tl.watch() decorates a function, got {type(fn).__name__}.", fix="Use @tl.watch() on a def."
-            )
-        inner = inspect.unwrap(getattr(fn, "_torchdynamo_orig_callable", fn))
-        forward = getattr(getattr(inner, "forward", None), "__code__", None)
-        code = getattr(inner, "__code__", None) or forward
-        key = None
-        if code is not None:
-            name = f"{type(inner).__name__}.forward" if code is forward else code.co_name
-            key = FunctionKey(name, code.co_filename, code.co_firstlineno)
-        try:
-            bind = inspect.signature(inner).bind
-        except (TypeError, ValueError):
-            bind = None
-
-        @functools.wraps(fn)
-        def watched(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                if key is not None and code is not None and bind is not None:
-                    try:
-                        values = bind(*args, **kwargs).arguments
-                    except TypeError:
-                        values = {}
-                    self.count_call(key, frames.describe_inputs(code, values))
-                return fn(*args, **kwargs)
-
-        return watched
+        return calls.watched(self, fn)
 
     # ---- what happens inside ----------------------------------------------------------------------
 
@@ -133,12 +104,14 @@ class Watch:
             self._pending.append(capture)
             self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
 
-    def count_call(self, key: FunctionKey, signature: tuple) -> None:
+    def count_call(self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False) -> None:
+        """One call of ``key`` with these inputs, after it ran (``flags``: its boolean arguments; ``refused``:
+        Dynamo refused to compile it, which that refusal's row counts already)."""
         with self._lock:
             self._calls[key] += 1
-            row = self._row(key, signature)
+            row = self._row(key, with_flags(signature, self._flags.get(key, {}), [], flags))
             row.calls = (row.calls or 0) + 1
-            if key in self._limited and not row.compiles and not self._dynamic.get(key):
+            if key in self._limited and not row.compiles and not self._dynamic.get(key) and not refused:
                 row.uncompiled += 1  # past the limit, a call needing a new graph runs uncompiled
                 if not row.causes:
                     row.add(RowCause("ran uncompiled: Dynamo's recompile limit was hit before", kind="limit", count=0))
@@ -208,7 +181,7 @@ class Watch:
         causes = what_next.settled(causes, shapes, self.on_tpu, tried) + ([note] if note else [])
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self._rows = what_next.flags_before(self._rows, cap.function, said)
-        row = self._row(cap.function, with_flags(cap.shown, self._flags.setdefault(cap.function, {}), said))
+        row = self._row(cap.function, with_flags(cap.shown, self._flags.setdefault(cap.function, {}), said, cap.flags))
         row.compiles += 1
         row.compile_seconds += seconds
         for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)
@@ -252,6 +225,7 @@ class Watch:
         row = self._row(cap.function, cap.shown)
         row.limit_hit = True
         row.refused += 1
+        self.refusals += 1
         row.uncompiled += 1
         last = capture_causes(cap, tpu=self.on_tpu)
         words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT

@@ -98,12 +98,17 @@ def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
 
 
 def with_flags(
-    shown: tuple[tuple[str, str], ...], flags: dict[str, str], causes: list[Cause]
+    shown: tuple[tuple[str, str], ...],
+    flags: dict[str, str],
+    causes: list[Cause],
+    call: Sequence[tuple[str, str]] = (),
 ) -> tuple[tuple[str, str], ...]:
     """A row's inputs with the flags its function's graphs differ by (``flags``, updated here with those
-    this compile's ``causes`` changed), where the inputs do not show them."""
+    this compile's ``causes`` changed), where the inputs do not show them: at the value this ``call`` passed
+    (its boolean arguments), else at the value the flag's last change left."""
     flags.update(flags_now(causes))
-    return shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown))
+    passed = dict(call)
+    return shown + tuple((n, passed.get(n, v)) for n, v in flags.items() if n not in dict(shown))
 
 
 def settled(causes: list[RowCause], shapes: str, tpu: bool, tried: str = "") -> list[RowCause]:
