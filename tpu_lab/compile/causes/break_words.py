@@ -103,6 +103,17 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
+    if found is not None and "torch.compiler.disable" in found.gb_type:  # the user's choice, not a mistake
+        name = re.search(r"function `([^`]+)`", cause.words)
+        what = f"{name[1]} is" if name else "the function called is"
+        cause = dataclasses.replace(
+            cause,
+            kind="disabled",
+            words=f"{what} wrapped with torch.compiler.disable: it runs eagerly and splits the graph in two there "
+            "(expected: that is what disable does)",
+            fix="expected; keep the disabled call out of hot loops (call it less often, or outside the compiled "
+            "function) if the split costs time, else accept the break",
+        )
     if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
         # capture_scalar_outputs would only move the break to the branch on the value
         fix = "the value decides a loop or branch: compile the body instead, or use torch.cond / torch.while_loop"
@@ -113,7 +124,7 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
         cause = dataclasses.replace(cause, words=f"{cause.words.rstrip('.')}, {why or 'and Dynamo could not resume'}")
     if not library:
         return cause
-    if "graph_break()" in reason or "User-inserted graph break" in reason:
+    if "graph_break()" in reason or "User-inserted graph break" in reason or cause.kind == "disabled":
         fix = "none on your side: the library breaks the graph there on purpose"
     else:
         fix = "it is in library code: call it outside the compiled function, or accept the break"

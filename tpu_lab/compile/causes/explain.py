@@ -9,14 +9,14 @@ from collections.abc import Sequence
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
-from tpu_lab.compile.causes.guard_values import (
+from tpu_lab.compile.causes.guard_sizes import (
     PREFILL_DECODE_FIX,
     STATIC_WORDS,
     prompt_length_words,
-    static_number_fix,
     with_note,
     without_note,
 )
+from tpu_lab.compile.causes.guard_values import static_number_fix
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, where_label
 

@@ -1,12 +1,12 @@
-"""Sizes, Python values and global state in words, with the fix for the backend (buckets on a TPU;
-mark_dynamic, drop_last or a tensor argument elsewhere, TPU advice labelled so). Pure, but for
+"""Python values, global state, dispatch keys and tensor kinds in words, with the fix for the backend
+(a tensor argument, or a few values; sizes are ``guard_sizes``'). Pure, but for
 ``static_number_fix``, which asks the installed Dynamo whether the config it names exists."""
 
 from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, local_name
 
 _STATE = {
     "grad_mode": (
@@ -34,137 +34,6 @@ _STATE = {
         "enter the same modes around every call",
     ),
 }
-
-
-_BATCHED = ("input_ids", "attention_mask", "position_ids", "cache_position", "inputs_embeds", "labels")
-STATIC_WORDS = (
-    "automatic dynamic shapes off, by torch.compile(dynamic=False) or "
-    "torch._dynamo.config.automatic_dynamic_shapes = False: every size is its own graph"
-)
-
-
-def with_note(words: str, note: str) -> str:
-    """``note`` in the words' closing parenthesis, or in one of its own: one aside, not two."""
-    return f"{words[:-1]}; {note})" if words.endswith(")") else f"{words} ({note})"
-
-
-def without_note(words: str, note: str) -> str:
-    return words.replace(f"; {note})", ")").replace(f" ({note})", "")
-
-
-PREFILL_DECODE_FIX = (
-    "expected: prefill and decode are separate graphs (a static cache with a fixed max_cache_len keeps "
-    "decode to one graph)"
-)
-
-
-def prompt_length_words(a: str, b: str, where: str = "") -> str:
-    """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prompt after a
-    1-token graph, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
-    if b == "1" and a != "1":
-        return f"a decode step (1 token per call){where}, where the graph held was compiled for a {a}-token prompt (prefill -> decode)"
-    if a == "1" and b != "1":
-        return f"a {b}-token prompt (prefill){where}, where the graph held was compiled for 1 token (a decode step or a 1-token prompt)"
-    return f"prompt length changed {a} -> {b}{where}"
-
-
-def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
-    """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
-    ``caller``: the library that called the compiled function (``transformers``), when not the user."""
-    name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
-    if is_parameter(m["name"], g):
-        return Cause(
-            "parameter_shape",
-            f"parameter {name} has another shape (dimension {i}: {a} -> {b}): a model of another size",
-            g,
-            "expected once per model size (parameter shapes are static; "
-            "torch._dynamo.config.force_parameter_static_shapes = False makes them dynamic)",
-        )
-    bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
-    if name == CARRIED:  # computed before the break (boolean masking, nonzero, ...): nothing the user can mark
-        return Cause(
-            "size",
-            f"{CARRIED} changed size (dimension {i}: {a} -> {b}): the code before the break made it",
-            g,
-            "remove the graph break (see its fix) and this recompile goes with it; "
-            + (
-                "or pad before the break to a few sizes"
-                if tpu
-                else "else none needed once Dynamo makes the size dynamic"
-            ),
-        )
-    if ("cache" in name or "keys" in name or "values" in name) and i == "2":
-        if cache and not cache.startswith("Static"):
-            return Cause(
-                "cache_length",
-                f"KV cache length changed {a} -> {b} (a {cache} grows by one token per step)",
-                g,
-                "expected until Dynamo makes the length dynamic; for one decode graph use a static cache of one "
-                "size: generate(..., cache_implementation='static', max_cache_len=N)",
-            )
-        if cache.startswith("Static"):
-            return Cause(
-                "cache_length",
-                f"static cache length changed {a} -> {b}",
-                g,
-                "fix max_cache_len so every call shares one cache size",
-            )
-        return Cause(  # the cache's class is not among the inputs (inside an encoder-decoder's, a kwargs dict)
-            "cache_length",
-            f"KV cache length changed {a} -> {b}",
-            g,
-            "expected until Dynamo makes the length dynamic (a cache that grows per token); with a static cache, "
-            "generate(..., cache_implementation='static', max_cache_len=N) keeps one size",
-        )
-    if i == "0" and any(k in name for k in _BATCHED):
-        words = f"batch size changed {a} -> {b} ({name})"
-    elif "input_ids" in name and i == "1":
-        words = prompt_length_words(a, b)
-        if b == "1" and a != "1":  # prefill -> decode: padding prompts never merges those two
-            return Cause("size", words, g, PREFILL_DECODE_FIX)
-    elif "attention_mask" in name:
-        words = f"attention mask length changed {a} -> {b}"
-    else:
-        words = f"{name} dimension {i} changed {a} -> {b}"
-    dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
-    if "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
-        dynamic = (
-            f"sizes 0 and 1 always compile graphs of their own: torch._dynamo.decorators.mark_unbacked({name}, {i}) "
-            "before the first call shares one graph"
-        )
-    if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
-        fix = (
-            f"vmap/grad fix each size into the graph, so every size compiles one: keep it fixed "
-            f"(DataLoader(drop_last=True), or pad the last batch to {a})"
-        )
-        return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
-    if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
-        dynamic = (
-            f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "
-            "to a few batch sizes), else none needed once Dynamo makes the batch size dynamic"
-        )
-    elif caller:
-        dynamic = (
-            f"{caller} builds this input, so mark_dynamic is out of reach: pad your inputs to a few lengths "
-            "(tokenizer padding='max_length' or pad_to_multiple_of=...), or compile with dynamic=True"
-        )
-    if tpu:
-        fix = bucket
-    elif i == "0" and int(b) < int(a) and not caller:
-        fix = f"for a short last batch, DataLoader(drop_last=True) or pad it to {a}; else {dynamic}"
-    else:
-        fix = dynamic if caller else f"{dynamic}, or pad to a few sizes"
-    if static and not tpu:
-        words = with_note(words, STATIC_WORDS)
-        fix = dynamic if caller else f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
-    if not tpu:
-        fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
-    return Cause("size", words, g, fix)
-
-
-def is_parameter(raw: str, g: str) -> bool:
-    """The guard is on a module's parameter (Dynamo says so), not on an input."""
-    return "Guard failed on a parameter" in g or "._parameters[" in raw
 
 
 def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Cause:

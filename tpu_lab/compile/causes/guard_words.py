@@ -10,14 +10,8 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_objects import always_pass, none_words, object_words
-from tpu_lab.compile.causes.guard_values import (
-    dispatch_words,
-    is_parameter,
-    size_words,
-    state_words,
-    tensor_type_words,
-    value_words,
-)
+from tpu_lab.compile.causes.guard_sizes import is_parameter, size_words
+from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)

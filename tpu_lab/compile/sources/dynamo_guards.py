@@ -122,9 +122,9 @@ def _index(node: Any, subtree: dict[int, set[int]], kids: dict[int, list[Any]]) 
 
 
 _MAX_NODES = 4000  # guard nodes visited per graph by the leaf walk (a large model has a few thousand)
-# a node whose guard of these failed: its children's failures follow from it (a list's items shift when its
-# length changes); a dict's length is not among them (its items are found by key)
-_STOPS = {"TYPE_MATCH", "ID_MATCH", "NONE_MATCH", "NOT_NONE_MATCH", "TENSOR_MATCH", "LENGTH_CHECK"}
+# a node whose guard of these failed: its children's failures follow from it. A list's length is among
+# them only where its items moved along (``_moved``); a dict's length is not (its items are found by key)
+_STOPS = {"TYPE_MATCH", "ID_MATCH", "NONE_MATCH", "NOT_NONE_MATCH", "TENSOR_MATCH"}
 
 
 def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
@@ -168,7 +168,7 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
                 out += tensor_differences(parts[0], value)
             elif len(parts) == 1:
                 out.append(parts[0])
-            stop = stop or kind in _STOPS
+            stop = stop or kind in _STOPS or (kind == "LENGTH_CHECK" and _moved(node, value, parts[0]))
         if not stop:
             todo += [(child, path | {id(node)}) for child in reversed(_children(node))]
     # the root's relations between inputs (``L['q'] is L['k']``, shape relations) are expressions, many per
@@ -181,6 +181,36 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
         if not changed & set(re.findall(r"L\[[^]]+\]", part)) and not _holds(part, globals_, scope):
             out.append(part)
     return out
+
+
+def _moved(node: Any, value: Any, length: str) -> bool:
+    """A list of tensors whose length changed still holds the tensors compiled for, moved along (the first
+    dropped, one appended): their failures at their old places follow from the move, so the length alone is
+    said. False where at no such offset its tensors pass the guards of those compiled for: they changed too
+    (a list grown by one whose tensors also changed size), and Dynamo's guards on them, by position, are
+    said. A list of numbers is new data with its new length: the length alone is said."""
+    import torch
+    from torch._C._dynamo.guards import RelationalGuard
+
+    was = re.search(r"== (\d+)", length)
+    if not isinstance(value, (list, tuple)) or was is None or not all(isinstance(v, torch.Tensor) for v in value):
+        return True
+    items = []
+    for child in _children(node)[:_MAX_CHECKS]:
+        if m := re.search(r"\[(\d+)\]$", child.get_source()):
+            items.append((int(m[1]), [g for g in child.get_leaf_guards() if not isinstance(g, RelationalGuard)]))
+    old, new = int(was[1]), len(value)
+    offsets = range(min(0, new - old), max(0, new - old) + 1)  # one list a run of the other's items
+    return not items or any(all(_passes(guards, value, k + d) for k, guards in items if k < old) for d in offsets)
+
+
+def _passes(guards: list[Any], items: Any, i: int) -> bool:
+    if not 0 <= i < len(items):
+        return True  # an item the shorter list does not have
+    try:
+        return all(g(items[i]) for g in guards)
+    except Exception:
+        return False
 
 
 def _holds(code: str, globals_: dict[str, Any], scope: dict[str, Any]) -> bool:

@@ -22,7 +22,16 @@ from typing import Any
 from tpu_lab.compile.sources import listening
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, Signature, describe_inputs, library_caller, subjects
+from tpu_lab.compile.sources.frames import (
+    Capture,
+    FunctionKey,
+    Signature,
+    describe_inputs,
+    flag_inputs,
+    library_caller,
+    renamed,
+    subjects,
+)
 from tpu_lab.compile.sources.wrappers import function_key, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
@@ -171,6 +180,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         names,
         caller,
         subjects=now,
+        flags=tuple((renamed(n, names), v) for n, v in flag_inputs(frame.f_code, frame.f_locals)) if frame else (),
     )
 
 

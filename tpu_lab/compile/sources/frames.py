@@ -110,6 +110,8 @@ class Capture(NamedTuple):
     """The code object compiled, to read the new graph's own guards once it exists."""
     subjects: tuple[tuple[str, str], ...] = ()
     """What the objects behind the failed guards that are not inputs are now (``self.act``: ``SiLU (train)``)."""
+    flags: tuple[tuple[str, str], ...] = ()
+    """The call's boolean arguments (``flag_inputs``), by the user's names."""
 
     @property
     def shown(self) -> Signature:
@@ -205,6 +207,13 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     if not torch.is_grad_enabled():
         out.append(("grad mode", "off"))
     return tuple(out[:MAX_ENTRIES])
+
+
+def flag_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The call's boolean arguments by name (``("observe", "True")``): kept out of the inputs shown, but a row
+    shows each one whose change made a graph, at this call's value."""
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return tuple((n, repr(values[n])) for n in names if isinstance(values.get(n), bool))
 
 
 def _holds_tensors(value: Any) -> bool:

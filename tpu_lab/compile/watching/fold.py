@@ -61,13 +61,13 @@ class Fold:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before
             causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
-        shapes = unpinned(renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
+        shapes = unpinned(tried := renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
         seen, first, told = self.dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
-        causes = what_next.settled(causes, shapes, self.tpu) + ([note] if note else [])
+        causes = what_next.settled(causes, shapes, self.tpu, tried) + ([note] if note else [])
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
-        row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said))
+        row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))
         row.compiles += 1
         row.compile_seconds += seconds
         for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)

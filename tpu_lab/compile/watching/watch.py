@@ -11,8 +11,6 @@ Warm calls inside a watch run untouched: nothing is read until a compile happens
 
 from __future__ import annotations
 
-import functools
-import inspect
 import linecache
 import threading
 import time
@@ -26,9 +24,11 @@ from tpu_lab.compile.sources.dynamo_dynamic import dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
+from tpu_lab.compile.watching import calls
 from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import Point, RowCause, WatchTable
+from tpu_lab.compile.watching.what_next import with_flags
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
 PENDING_SECONDS = 600.0  # a compile whose record never came (evicted from Dynamo's bounded deque) counts anyway
@@ -48,6 +48,8 @@ class Watch:
         self._pending: list[Capture] = []
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
+        self.refusals = 0
+        """Compiles Dynamo refused at the recompile limit, so far."""
         self.version = 0
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
@@ -79,36 +81,7 @@ class Watch:
 
     def __call__(self, fn: Callable) -> Callable:
         """Decorate ``fn``: every call runs inside this watch and is counted per input signature."""
-        if not callable(fn):
-            from tpu_lab.errors import InvalidArgument
-
-            raise InvalidArgument(
-                f"tl.watch() decorates a function, got {type(fn).__name__}.", fix="Use @tl.watch() on a def."
-            )
-        inner = inspect.unwrap(getattr(fn, "_torchdynamo_orig_callable", fn))
-        forward = getattr(getattr(inner, "forward", None), "__code__", None)
-        code = getattr(inner, "__code__", None) or forward
-        key = None
-        if code is not None:
-            name = f"{type(inner).__name__}.forward" if code is forward else code.co_name
-            key = FunctionKey(name, code.co_filename, code.co_firstlineno)
-        try:
-            bind = inspect.signature(inner).bind
-        except (TypeError, ValueError):
-            bind = None
-
-        @functools.wraps(fn)
-        def watched(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                if key is not None and code is not None and bind is not None:
-                    try:
-                        values = bind(*args, **kwargs).arguments
-                    except TypeError:
-                        values = {}
-                    self.count_call(key, frames.describe_inputs(code, values))
-                return fn(*args, **kwargs)
-
-        return watched
+        return calls.watched(self, fn)
 
     # ---- what happens inside ----------------------------------------------------------------------
 
@@ -117,12 +90,15 @@ class Watch:
             self._pending.append(capture)
             self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
 
-    def count_call(self, key: FunctionKey, signature: tuple) -> None:
+    def count_call(self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False) -> None:
+        """One call of ``key`` with these inputs, after it ran (``flags``: its boolean arguments; ``refused``:
+        Dynamo refused to compile it, which that refusal's row counts already)."""
         with self._lock:
-            self._fold.calls[key] += 1
-            row = self._fold.row(key, signature)
+            fold = self._fold
+            fold.calls[key] += 1
+            row = fold.row(key, with_flags(signature, fold.flags.get(key, {}), [], flags))
             row.calls = (row.calls or 0) + 1
-            if key in self._fold.limited and not row.compiles and not self._fold.dynamic.get(key):
+            if key in fold.limited and not row.compiles and not fold.dynamic.get(key) and not refused:
                 row.uncompiled += 1  # past the limit, a call needing a new graph runs uncompiled
                 if not row.causes:
                     row.add(RowCause("ran uncompiled: Dynamo's recompile limit was hit before", kind="limit", count=0))
@@ -184,6 +160,7 @@ class Watch:
 
     def _fold_limit(self, cap: Capture) -> CompileEvent:
         self._handled.add(cap.compile_id)
+        self.refusals += 1
         return self._fold.refused(cap)
 
     def _poll_breaks(self) -> None:

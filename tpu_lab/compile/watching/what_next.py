@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.causes.guard_sizes import with_note
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -97,23 +98,44 @@ def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
 
 
 def with_flags(
-    shown: tuple[tuple[str, str], ...], flags: dict[str, str], causes: list[Cause]
+    shown: tuple[tuple[str, str], ...],
+    flags: dict[str, str],
+    causes: list[Cause],
+    call: Sequence[tuple[str, str]] = (),
 ) -> tuple[tuple[str, str], ...]:
     """A row's inputs with the flags its function's graphs differ by (``flags``, updated here with those
-    this compile's ``causes`` changed), where the inputs do not show them."""
+    this compile's ``causes`` changed), where the inputs do not show them: at the value this ``call`` passed
+    (its boolean arguments), else at the value the flag's last change left."""
     flags.update(flags_now(causes))
-    return shown + tuple((n, v) for n, v in flags.items() if n not in dict(shown))
+    passed = dict(call)
+    return shown + tuple((n, passed.get(n, v)) for n, v in flags.items() if n not in dict(shown))
 
 
-def settled(causes: list[RowCause], shapes: str, tpu: bool) -> list[RowCause]:
+def settled(causes: list[RowCause], shapes: str, tpu: bool, tried: str = "") -> list[RowCause]:
     """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
-    reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic)."""
+    reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic).
+    ``tried``: the dimensions Dynamo traced symbolic before the graph's guards pinned some to one size
+    (``unpinned``): a size the code fixes, for which mark_dynamic would raise."""
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
+    fixed = set(tried.split(", ")) - set(shapes.split(", ")) if tried and not tpu else set()
     out = []
     for c in causes:
-        m = re.search(r"mark_dynamic\((\S+?), (\d+)\)", c.fix) if c.kind == "size" and dims else None
-        if m and f"{m[1]} dim {m[2]}" in dims:
+        m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
+        if m and f"{m[1]} dim {m[2]}" in dims and c.kind == "size":
             fix = f"none needed: Dynamo made {m[1]} dim {m[2]} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
+        elif m and f"{m[1]} dim {m[2]}" in fixed:
+            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(m[1], m[2])), fix=_FIXED_FIX)
         out.append(c)
     return out
+
+
+_FIXED = (
+    "the code fixes this size: it uses {0}.shape[{1}] as a plain Python number, as a loop over "
+    "range({0}.shape[{1}]) or int({0}.shape[{1}]) does, so Dynamo could not make it dynamic and every size is "
+    "its own graph"
+)
+_FIXED_FIX = (
+    "pad to a few sizes (buckets), or keep the size out of Python control flow (vectorise the loop over it); "
+    "mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
+)
