@@ -5,6 +5,7 @@ Part of the Dynamo source seam: a torch without one of these gives an empty cata
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import json
@@ -69,7 +70,11 @@ def break_type(text: str) -> BreakType | None:
 @functools.cache
 def resolves(name: str) -> bool:
     """Whether a dotted name (``torch._dynamo.config.capture_scalar_outputs``, ``torch.cond``) exists in the
-    installed torch, and is not deprecated there: the longest importable module, then attributes."""
+    installed torch, and is not deprecated there: read from the module's source where it plainly defines
+    the name (no import: reading a copied log needs no Dynamo), else the longest importable module, then
+    attributes."""
+    if _defined_in_source(name):
+        return True
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -88,6 +93,46 @@ def resolves(name: str) -> bool:
                     return False
         return True
     return False
+
+
+def _defined_in_source(name: str) -> bool:
+    """``torch.a.b.attr`` where ``torch/a/b.py`` (or its ``__init__.py``) assigns, defines or imports ``attr``
+    at its top level, and nothing deprecated or aliased is near it; False means: not known this way."""
+    parts, root = name.split("."), torch_folder()
+    if len(parts) < 3 or parts[0] != "torch" or not root:
+        return False
+    base = Path(root, *parts[1:-1])
+    for file in (base.with_suffix(".py"), base / "__init__.py"):
+        if file.is_file():
+            return parts[-1] in _plain_names(str(file))
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _plain_names(file: str) -> frozenset[str]:
+    """The names a module file defines at its top level, less any whose definition or the comment above it
+    speaks of deprecation or an alias (those are left to the import, which sees the warning)."""
+    try:
+        text = Path(file).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    lines = text.splitlines()
+    out = set()
+    for node in tree.body:
+        targets: list[str] = []
+        if isinstance(node, ast.Assign):
+            targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            targets = [node.target.id]
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            targets = [node.name]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            targets = [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
+        near = "\n".join(lines[max(node.lineno - 2, 0) : (node.end_lineno or node.lineno)]).lower()
+        if "deprecat" not in near and "alias" not in near:
+            out.update(targets)
+    return frozenset(out)
 
 
 def unresolved_names(text: str) -> list[str]:

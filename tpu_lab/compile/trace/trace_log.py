@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -103,6 +103,13 @@ class ProcessLog:
     unknown: dict[str, int] = field(default_factory=dict)
     """Entries of kinds this reader does not know (another torch), by name: kept out, counted."""
     seen_entries: int = 0
+    compiled: int = 0
+    """Compiles the log records (set by ``slim``, which drops their details once they are folded)."""
+
+    def slim(self) -> ProcessLog:
+        """This log without its compiles' details (folded already), but the one it may end inside."""
+        last = self.unfinished
+        return replace(self, compiles={last.compile_id: last} if last else {}, compiled=len(self.compiles))
 
     @property
     def unfinished(self) -> CompileLog | None:

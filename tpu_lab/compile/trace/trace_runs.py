@@ -5,16 +5,21 @@ A run is the logs that started together with distinct ranks; a rank seen again s
 from __future__ import annotations
 
 import gzip
+import multiprocessing
 import os
 import re
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from tpu_lab.compile.trace.trace_fold import fold_log
 from tpu_lab.compile.trace.trace_log import ProcessLog, read_process_log
+from tpu_lab.compile.watching.watch_table import WatchTable
 
 _FIRST = re.compile(rb"^[VIWEDC]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+ [^\]]*\] \{\"")
 MAX_DEPTH = 4  # folders below the one named: a copy per host (host/rank files) is two deep
 MAX_FILES = 10_000
+PARALLEL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 SAME_RUN_S = 600.0
 """Logs of one run start within this of its first: ranks start together; a restart is a rank seen again."""
 
@@ -47,35 +52,52 @@ def candidates(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def read_logs(root: Path) -> tuple[list[ProcessLog], list[str], list[str]]:
-    """(the logs under ``root``, the other files skipped, the logs that could not be read: path and why)."""
-    logs, skipped, unreadable = [], [], []
+def read_logs(root: Path) -> tuple[list[tuple[ProcessLog, WatchTable]], list[str], list[str]]:
+    """(each log under ``root`` with its table, the other files skipped, the logs that could not be read:
+    path and why). Logs are read and folded in parallel, one process per core, when there is much to read."""
+    logs: list[Path] = []
+    skipped: list[Path] = []
     for path in candidates(root):
-        if not is_trace_log(path):
-            skipped.append(str(path))
-            continue
-        try:
-            logs.append(read_process_log(path))
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
-            unreadable.append(f"{path}: {type(e).__name__}: {e}")
-    return logs, skipped, unreadable
+        (logs if is_trace_log(path) else skipped).append(path)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cores > 1 and len(logs) > 1 and sum(p.stat().st_size for p in logs) > PARALLEL_BYTES:
+        # spawned, not forked: a notebook kernel has threads, and a fork of it may hang
+        with ProcessPoolExecutor(min(cores, len(logs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(read_and_fold, logs))
+    else:
+        done = [read_and_fold(p) for p in logs]
+    return (
+        [d for d in done if not isinstance(d, str)],
+        [str(p) for p in skipped],
+        [d for d in done if isinstance(d, str)],
+    )
 
 
-def group_runs(logs: list[ProcessLog]) -> list[list[ProcessLog]]:
+def read_and_fold(path: Path) -> tuple[ProcessLog, WatchTable] | str:
+    """One log read and folded into its table (the log slimmed: its compiles' details are in the table),
+    or why it could not be read."""
+    try:
+        log = read_process_log(path)
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        return f"{path}: {type(e).__name__}: {e}"
+    return log.slim(), fold_log(log)
+
+
+def group_runs(logs: list[tuple[ProcessLog, WatchTable]]) -> list[list[tuple[ProcessLog, WatchTable]]]:
     """Logs by run, in the order they started: a log joins the current run while its rank is new there and
     it started within ``SAME_RUN_S`` of the run's first log; a log with no rank is a run of its own process."""
-    runs: list[list[ProcessLog]] = []
-    for log in sorted(logs, key=lambda g: (g.day, g.first_at, g.rank or 0, g.path)):
-        run = runs[-1] if runs else None
+    runs: list[list[tuple[ProcessLog, WatchTable]]] = []
+    for pair in sorted(logs, key=lambda p: (p[0].day, p[0].first_at, p[0].rank or 0, p[0].path)):
+        log, run = pair[0], runs[-1] if runs else None
         joins = (
             run is not None
             and log.rank is not None
-            and all(g.rank is not None and g.rank != log.rank for g in run)
-            and log.day == run[0].day
-            and abs(log.first_at - run[0].first_at) <= SAME_RUN_S
+            and all(g.rank is not None and g.rank != log.rank for g, _ in run)
+            and log.day == run[0][0].day
+            and abs(log.first_at - run[0][0].first_at) <= SAME_RUN_S
         )
         if joins and run is not None:
-            run.append(log)
+            run.append(pair)
         else:
-            runs.append([log])
+            runs.append([pair])
     return runs

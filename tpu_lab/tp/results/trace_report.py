@@ -15,7 +15,7 @@ from typing import Any
 
 from tpu_lab._report import Report, findings_html
 from tpu_lab.compile.sources.frames import FunctionKey
-from tpu_lab.compile.trace.trace_fold import POSITIONAL, fold_log
+from tpu_lab.compile.trace.trace_fold import POSITIONAL
 from tpu_lab.compile.trace.trace_log import ProcessLog
 from tpu_lab.compile.trace.trace_runs import group_runs, read_logs
 from tpu_lab.compile.watching.watch_table import WatchTable
@@ -207,8 +207,8 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> Trac
         )
     logs, skipped, unreadable = read_logs(root)
     if rank is not None:
-        present = sorted({g.rank or 0 for g in logs})
-        logs = [g for g in logs if (g.rank or 0) == rank]
+        present = sorted({g.rank or 0 for g, _ in logs})
+        logs = [(g, t) for g, t in logs if (g.rank or 0) == rank]
         if not logs and present:
             raise InvalidArgument(f"No log of rank {rank} in {root}.", fix=f"The ranks there: {present}.")
     if not logs:
@@ -218,13 +218,14 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> Trac
             cause="the job ran without TORCH_TRACE set, or the folder holds other logs (TORCH_LOGS output is not a trace)",
             fix="Run the job with TORCH_TRACE=/some/dir set on every rank, copy that folder here, and pass it.",
         )
-    runs = tuple(_run(f"run {i + 1}", group) for i, group in enumerate(group_runs(logs)))
+    runs = tuple(_run(f"run {i + 1}", group, whole=rank is None) for i, group in enumerate(group_runs(logs)))
     return TraceReport(str(root), runs, tuple(skipped), tuple(unreadable))
 
 
-def _run(name: str, logs: list[ProcessLog]) -> TraceRun:
-    tables = {g.rank or 0: fold_log(g) for g in logs}
-    rank_tables = tuple(RankTable.from_file(g.rank or 0, _marker(g, tables[g.rank or 0])) for g in logs)
+def _run(name: str, pairs: list[tuple[ProcessLog, WatchTable]], *, whole: bool) -> TraceRun:
+    logs = [g for g, _ in pairs]
+    tables = {g.rank or 0: t for g, t in pairs}
+    rank_tables = tuple(RankTable.from_file(g.rank or 0, _marker(g, t)) for g, t in pairs)
     compiles = RunCompiles(rank_tables, tuple(divergence(rank_tables)), merge(rank_tables))
     first = min(logs, key=lambda g: g.first_at)
     seconds = int(first.first_at)
@@ -237,7 +238,7 @@ def _run(name: str, logs: list[ProcessLog]) -> TraceRun:
         tables,
         compiles,
         _breaks(tables),
-        tuple(n for g in logs for n in _notes(g, tables[g.rank or 0])) + _missing(logs),
+        tuple(n for g, t in pairs for n in _notes(g, t)) + (_missing(logs) if whole else ()),
         ", ".join(versions),
     )
 
@@ -272,12 +273,12 @@ def _notes(log: ProcessLog, table: WatchTable) -> list[str]:
     if log.unknown:
         kinds = ", ".join(f"{k} ({n})" for k, n in sorted(log.unknown.items())[:8])
         out.append(f"{who}: entries this reader does not know were kept out: {kinds} (another torch version?)")
-    if log.rank is None and log.compiles:
+    if log.rank is None and log.compiled:
         out.append(
             "this log names no rank (torch.distributed was not started before its first compile), so it is read "
             "as a process of its own, not as a rank of a job"
         )
-    if not log.compiles:
+    if not log.compiled:
         out.append(f"{who} holds no compile: that process never ran torch.compile'd code (or Dynamo was off)")
     if any(POSITIONAL.format(n=1) in r.signature for r in table.rows):
         out.append("input 1, input 2...: a compiled module's positional inputs in order (the log has no names)")
