@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import USER, package_of, short_path
 
-MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised
+MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
+MORE = "..."
+"""The name of a cut signature's entry for the inputs past MAX_ENTRIES (``2 more (v[4], v[5])``)."""
 _SHORT_DTYPES = {
     "float32": "f32",
     "float16": "f16",
@@ -200,9 +202,18 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
                 out.append((name, f"{type(value).__name__} len={len(value)}"))
         else:
             out.append((name, describe(value)))
-    if not torch.is_grad_enabled():
+    cut, out = out[MAX_ENTRIES:], out[:MAX_ENTRIES]
+    if cut:  # said, never dropped silently: a list cut short would read as a shorter list
+        named = ", ".join(n for n, _ in cut) if len(cut) <= 2 else f"{cut[0][0]} to {cut[-1][0]}"
+        out.append((MORE, f"{len(cut)} more ({named})"))
+    if not torch.is_grad_enabled():  # outside the cap: always said, last
         out.append(("grad mode", "off"))
-    return tuple(out[:MAX_ENTRIES])
+    return tuple(out)
+
+
+def signature_text(signature: Sequence[tuple[str, str]]) -> str:
+    """A signature as a row shows it: ``x: f32[4], n: int 2, ... and 2 more (v[4], v[5]), grad mode: off``."""
+    return ", ".join(f"{MORE} and {d}" if n == MORE else f"{n}: {d}" for n, d in signature)
 
 
 def _holds_tensors(value: Any) -> bool:

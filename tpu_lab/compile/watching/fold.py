@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.cause import Cause, readable_guard
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import what_next
 from tpu_lab.compile.watching.failed import failed_compile
@@ -125,7 +125,7 @@ class Fold:
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         row = self.rows.get((key, signature))
         if row is None:
-            row = self.rows[(key, signature)] = WatchRow(str(key), ", ".join(f"{n}: {d}" for n, d in signature))
+            row = self.rows[(key, signature)] = WatchRow(str(key), signature_text(signature))
         return row
 
     def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:
