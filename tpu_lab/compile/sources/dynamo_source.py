@@ -22,7 +22,15 @@ from typing import Any
 from tpu_lab.compile.sources import listening
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, Signature, describe_inputs, library_caller, subjects
+from tpu_lab.compile.sources.frames import (
+    Capture,
+    FunctionKey,
+    Signature,
+    describe_inputs,
+    in_pipeline,
+    library_caller,
+    subjects,
+)
 from tpu_lab.compile.sources.wrappers import function_key, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
@@ -143,7 +151,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
     """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller
     (``heard=False``: nobody listens, so the guard re-check and the caller are skipped)."""
     names: tuple[tuple[str, str], ...] = ()
-    caller, now = "", ()  # type: tuple[str, tuple[tuple[str, str], ...]]
+    caller, now, pipeline = "", (), False  # type: tuple[str, tuple[tuple[str, str], ...], bool]
     if frame is not None:
         key = function_key(frame.f_code, frame.f_locals)
         signature = describe_inputs(frame.f_code, frame.f_locals)
@@ -151,6 +159,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
             now = subjects(frame, reasons)
+            pipeline = bool(caller) and in_pipeline(sys._getframe(2))
             if "/_functorch/" in frame.f_code.co_filename.replace("\\", "/"):  # vmap/grad fix each size
                 caller = TORCH_FUNC
     else:  # e.g. a backward graph compiled lazily at the first backward call
@@ -170,6 +179,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         resets,
         names,
         caller,
+        pipeline=pipeline,
         subjects=now,
     )
 

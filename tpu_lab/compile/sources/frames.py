@@ -100,6 +100,8 @@ class Capture(NamedTuple):
     """Dynamo's input names -> the user's, where a wrapper hides them (``args[0]`` -> ``input``)."""
     caller: str = ""
     """The library that called the compiled function (``transformers``) when that was not the user."""
+    pipeline: bool = False
+    """Called from inside a transformers pipeline (its batch_size shapes the calls)."""
     fullgraph: bool = False
     """Compiled with ``torch.compile(fullgraph=True)``: a break raises instead of splitting the graph."""
     limit: str = ""
@@ -125,6 +127,17 @@ def library_caller(stack: Any) -> str:
     while f is not None and _passes_through(f.f_code.co_filename):
         f = f.f_back
     return package_of(f.f_code.co_filename) if f is not None else USER
+
+
+def in_pipeline(stack: Any) -> bool:
+    """A transformers pipeline up the stack (it batches the user's inputs, so its batch_size shapes the calls)."""
+    f, depth = stack, 0
+    while f is not None and depth < 256:
+        name = f.f_code.co_filename
+        if "/pipelines/" in name.replace("\\", "/") and package_of(name) == "transformers":
+            return True
+        f, depth = f.f_back, depth + 1
+    return False
 
 
 # torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
