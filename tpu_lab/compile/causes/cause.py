@@ -91,6 +91,7 @@ KIND_LABELS = {
     "dict_keys": "dict keys changed",
     "value": "a Python value baked into the graph changed",
     "value_dynamic": "a Python number changed, then made dynamic",
+    "derived": "a value computed from Python numbers changed (baked into the graph)",
     "flag": "a Python flag changed",
     "string": "a Python string changed",
     "global": "a global baked into the graph changed",

@@ -10,15 +10,13 @@ from collections.abc import Sequence
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_sizes import (
-    PREFILL_DECODE_FIX,
     STATIC_WORDS,
-    prompt_length_words,
-    with_note,
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import static_number_fix
+from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.resumed import in_resumed_frame
-from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, where_label
+from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, FunctionKey, renamed, where_label
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -57,6 +55,8 @@ def causes_of(
     dynamic: frozenset[str] = frozenset(),
     limit: int | None = None,
     subjects: tuple[tuple[str, str], ...] = (),
+    pipeline: bool = False,
+    baked: frozenset[str] = frozenset(),
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
@@ -64,7 +64,8 @@ def causes_of(
     failures, then fewest differing input tokens, ties to the most recent graph (Dynamo lists it first).
     ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function;
     ``dynamic``: Python numbers (by Dynamo's source) that automatic dynamic shapes made symbolic in the
-    new graph; ``limit``: the recompile limit, for numbers whose every value is a graph."""
+    new graph; ``limit``: the recompile limit, for numbers whose every value is a graph; ``pipeline``: called
+    from inside a transformers pipeline; ``baked``: numbers made dynamic whose computed values the new graph pins."""
     failures = guard_words.parse(reasons)
     if not failures:
         return []
@@ -75,13 +76,18 @@ def causes_of(
     per_graph: dict[str, list[Cause]] = {}
     for graph in dict.fromkeys(f.graph for f in failures):
         found = [
-            (f, guard_words.words(f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now))
+            (
+                f,
+                guard_words.words(
+                    f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now, pipeline=pipeline
+                ),
+            )
             for f in failures
             if f.graph == graph
         ]
         per_graph[graph] = [
-            dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names))
-            for c in _calling_style(_cache_first(_merged([_next_values(f, c, dynamic, limit) for f, c in found])))
+            dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names), flag=_flag(c, names))
+            for c in calling_style(cache_first(merged([_next_values(f, c, dynamic, limit, baked) for f, c in found])))
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
@@ -96,11 +102,21 @@ def causes_of(
             # what the table cannot show (a string's value, a list's order), not what another graph names
             g not in inputs or _distance(inputs[g], signature) > 0,
             len(per_graph[g]),
-            _distance(inputs[g], signature) if g in inputs else far,
+            _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
+            if g in inputs
+            else far,
             order.index(g),
         ),
     )
     return [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]]
+
+
+def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """A flag's name as the rows show the input: the user's name, a keyword through **kwargs by its keyword
+    (``kwargs['use_cache']`` -> ``use_cache``), so a row never shows one flag twice."""
+    if cause.flag is None:
+        return None
+    return re.sub(r"^kwargs\['(\w+)'\]$", r"\1", renamed(cause.flag[0], names)), cause.flag[1]
 
 
 def _keyword(name: str) -> str:
@@ -114,7 +130,7 @@ def _keywords_named(cause: Cause, before: Signature | None, now: Signature) -> C
     ``attention_mask is now passed`` (generate passes it for a padded batch only)."""
     if not cause.words.startswith("a keyword argument was added or dropped (") or before is None:
         return cause  # the words already name it, or the graph's inputs are unknown
-    was, new = ({_keyword(n) for n, _ in sig} for sig in (before, now))
+    was, new = ({_keyword(n) for n, _ in sig if n not in (MORE, "grad mode")} for sig in (before, now))
     added, dropped = sorted(new - was), sorted(was - new)
     if not (added or dropped):
         return cause
@@ -138,10 +154,16 @@ def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, a
 _BAKED = "; its value is baked into the graph)"
 
 
-def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], limit: int | None) -> tuple[str, Cause]:
+def _next_values(
+    f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], limit: int | None, baked: frozenset[str]
+) -> tuple[str, Cause]:
     """(the input a guard is about, its cause) with what happens to the next values of a Python number:
-    made dynamic by this recompile (later values reuse this graph), or one graph per value (up to the limit)."""
+    made dynamic by this recompile (later values reuse this graph), made dynamic while a value computed from
+    it stays baked in (each value still a graph), or one graph per value (up to the limit)."""
     name = guard_words.subject(f)
+    at_most = f", at most {limit}" if limit else ""
+    if cause.kind == "derived":
+        return name, dataclasses.replace(cause, words=cause.words.removesuffix(")") + f"{at_most})")
     source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
     if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:
         was = re.search(r"\(was ([^;]+);", cause.words)
@@ -150,6 +172,16 @@ def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], 
         return name, dataclasses.replace(cause, words=words, fix=fix)
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
+    if source in {local_name(d) for d in baked}:
+        words = cause.words.removesuffix(_BAKED) + (
+            f"): Dynamo made {name} dynamic, but a value computed from it is baked into this graph, so each new "
+            f"value still compiles a graph of its own{at_most}"
+        )
+        fix = (
+            f"hold {name} in a tensor (a buffer) and pass what is computed from it as a tensor where the op takes "
+            "one; else keep it to a few values"
+        )
+        return name, dataclasses.replace(cause, words=words, fix=fix)
     if source in {local_name(d) for d in dynamic}:
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"
@@ -164,7 +196,12 @@ def _next_values(f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], 
 
 
 def capture_causes(
-    capture: Capture, *, tpu: bool = False, dynamic: frozenset[str] = frozenset(), limit: int | None = None
+    capture: Capture,
+    *,
+    tpu: bool = False,
+    dynamic: frozenset[str] = frozenset(),
+    limit: int | None = None,
+    baked: frozenset[str] = frozenset(),
 ) -> list[Cause]:
     """``causes_of`` for one compile as the Dynamo source heard it."""
     found = causes_of(
@@ -178,121 +215,22 @@ def capture_causes(
         dynamic=dynamic,
         limit=limit,
         subjects=capture.subjects,
+        pipeline=capture.pipeline,
+        baked=baked,
     )
     return in_resumed_frame(found, capture.function) if capture.function.name.startswith(RESUME) else found
 
 
-def _calling_style(causes: list[Cause]) -> list[Cause]:
-    """Fewer positional arguments and keywords passed, at once, is one change: the same input passed
-    by keyword now (``model(input=x)`` after ``model(x)``)."""
-    args = next((c for c in causes if c.kind == "args"), None)
-    keywords = next((c for c in causes if c.kind == "kwargs" and c.words.startswith("keyword arguments")), None)
-    if args is None or keywords is None:
-        return causes
-    passed = re.search(r"\((.+?)\);", keywords.words)
-    joined = Cause(
-        "kwargs",
-        f"{passed[1] if passed else 'an argument'} passed by keyword now, positionally before "
-        "(each way of calling is its own graph)",
-        f"{args.guard}\n{keywords.guard}",
-        "call it the same way every time",
-    )
-    return [joined if c is keywords else c for c in causes if c is not args]
+def _covered(old: Signature, new: Signature, failed: Sequence[str]) -> Signature:
+    """A graph's inputs, each that none of its ``failed`` guards names taken as the new call's: its guards
+    passed, so the graph covers it (a dimension it made dynamic, 9 then 6 tokens), however it looks."""
+    now = dict(new)
+    text = "\n".join(failed)
 
+    def named(n: str) -> bool:
+        return n in (MORE, "grad mode") or re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text) is not None
 
-def _cache_first(causes: list[Cause]) -> list[Cause]:
-    """A size change that follows the KV cache's length (the attention mask spans the cache) is part of
-    that cause, not one of its own: its guard joins the cache's."""
-    cache = next((c for c in causes if c.kind == "cache_length"), None)
-    change = re.search(r"\d+ -> \d+", cache.words) if cache else None
-    if cache is None or change is None:
-        return causes
-    follows = [c for c in causes if c.kind == "size" and f"changed {change[0]}" in c.words]
-    if not follows:
-        return causes
-    guards = "\n".join([cache.guard, *(c.guard for c in follows)])
-    names = [
-        "the attention mask" if c.words.startswith("attention mask") else c.words.split(" dimension ")[0]
-        for c in follows
-    ]
-    also = f"{names[0]} follows it" if len(names) == 1 else f"{', '.join(names)} follow it"
-    joined = dataclasses.replace(cache, words=f"{cache.words} ({also})", guard=guards)
-    return [joined if c is cache else c for c in causes if c not in follows]
-
-
-def _merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
-    """Causes that differ only in the input they name, as one (``batch['a'], batch['b'] dimension 0
-    changed 2 -> 4``): several inputs failing the same way is one change; their guards are kept, one
-    per line. The fix keeps the first name and says it applies to the others too."""
-    groups: dict[tuple[str, str, str], list[tuple[str, Cause]]] = {}
-    for name, cause in found:
-        size = _SIZE.search(cause.guard) if cause.kind == "size" else None
-        if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
-            i, a, b = size.groups()
-            i = "length" if i != "0" and any(k in name for k in _TOKENS) else i  # a 4-D mask's length is dim 3
-            key = (cause.kind, f"size {i} {a} {b}", str(STATIC_WORDS in cause.words))
-        elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
-            key = (cause.kind, _dict_or_tensor(cause.guard), "")
-        elif name:
-            key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
-        else:
-            key = (cause.kind, cause.words, cause.words)
-        groups.setdefault(key, []).append((name, cause))
-    out = []
-    for same in groups.values():
-        first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
-        guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
-        if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
-            out.append(dataclasses.replace(first, guard=guards))
-            continue
-        also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
-        fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), first.fix + also)
-        out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
-    return out
-
-
-_ONE_PER_INPUT = ("dict_keys", "stride")
-_TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
-
-
-def _dict_or_tensor(guard: str) -> str:
-    """The dict or tensor a key-order or stride guard is about."""
-    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'|^(\S+)\.stride\(\)", guard)
-    return next((g for g in m.groups() if g), guard) if m else guard
-
-
-_KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")
-_MASKS = re.compile(r"^(\w*attention_mask)\['\w+'\]$")
-_SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
-
-
-def _join(names: list[str]) -> str:
-    """Names, one after another; past four (a whole model cast), the first three and a count."""
-    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
-
-
-def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
-    joined = _join(names)
-    first = same[0][1]
-    size = _SIZE.search(first.guard) if first.kind == "size" else None
-    if size is None:
-        words = first.words.replace(same[0][0], "\0")
-        plural = words.replace("\0 is ", "\0 are ").replace("\0 has ", "\0 have ").replace("\0's ", "\0: their ")
-        plural = plural.replace("\0 was ", "\0 were ")
-        plural = plural.replace("parameter \0", "parameters \0")
-        return plural.replace("\0", joined)
-    i, a, b = size.groups()
-    names = list(dict.fromkeys(_KV.sub("the KV cache", n) for n in names))  # one entry per layer's keys, values
-    # transformers' mask per attention type ({'full_attention': ..., 'sliding_attention': ...}) is the mask
-    names = list(dict.fromkeys(_MASKS.sub(r"\1", n) for n in names))
-    joined = _join(names)
-    if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
-        words = f"batch size changed {a} -> {b} in {joined}"
-    elif i != "0" and any("input_ids" in n for n in names):
-        words = prompt_length_words(a, b, f" in {joined}")
-    else:
-        words = f"{joined} dimension {i} changed {a} -> {b}"
-    return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
+    return tuple((n, d if n not in now or named(n) else now[n]) for n, d in old)
 
 
 def _distance(old: Signature, new: Signature) -> float:

@@ -15,8 +15,11 @@ _NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
 _MISSING = re.compile(r"^KeyError on (?P<name>.+?)\[(?P<key>'[^']*'|\d+)\]$")  # the key the graph read is gone
 
 
-def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] | None = None) -> Cause | None:
-    """A failed guard on a container in words (``inputs``: the new call's, by name); None for others."""
+def container_words(
+    f: Failure, *, caller: str = "", inputs: Mapping[str, str] | None = None, pipeline: bool = False
+) -> Cause | None:
+    """A failed guard on a container in words (``inputs``: the new call's, by name; ``pipeline``: called
+    from inside a transformers pipeline); None for others."""
     g = f.guard
     if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
         passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
@@ -66,10 +69,15 @@ def container_words(f: Failure, *, caller: str = "", inputs: Mapping[str, str] |
             "expected once per set of keyword arguments (with and without labels, say, are two graphs); to keep "
             "one, pass the same ones every call, each a value of the same kind (a tensor every time, not None)"
         )
-        if caller:  # the library chose them, e.g. for the last, smaller batch
+        if caller and pipeline:  # the pipeline chose them, e.g. for the last, smaller batch
             fix = (
                 f"{caller} chose these keyword arguments: expected once per case; to keep one graph, make every "
                 "call alike (e.g. a number of inputs that batch_size divides)"
+            )
+        elif caller:  # the library's calls differ from the user's own (a direct call, then generate())
+            fix = (
+                f"{caller} chose these keyword arguments: one graph per way of calling the model is expected; to "
+                "keep one graph, call the model the same way everywhere (or compile each calling path separately)"
             )
         now = f"; {f.code}" if f.code.startswith("now passed:") else ""  # the keywords of this call
         were = "there was 1" if m["n"] == "1" else f"there were {m['n']}"

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
+from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, none_words, object_words
 from tpu_lab.compile.causes.guard_sizes import is_parameter, size_words
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
@@ -80,10 +81,12 @@ def words(
     pinned: frozenset[str] = frozenset(),
     caller: str = "",
     inputs: Mapping[str, str] | None = None,
+    pipeline: bool = False,
 ) -> Cause:
     """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
     ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``; ``caller``: the
-    library that called the compiled function; ``inputs``: the new call's inputs, described by name)."""
+    library that called the compiled function (``pipeline``: from inside a transformers pipeline);
+    ``inputs``: the new call's inputs, described by name)."""
     g, at = f.guard, f.where
     if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
@@ -233,14 +236,14 @@ def words(
         )
     if m := _NONE.match(g):
         return none_words(m["name"], m["not"] is None, g, inputs or {})
-    if (cause := container_words(f, caller=caller, inputs=inputs)) is not None:
+    if (cause := container_words(f, caller=caller, inputs=inputs, pipeline=pipeline)) is not None:
         return cause
     if m := _SIZE_ONE.match(g):  # Dynamo's own 0/1 specialisation, not a branch of the user's code
-        name = local_name(m["name"])
+        name, now = local_name(m["name"]), _size_now((inputs or {}).get(local_name(m["name"]), ""), int(m["i"]))
         return Cause(
             "size_one",
-            f"{name} dimension {m['i']} is now 0 or 1 (the graph held assumed at least 2): Dynamo compiles "
-            "sizes 0 and 1 as graphs of their own",
+            f"{name} dimension {m['i']} is now {now or '0 or 1'} (the graph held is dynamic there, for sizes 2 and "
+            "up): Dynamo compiles sizes 0 and 1 as graphs of their own",
             g,
             "expected once: leave it, or keep that size above 1; torch._dynamo.decorators.mark_unbacked("
             f"{name}, {m['i']}) before the first call shares one graph only where no code compares that size to a number",
@@ -278,7 +281,9 @@ def words(
         )
     if (cause := object_words(g, at, inputs)) is not None:
         return cause
-    if m := _VALUE.match(g):
+    if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:
+        return cause  # a value computed from the user's numbers: named by them and its line
+    if m:
         return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
 
@@ -292,6 +297,13 @@ def _numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
     names = [n for n in dict.fromkeys(re.findall(r"[A-Za-z_][\w.]*", text)) if n not in ("and", "or", "not")]
     numbers = [n for n in names if inputs.get(n, "").startswith(("int ", "float "))]
     return ", ".join(numbers) if numbers and len(numbers) == len(names) else ""
+
+
+def _size_now(description: str, dim: int) -> str:
+    """Dimension ``dim`` of a tensor's description (``f32[1, 16]``), '' where it is not one."""
+    m = re.match(r"\w+\[([\d, ]*)\]", description)
+    sizes = m[1].split(", ") if m else []
+    return sizes[dim] if dim < len(sizes) and sizes[dim] in ("0", "1") else ""
 
 
 def _is_tensor(description: str) -> bool:

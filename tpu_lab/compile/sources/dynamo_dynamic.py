@@ -55,15 +55,28 @@ def pinned(guards: list[str]) -> tuple[frozenset[str], frozenset[tuple[str, int]
 def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
     """The Python numbers (Dynamo's sources, ``L['n']``) that automatic dynamic shapes made symbolic in
     this record's graph: marked auto-dynamic in Dynamo's per-code state, and not pinned by the graph's own
-    ``guards`` (None: they cannot be read, so no number is claimed dynamic)."""
+    ``guards``, neither themselves nor a value computed from them (None: they cannot be read, so no number
+    is claimed dynamic)."""
+    made, baked = _made_dynamic(record, guards)
+    return made - baked
+
+
+def baked_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
+    """The Python numbers automatic dynamic made symbolic whose computed values the graph's own ``guards``
+    pin to one value (``round(L['lo'] / ...) == 143``): later values of them still compile graphs."""
+    return _made_dynamic(record, guards)[1]
+
+
+def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str], frozenset[str]]:
+    """(the numbers made dynamic and not pinned themselves, those of them a pinned expression computes on)."""
     if guards is None:
-        return frozenset()
+        return frozenset(), frozenset()
     try:
         from torch._dynamo import pgo
 
         states, dynamic = pgo.get_code_state(), pgo.auto_dynamic
     except (ImportError, AttributeError):  # another torch: none known, the words stay the general ones
-        return frozenset()
+        return frozenset(), frozenset()
     where = (
         getattr(record, "co_filename", None),
         getattr(record, "co_firstlineno", None),
@@ -77,7 +90,9 @@ def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
             if getattr(entry, "scalar", None) is dynamic and not isinstance(getattr(entry, "size", None), tuple):
                 out.add(source)
     values, _ = pinned(guards)
-    return frozenset(out - values)
+    made = frozenset(out - values)
+    derived = [v for v in values if "(" in v]  # an expression over numbers, pinned to one value
+    return made, frozenset(n for n in made if any(n in v for v in derived))
 
 
 def dynamic_inputs(record: Any, signature: Signature) -> str:

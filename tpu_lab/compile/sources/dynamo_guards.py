@@ -18,7 +18,9 @@ import re
 from typing import Any, cast
 
 # an accessor that raised: a changed input's part is missing (the change itself is a failure already)
-_CONSEQUENCES = re.compile(r"^(KeyError|IndexError|AttributeError|TypeError)\b|object has no attribute|out of range")
+_CONSEQUENCES = re.compile(
+    r"^(KeyError|IndexError|AttributeError|TypeError)\b|object has no attribute|out of range|^\('[^']*',\)$"
+)  # the last: a KeyError's own args, where a dict's clone reports the missing key alone
 _MAX_CHECKS = 64  # clones per compiled graph: each costs a few microseconds per guard node kept
 
 

@@ -28,10 +28,10 @@ from tpu_lab.compile.sources.frames import (
     Signature,
     describe_inputs,
     flag_inputs,
-    library_caller,
     renamed,
     subjects,
 )
+from tpu_lab.compile.sources.packages import in_pipeline, library_caller
 from tpu_lab.compile.sources.wrappers import function_key, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
@@ -152,7 +152,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
     """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller
     (``heard=False``: nobody listens, so the guard re-check and the caller are skipped)."""
     names: tuple[tuple[str, str], ...] = ()
-    caller, now = "", ()  # type: tuple[str, tuple[tuple[str, str], ...]]
+    caller, now, pipeline = "", (), False  # type: tuple[str, tuple[tuple[str, str], ...], bool]
     if frame is not None:
         key = function_key(frame.f_code, frame.f_locals)
         signature = describe_inputs(frame.f_code, frame.f_locals)
@@ -160,6 +160,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
             now = subjects(frame, reasons)
+            pipeline = bool(caller) and in_pipeline(sys._getframe(2))
             if "/_functorch/" in frame.f_code.co_filename.replace("\\", "/"):  # vmap/grad fix each size
                 caller = TORCH_FUNC
     else:  # e.g. a backward graph compiled lazily at the first backward call
@@ -179,6 +180,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         resets,
         names,
         caller,
+        pipeline=pipeline,
         subjects=now,
         flags=tuple((renamed(n, names), v) for n, v in flag_inputs(frame.f_code, frame.f_locals)) if frame else (),
     )

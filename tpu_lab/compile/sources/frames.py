@@ -12,7 +12,9 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import USER, package_of, short_path
 
-MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised
+MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
+MORE = "..."
+"""The name of a cut signature's entry for the inputs past MAX_ENTRIES (``2 more (v[4], v[5])``)."""
 _SHORT_DTYPES = {
     "float32": "f32",
     "float16": "f16",
@@ -100,6 +102,8 @@ class Capture(NamedTuple):
     """Dynamo's input names -> the user's, where a wrapper hides them (``args[0]`` -> ``input``)."""
     caller: str = ""
     """The library that called the compiled function (``transformers``) when that was not the user."""
+    pipeline: bool = False
+    """Called from inside a transformers pipeline (its batch_size shapes the calls)."""
     fullgraph: bool = False
     """Compiled with ``torch.compile(fullgraph=True)``: a break raises instead of splitting the graph."""
     limit: str = ""
@@ -117,30 +121,6 @@ class Capture(NamedTuple):
     def shown(self) -> Signature:
         """The inputs under the user's names (``input`` for a compiled module's ``args[0]``)."""
         return tuple((renamed(n, self.names), d) for n, d in self.signature) if self.names else self.signature
-
-
-def library_caller(stack: Any) -> str:
-    """The package whose code called the compiled function ('' for the user's code), from the stack of
-    Dynamo's compile callback (torch's and tpu_lab's frames skipped): a pipeline or generate() builds
-    the inputs, so advice must not ask the user to mark them."""
-    f = stack
-    while f is not None and _passes_through(f.f_code.co_filename):
-        f = f.f_back
-    return package_of(f.f_code.co_filename) if f is not None else USER
-
-
-# torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
-_PASSED_THROUGH = ("torch", "tpu_lab", "stdlib", "<builtin>")
-_MODEL_CODE = ("/transformers/models/", "/transformers/modeling_", "/transformers/utils/generic.py")
-"""transformers' model code hands the caller's tensors on (an LM head's forward calling the base model's):
-who built the inputs is whoever called it, the user or generate() and the pipelines."""
-
-
-def _passes_through(filename: str) -> bool:
-    package = package_of(filename)  # by the installed package's location, never by a folder's name alone
-    return package in _PASSED_THROUGH or (
-        package == "transformers" and any(p in filename.replace("\\", "/") for p in _MODEL_CODE)
-    )
 
 
 def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
@@ -204,9 +184,18 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
                 out.append((name, f"{type(value).__name__} len={len(value)}"))
         else:
             out.append((name, describe(value)))
-    if not torch.is_grad_enabled():
+    cut, out = out[MAX_ENTRIES:], out[:MAX_ENTRIES]
+    if cut:  # said, never dropped silently: a list cut short would read as a shorter list
+        named = ", ".join(n for n, _ in cut) if len(cut) <= 2 else f"{cut[0][0]} to {cut[-1][0]}"
+        out.append((MORE, f"{len(cut)} more ({named})"))
+    if not torch.is_grad_enabled():  # outside the cap: always said, last
         out.append(("grad mode", "off"))
-    return tuple(out[:MAX_ENTRIES])
+    return tuple(out)
+
+
+def signature_text(signature: Sequence[tuple[str, str]]) -> str:
+    """A signature as a row shows it: ``x: f32[4], n: int 2, ... and 2 more (v[4], v[5]), grad mode: off``."""
+    return ", ".join(f"{MORE} and {d}" if n == MORE else f"{n}: {d}" for n, d in signature)
 
 
 def flag_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:

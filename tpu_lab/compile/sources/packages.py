@@ -1,4 +1,4 @@
-"""Which package a source file belongs to, from the packages' real locations on this machine (never from a
+"""Which package a source file belongs to (and which package called a compiled function), from the packages' real locations on this machine (never from a
 substring of the path): a clone in a folder named ``tpu_lab`` or ``torch``, any venv and any notebook
 folder give the same answer. Read per compile or per graph break, never per call; cached per file."""
 
@@ -11,6 +11,7 @@ import re
 import site
 import sys
 import sysconfig
+from typing import Any
 
 USER = ""
 """``package_of``'s answer for the user's own code."""
@@ -101,3 +102,44 @@ def short_path(filename: str) -> str:
     if m := _INSTALLED.search(filename):  # another machine's install: from the package on
         return filename[m.start(1) :].replace("\\", "/")
     return filename.rsplit("/", 1)[-1]
+
+
+def library_caller(stack: Any) -> str:
+    """The package whose code called the compiled function ('' for the user's code), from the stack of
+    Dynamo's compile callback (torch's and tpu_lab's frames skipped): a pipeline or generate() builds
+    the inputs, so advice must not ask the user to mark them."""
+    f = stack
+    while f is not None and passes_through(f.f_code.co_filename):
+        f = f.f_back
+    return package_of(f.f_code.co_filename) if f is not None else USER
+
+
+def is_pipeline(filename: str) -> bool:
+    """A file of transformers' pipelines."""
+    return "/pipelines/" in filename.replace("\\", "/") and package_of(filename) == "transformers"
+
+
+def in_pipeline(stack: Any) -> bool:
+    """A transformers pipeline up the stack (it batches the user's inputs, so its batch_size shapes the calls)."""
+    f, depth = stack, 0
+    while f is not None and depth < 256:
+        name = f.f_code.co_filename
+        if is_pipeline(name):
+            return True
+        f, depth = f.f_back, depth + 1
+    return False
+
+
+# torch's, tpu_lab's and the standard library's frames (contextlib, functools) between a call and Dynamo
+_PASSED_THROUGH = ("torch", "tpu_lab", "stdlib", "<builtin>")
+_MODEL_CODE = ("/transformers/models/", "/transformers/modeling_", "/transformers/utils/generic.py")
+"""transformers' model code hands the caller's tensors on (an LM head's forward calling the base model's):
+who built the inputs is whoever called it, the user or generate() and the pipelines."""
+
+
+def passes_through(filename: str) -> bool:
+    """Code that only hands the caller's values on: torch, tpu_lab, the standard library, transformers' model code."""
+    package = package_of(filename)  # by the installed package's location, never by a folder's name alone
+    return package in _PASSED_THROUGH or (
+        package == "transformers" and any(p in filename.replace("\\", "/") for p in _MODEL_CODE)
+    )

@@ -16,7 +16,7 @@ from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import _SHORT_DTYPES, RESUME, Capture, FunctionKey, Signature, where_label
-from tpu_lab.compile.sources.packages import USER, is_library, package_of, short_path
+from tpu_lab.compile.sources.packages import USER, is_library, is_pipeline, package_of, passes_through, short_path
 from tpu_lab.compile.trace.trace_log import CompileLog, ProcessLog
 from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.watch_table import WatchTable
@@ -92,6 +92,7 @@ def capture_of(c: CompileLog, graphs: dict[str, Signature], last: dict[FunctionK
         names,
         _caller(c),
         limit_value=limit if isinstance(limit, int) else None,
+        pipeline=any(is_pipeline(file) for file, _, _ in c.stack),
     )
 
 
@@ -176,10 +177,11 @@ def _scalars(c: CompileLog, cap: Capture) -> frozenset[str]:
 
 
 def _caller(c: CompileLog) -> str:
-    """The package whose code called the compiled function ('' for the user's), from the logged stack."""
+    """The package whose code called the compiled function ('' for the user's), from the logged stack,
+    by the live watch's rule (``packages.library_caller``)."""
     for file, _, _ in reversed(c.stack[:-1]):
-        package = package_of(file)
-        if package not in ("torch", "tpu_lab", "stdlib", "<builtin>"):
+        if not passes_through(file):
+            package = package_of(file)
             return "" if package == USER else package
     return ""
 

@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.cause import Cause, readable_guard
 from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed
+from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import what_next
 from tpu_lab.compile.watching.failed import failed_compile
@@ -45,14 +45,16 @@ class Fold:
         guards: list[str] | None,
         scalars: frozenset[str],
         earlier: FunctionKey | None,
+        baked: frozenset[str] = frozenset(),
     ) -> CompileEvent:
         """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own
         (None: unreadable), ``scalars`` the numbers made dynamic, ``earlier`` another definition of the same
-        function seen before (a re-run notebook cell)."""
+        function seen before (a re-run notebook cell), ``baked`` numbers made dynamic whose computed values
+        the graph pins (each new value still a graph)."""
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
-        said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value)
+        said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [
             RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=readable_guard(c.guard, cap.names)) for c in said
         ]
@@ -110,7 +112,7 @@ class Fold:
         row.limit_hit = True
         row.refused += 1
         row.uncompiled += 1
-        last = capture_causes(cap, tpu=self.tpu)
+        last = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
         words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
         if cap.limit:
             words = f"{words}; {cap.limit}"
@@ -125,7 +127,7 @@ class Fold:
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         row = self.rows.get((key, signature))
         if row is None:
-            row = self.rows[(key, signature)] = WatchRow(str(key), ", ".join(f"{n}: {d}" for n, d in signature))
+            row = self.rows[(key, signature)] = WatchRow(str(key), signature_text(signature))
         return row
 
     def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:

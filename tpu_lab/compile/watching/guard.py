@@ -11,7 +11,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.explain import capture_causes
 from tpu_lab.compile.sources import dynamo_source, listening
-from tpu_lab.compile.sources.frames import Capture, renamed
+from tpu_lab.compile.sources.frames import Capture, signature_text
 from tpu_lab.errors import InvalidArgument, RecompileError
 
 
@@ -64,7 +64,7 @@ class NoRecompiles:
             changed = "; ".join(dict.fromkeys(c.words for c in causes))
         else:
             changed = "Dynamo holds no graph for it yet (a first compile, or one after torch._dynamo.reset())"
-        inputs = ", ".join(f"{renamed(n, capture.names)}: {d}" for n, d in capture.signature)
+        inputs = signature_text(capture.shown)
         fixes = "; ".join(dict.fromkeys(c.fix.removeprefix("usually none: ") for c in causes if c.fix))
         self._refused = RecompileError(
             f"{capture.function} would compile inside no_recompiles() because {changed}"

@@ -15,7 +15,7 @@ from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.guard_sizes import with_note
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
-from tpu_lab.compile.sources.frames import renamed
+from tpu_lab.compile.sources.frames import renamed, signature_text
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -89,9 +89,9 @@ def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
     for name, old in (c.flag for c in causes if c.flag):
         out = {}
         for (key, shown), row in rows.items():
-            if key == function and name not in dict(shown) and (key, (*shown, (name, old))) not in rows:
-                shown = (*shown, (name, old))
-                row.signature = ", ".join(f"{n}: {d}" for n, d in shown)
+            if key == function and name not in dict(shown) and (key, _added(shown, [(name, old)])) not in rows:
+                shown = _added(shown, [(name, old)])
+                row.signature = signature_text(shown)
             out[(key, shown)] = row
         rows = out
     return out
@@ -108,7 +108,13 @@ def with_flags(
     (its boolean arguments), else at the value the flag's last change left."""
     flags.update(flags_now(causes))
     passed = dict(call)
-    return shown + tuple((n, passed.get(n, v)) for n, v in flags.items() if n not in dict(shown))
+    return _added(shown, [(n, passed.get(n, v)) for n, v in flags.items() if n not in dict(shown)])
+
+
+def _added(shown: tuple[tuple[str, str], ...], extra: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``shown`` with ``extra`` inputs added, before the grad mode (said last, always)."""
+    grad = tuple(e for e in shown[-1:] if e[0] == "grad mode")
+    return shown[: len(shown) - len(grad)] + tuple(extra) + grad
 
 
 def settled(causes: list[RowCause], shapes: str, tpu: bool, tried: str = "") -> list[RowCause]:

@@ -1,0 +1,66 @@
+"""A failed guard on a value computed from Python numbers (Dynamo's symbolic expression pinned to one
+value: ``((-1)*round((self.lo / ...))) == 143``), in the user's names and line: the numbers it is computed
+from and where the code used it as a concrete number, never the expression itself. Pure: strings in,
+``Cause`` out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+
+_NAME = re.compile(r"(?<![\w.'\]])(?:[LG]\['[^']+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*")
+_WAS = re.compile(r"\(was ([^;]+); it is baked")
+
+
+def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
+    """The cause for ``expression == value`` where the expression computes on the user's numbers; None
+    where it is a plain input or attribute (a value guard of its own)."""
+    if re.fullmatch(r"[\w.\[\]']+", expression.strip()):
+        return None
+    found = [
+        m[0] for m in _NAME.finditer(expression) if not expression[m.end() :].lstrip().startswith("(")
+    ]  # a call (round, torch.sym_max) is how it is computed, not what from
+    sources = sorted({local_name(s) for s in found if not s.startswith(("torch", "math"))})
+    if not sources:
+        return None
+    names = ", ".join(sources)
+    kind = "float" if re.search(r"[.e]", value) else "int"
+    at = f" at {_short(f.where)}" if f.where else ""
+    code = f" ({f.code})" if f.code and not f.code.startswith("now passed:") else ""
+    return Cause(
+        "derived",
+        f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is baked into the graph: "
+        "each new value compiles a graph of its own)",
+        f.guard,
+        f"where the code{at} takes a tensor, pass one (compute it with tensor ops from {names} held in tensors "
+        "or buffers, or torch.tensor(value)) so the graph reads it at run time; where it must be a Python "
+        f"number, keep {names} to a few values",
+        f.where,
+    )
+
+
+def derived_key(cause: Cause) -> str:
+    """What two derived causes share when they are one change (the same numbers, the same line)."""
+    return _WAS.sub("", cause.words.removeprefix("a Python int ").removeprefix("a Python float "))
+
+
+def derived_joined(causes: Sequence[Cause]) -> Cause:
+    """Several values computed from the same numbers on the same line (a scale and a zero point), as one."""
+    first, guards = causes[0], "\n".join(dict.fromkeys(c.guard for c in causes))
+    if len(causes) < 2:
+        return Cause(first.kind, first.words, guards, first.fix, first.where)
+    was = " and ".join(m[1] for c in causes if (m := _WAS.search(c.words)))
+    words = re.sub(r"^a Python \w+ ", "Python values ", first.words)
+    words = _WAS.sub(f"(was {was}; they are baked", words).replace("each new value compiles", "each new pair compiles")
+    if len(causes) > 2:
+        words = words.replace("each new pair compiles", "each new set compiles")
+    return Cause(first.kind, words, guards, first.fix, first.where)
+
+
+def _short(where: str) -> str:
+    from tpu_lab.compile.sources.frames import where_label
+
+    path, _, line = where.rpartition(":")
+    return where_label(path, int(line)) if line.isdigit() else where

@@ -1,0 +1,131 @@
+"""Causes that are one change, said as one: several inputs failing the same way (``batch['a'],
+batch['b'] dimension 0 changed 2 -> 4``), a size that follows the KV cache's length, an argument passed by
+keyword now and positionally before. Pure: causes in, causes out."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.guard_derived import derived_joined, derived_key
+from tpu_lab.compile.causes.guard_sizes import PREFILL_DECODE_FIX, STATIC_WORDS, prompt_length_words, with_note
+
+
+def calling_style(causes: list[Cause]) -> list[Cause]:
+    """Fewer positional arguments and keywords passed, at once, is one change: the same input passed
+    by keyword now (``model(input=x)`` after ``model(x)``)."""
+    args = next((c for c in causes if c.kind == "args"), None)
+    keywords = next((c for c in causes if c.kind == "kwargs" and c.words.startswith("keyword arguments")), None)
+    if args is None or keywords is None:
+        return causes
+    passed = re.search(r"\((.+?)\);", keywords.words)
+    joined = Cause(
+        "kwargs",
+        f"{passed[1] if passed else 'an argument'} passed by keyword now, positionally before "
+        "(each way of calling is its own graph)",
+        f"{args.guard}\n{keywords.guard}",
+        "call it the same way every time",
+    )
+    return [joined if c is keywords else c for c in causes if c is not args]
+
+
+def cache_first(causes: list[Cause]) -> list[Cause]:
+    """A size change that follows the KV cache's length (the attention mask spans the cache) is part of
+    that cause, not one of its own: its guard joins the cache's."""
+    cache = next((c for c in causes if c.kind == "cache_length"), None)
+    change = re.search(r"\d+ -> \d+", cache.words) if cache else None
+    if cache is None or change is None:
+        return causes
+    follows = [c for c in causes if c.kind == "size" and f"changed {change[0]}" in c.words]
+    if not follows:
+        return causes
+    guards = "\n".join([cache.guard, *(c.guard for c in follows)])
+    names = [
+        "the attention mask" if c.words.startswith("attention mask") else c.words.split(" dimension ")[0]
+        for c in follows
+    ]
+    also = f"{names[0]} follows it" if len(names) == 1 else f"{', '.join(names)} follow it"
+    joined = dataclasses.replace(cache, words=f"{cache.words} ({also})", guard=guards)
+    return [joined if c is cache else c for c in causes if c not in follows]
+
+
+def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
+    """Causes that differ only in the input they name, as one (``batch['a'], batch['b'] dimension 0
+    changed 2 -> 4``): several inputs failing the same way is one change; their guards are kept, one
+    per line. The fix keeps the first name and says it applies to the others too."""
+    groups: dict[tuple[str, str, str], list[tuple[str, Cause]]] = {}
+    for name, cause in found:
+        size = _SIZE.search(cause.guard) if cause.kind == "size" else None
+        if size:  # input_ids and attention_mask grow alike, though their words differ ("prompt length")
+            i, a, b = size.groups()
+            i = "length" if i != "0" and any(k in name for k in _TOKENS) else i  # a 4-D mask's length is dim 3
+            key = (cause.kind, f"size {i} {a} {b}", str(STATIC_WORDS in cause.words))
+        elif cause.kind == "derived":  # a scale and a zero point computed on one line: one change
+            key = (cause.kind, derived_key(cause), "")
+        elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
+            key = (cause.kind, _dict_or_tensor(cause.guard), "")
+        elif name:
+            key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
+        else:
+            key = (cause.kind, cause.words, cause.words)
+        groups.setdefault(key, []).append((name, cause))
+    out = []
+    for same in groups.values():
+        first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
+        guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
+        if first.kind == "derived":
+            out.append(derived_joined([c for _, c in same]))
+            continue
+        if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
+            out.append(dataclasses.replace(first, guard=guards))
+            continue
+        also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
+        fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), first.fix + also)
+        out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
+    return out
+
+
+_ONE_PER_INPUT = ("dict_keys", "stride")
+_TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
+
+
+def _dict_or_tensor(guard: str) -> str:
+    """The dict or tensor a key-order or stride guard is about."""
+    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'|^(\S+)\.stride\(\)", guard)
+    return next((g for g in m.groups() if g), guard) if m else guard
+
+
+_KV = re.compile(r"^\S*cache\S*\.layers\[\d+\]\.(?:keys|values)$")
+_MASKS = re.compile(r"^(\w*attention_mask)\['\w+'\]$")
+_SIZE = re.compile(r"size mismatch at index (\d+)\. expected (\d+), actual (\d+)")
+
+
+def _join(names: list[str]) -> str:
+    """Names, one after another; past four (a whole model cast), the first three and a count."""
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
+
+
+def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
+    joined = _join(names)
+    first = same[0][1]
+    size = _SIZE.search(first.guard) if first.kind == "size" else None
+    if size is None:
+        words = first.words.replace(same[0][0], "\0")
+        plural = words.replace("\0 is ", "\0 are ").replace("\0 has ", "\0 have ").replace("\0's ", "\0: their ")
+        plural = plural.replace("\0 was ", "\0 were ")
+        plural = plural.replace("parameter \0", "parameters \0")
+        return plural.replace("\0", joined)
+    i, a, b = size.groups()
+    names = list(dict.fromkeys(_KV.sub("the KV cache", n) for n in names))  # one entry per layer's keys, values
+    # transformers' mask per attention type ({'full_attention': ..., 'sliding_attention': ...}) is the mask
+    names = list(dict.fromkeys(_MASKS.sub(r"\1", n) for n in names))
+    joined = _join(names)
+    if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
+        words = f"batch size changed {a} -> {b} in {joined}"
+    elif i != "0" and any("input_ids" in n for n in names):
+        words = prompt_length_words(a, b, f" in {joined}")
+    else:
+        words = f"{joined} dimension {i} changed {a} -> {b}"
+    return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
