@@ -116,7 +116,7 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
     if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
         return True
     capture = _capture(str(local.get("compile_id", "")), LIMIT_TRIGGER, frame, _reasons(local))
-    capture = capture._replace(limit=limit_words(limit_of(record)))
+    capture = capture._replace(limit=limit_words(limit_of(record)), limit_value=limit_of(record))
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
             listener(capture)

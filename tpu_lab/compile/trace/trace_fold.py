@@ -51,7 +51,8 @@ def fold_log(log: ProcessLog) -> WatchTable:
         if dynamo.is_limit_refusal(record):  # logged with no function: the frame's earlier compiles name it
             key = functions.get(frame, cap.function)
             limit = limit_from_text(record.fail_reason)
-            fold.refused(cap._replace(function=key, trigger=LIMIT_TRIGGER, limit=LIMIT_WHERE.format(n=limit)))
+            refusal = cap._replace(function=key, trigger=LIMIT_TRIGGER, limit=LIMIT_WHERE.format(n=limit))
+            fold.refused(refusal._replace(limit_value=limit))
             continue
         functions.setdefault(frame, cap.function)
         if dynamo.is_failed(record):

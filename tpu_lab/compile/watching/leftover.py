@@ -24,7 +24,8 @@ def leftover_records(left: Iterable[Any], handled: set[str], now: float) -> tupl
         if dynamo.is_limit_refusal(record) and key:
             reasons = (record.recompile_reason,) if record.recompile_reason else ()
             cap = Capture(compile_id, key, (), None, now, LIMIT_TRIGGER, None, reasons)
-            refusals.append(cap._replace(limit=limit_words(limit_from_text(record.fail_reason))))
+            limit = limit_from_text(record.fail_reason)
+            refusals.append(cap._replace(limit=limit_words(limit), limit_value=limit))
         elif getattr(record, "has_guarded_code", False) and getattr(record, "is_forward", True) is not False:
             elsewhere += 1
     return refusals, elsewhere
