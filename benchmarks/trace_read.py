@@ -35,8 +35,11 @@ MAKE = textwrap.dedent(
             f(torch.ones(1 + i, 2), 2)
     """
 )
-READ = "import sys, tpu_lab as tl; r = tl.read_trace(sys.argv[1]); print(r.total)"
-BASE = "import sys, torch, tpu_lab.tp.results.trace_report; print(0)"
+READ = (
+    "import resource, sys, tpu_lab as tl; r = tl.read_trace(sys.argv[1]); "
+    "print(r.total, sum(len(run.tables) for run in r.runs), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)  # compiles, ranks, and the peak of its worker processes (KiB)
+BASE = "import resource, sys, tpu_lab.tp.results.trace_report; print(0, 0, 0)"
 
 
 def make_folder(where: Path, mb: float, ranks: int) -> Path:
@@ -55,15 +58,19 @@ def make_folder(where: Path, mb: float, ranks: int) -> Path:
     return folder
 
 
-def run(argv: list[str]) -> tuple[float, int]:
-    """(seconds, peak resident KiB) of one process."""
+def run(argv: list[str]) -> tuple[float, int, list[str]]:
+    """(seconds, the peak resident KiB of the process or of any worker it started, what it printed)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)  # this process's own peak, not any other case's
+    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{argv[:3]} failed: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-    return seconds, usage.ru_maxrss
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv[:3]} failed with exit code {proc.returncode}")
+    printed = out.decode().split()
+    workers = int(printed[2]) if len(printed) == 3 and printed[2].isdigit() else 0
+    return seconds, max(usage.ru_maxrss, workers), printed
 
 
 def main() -> None:
@@ -98,19 +105,23 @@ def main() -> None:
         }
         times: dict[str, list[float]] = {k: [] for k in cases}
         peaks: dict[str, int] = {}
+        said: dict[str, list[str]] = {}
         order = list(cases)
         for _ in range(args.rounds):
             random.shuffle(order)
             for name in order:
-                seconds, peak = run(cases[name])
+                seconds, peak, printed = run(cases[name])
                 times[name].append(seconds)
                 peaks[name] = max(peaks.get(name, 0), peak)
+                said[name] = printed
     print(f"TORCH_TRACE folder: {size:.0f} MB, {args.ranks} ranks, {os.cpu_count()} cores, {args.rounds} rounds")
     base = statistics.median(times["tlparse --all-ranks-html"])
     floor = statistics.median(times["import only (baseline)"])
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"  {name:32s} {med:7.2f} s  x{med / base:5.2f} of tlparse   peak {peaks[name] / 1024:7.0f} MiB")
+    compiles, ranks = said["tl.read_trace"][:2]
+    print(f"read_trace found {compiles} compiles over {ranks} ranks")
     reading = statistics.median(times["tl.read_trace"])
     print(
         f"read_trace / tlparse: {reading / base:.2f}x (target <= 3x); without the imports: {(reading - floor) / base:.2f}x"

@@ -32,6 +32,7 @@ LIMIT_WHERE = (
     "the limit is {n} (torch._dynamo.config.recompile_limit, or this function's own torch.compile(..., "
     "recompile_limit=): a log does not say which)"
 )
+NOT_LOGGED = (("inputs", "not in the log"),)
 POSITIONAL = "input {n}"
 """A compiled module's positional input: its ``forward``'s parameter names are not in the log."""
 
@@ -151,7 +152,7 @@ def _inputs(c: CompileLog) -> Signature:
             out.append((name, short))
     if any('"grad_mode":false' in g for g in c.guards):
         out.append(("grad mode", "off"))
-    return tuple(out)
+    return tuple(out) or NOT_LOGGED  # a refusal, a frame skipped before it read anything: said on the row
 
 
 def _tensor(t: dict[str, Any]) -> str:
