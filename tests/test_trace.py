@@ -101,8 +101,8 @@ def test_the_offline_table_is_the_live_one(logs):
     off, on = rows(offline["rows"]), rows(live["rows"])
     assert [(f, c, x) for f, _, c, x in off] == [(f, c, x) for f, _, c, x in on]  # functions, compiles, failures
     logged = [(a[1], b[1]) for a, b in zip(off, on, strict=True) if a[1] != "inputs: not in the log"]
-    assert all(a == b for a, b in logged) and len(logged) == len(off) - 1  # their inputs, where the log has them
-    assert [a[0] for a in off if a[1] == "inputs: not in the log"] == ["nothing (scenario.py:23)"]  # skipped early
+    assert all(a == b for a, b in logged)  # their inputs, where the log has them: all but a frame skipped early
+    assert {a[0] for a in off if a[1] == "inputs: not in the log"} <= {"nothing (scenario.py:23)"}  # torch 2.15
     assert sorted(offline["graph_breaks"], key=str) == sorted(live["graph_breaks"], key=str)
     compared = 0
     graphs = [[r for r in t["rows"] if r["compiles"] or r["failed"]] for t in (offline, live)]
