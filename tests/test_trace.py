@@ -160,6 +160,12 @@ def test_damaged_and_foreign_lines_are_counted_never_invented(logs, tmp_path):
     assert len(report.runs) == 2 and report.runs[1].compiles.total == report.runs[0].compiles.total
     notes = " ".join(report.runs[0].notes + report.runs[1].notes)
     assert "2 line(s) could not be read" in notes and "new_field_2099 (1)" in notes
+    older = tmp_path / "older"  # a torch whose records lack a field this reader uses: said, the rest read
+    older.mkdir()
+    (older / "log.txt").write_bytes(text.replace(b'"graph_node_shapes": ', b'"renamed_field": '))
+    run = tl.read_trace(older).runs[0]
+    assert run.compiles.total == report.runs[0].compiles.total
+    assert any("records lack graph_node_shapes (another torch version?)" in n for n in run.notes)
 
 
 def test_a_huge_line_and_unrelated_files_stay_bounded(logs, tmp_path):

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from tpu_lab.compile.trace.trace_payloads import reasons_of, resume_line
+
 _HEADER = re.compile(rb"^[VIWEDC](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?) +(\d+) [^\]]*\] ")
 MAX_LINE = 16 << 20  # bytes: a compile record is ~50 KB; a longer line is damage, skipped, never held whole
 _PAYLOAD_CAP = 1 << 20  # characters kept of one payload (a guard tree of a huge model); the rest is not needed
@@ -101,6 +103,10 @@ class ProcessLog:
     cut_last_line: bool = False
     """The file ends inside a line (the process was killed while writing, or the copy was cut)."""
     unknown: dict[str, int] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    """Fields of Dynamo's compilation records this reader uses that the log's records lack (another torch)."""
+    records: int = 0
+    """Compilation records seen (a log with compile starts and none of these is of another format)."""
     """Entries of kinds this reader does not know (another torch), by name: kept out, counted."""
     seen_entries: int = 0
     compiled: int = 0
@@ -244,7 +250,7 @@ class _Reader:
         elif kind == "artifact" and value["name"].endswith(_RESUME_CODE):
             c.resumes_at = resume_line(payload or "")
         elif kind == "artifact" and value["name"] == "recompile_reasons":
-            c.reasons = _reasons(payload or "")
+            c.reasons = reasons_of(payload or "")
         elif kind == "artifact":  # a graph break's reason, then the user's stack down to it
             head, _, reason = (payload or "").partition("\n")
             where = re.search(r" at (.+):(\d+)$", head.strip())
@@ -253,6 +259,8 @@ class _Reader:
             c.breaks.append((reason.strip(), stack or ([(where[1], int(where[2]))] if where else [])))
         elif kind in ("compilation_metrics", "bwd_compilation_metrics"):
             record = {k: value.get(k) for k in _METRICS}
+            self.log.missing |= {k for k in _METRICS if k not in value}
+            self.log.records += 1
             config = json.loads(value.get("dynamo_config") or "{}")
             record.update({f"config_{k}": config.get(k) for k in _CONFIG})
             if kind == "bwd_compilation_metrics" or value.get("is_forward") is False:
@@ -275,54 +283,3 @@ class _Reader:
         elif kind == "dynamo_cpp_guards_str":
             lines = (payload or "").splitlines()
             c.guards = [g for g in lines if "+- " in g][:_GUARDS_KEPT]
-
-
-_GRAPH = re.compile(r"^\d+/\d+: ", re.M)  # each reason opens with the graph it failed against
-
-
-def _reasons(payload: str) -> list[str]:
-    """The recompile reasons: a JSON list in some torch versions, plain text (one reason per graph, each
-    opening with the graph's id) in others."""
-    try:
-        found = json.loads(payload)
-    except ValueError:
-        starts = [m.start() for m in _GRAPH.finditer(payload)] or [0]
-        return [
-            payload[a:b].strip()
-            for a, b in zip(starts, [*starts[1:], len(payload)], strict=True)
-            if payload[a:b].strip()
-        ]
-    return [str(r) for r in found] if isinstance(found, list) else [str(found)]
-
-
-_DIS = re.compile(r"^\s*(?P<line>\d+)?\s+(?:>>)?\s*(?P<offset>\d+) (?P<op>[A-Z_]+)(?:.*\(to (?P<to>\d+)\))?")
-
-
-def resume_line(text: str) -> int:
-    """The line a resume function continues at, from its bytecode as ``dis`` printed it (the log's copy):
-    its prologue jumps past the break; from there, following unconditional jumps, the first instruction on
-    another line than the first (the live watch reads the code object the same way). 0: not found."""
-    code, line = [], 0
-    for row in text.splitlines():
-        m = _DIS.match(row)
-        if m is None:
-            continue
-        line = int(m["line"]) if m["line"] else line
-        code.append((int(m["offset"]), m["op"], line, int(m["to"]) if m["to"] else None))
-    if not code:
-        return 0
-    at = {offset: i for i, (offset, *_rest) in enumerate(code)}
-    jump = next((c for c in code if c[1].startswith("JUMP")), None)
-    i, seen = at.get(jump[3]) if jump and jump[3] is not None else None, set()
-    while i is not None and i < len(code) and i not in seen:
-        seen.add(i)
-        _, op, n, to = code[i]
-        if n and n != code[0][2]:
-            return n
-        if op in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and to is not None:
-            i = at.get(to)
-        elif op.startswith("RETURN"):
-            return 0
-        else:
-            i += 1
-    return 0

@@ -7,16 +7,25 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tpu_lab.compile.sources import frames
 from tpu_lab.compile.sources.frames import FunctionKey
 
-if TYPE_CHECKING:
-    from tpu_lab.compile.watching.watch import Watch
+
+class Counting(Protocol):
+    """What the decorator needs of a ``Watch`` (typed by its parts: ``watch`` imports this module)."""
+
+    refusals: int
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: Any) -> None: ...
+
+    def count_call(self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False) -> None: ...
 
 
-def watched(watch: Watch, fn: Callable) -> Callable:
+def watched(watch: Counting, fn: Callable) -> Callable:
     """``fn`` wrapped: every call inside ``watch``, counted per input signature."""
     if not callable(fn):
         from tpu_lab.errors import InvalidArgument

@@ -273,6 +273,13 @@ def _notes(log: ProcessLog, table: WatchTable) -> list[str]:
     if log.unknown:
         kinds = ", ".join(f"{k} ({n})" for k, n in sorted(log.unknown.items())[:8])
         out.append(f"{who}: entries this reader does not know were kept out: {kinds} (another torch version?)")
+    if log.compiled and not log.records:
+        out.append(
+            f"{who} holds compile starts but no compilation record (another torch version?): what each compile "
+            "did cannot be read from it"
+        )
+    if log.missing and log.records:
+        out.append(f"{who}: its compilation records lack {', '.join(sorted(log.missing))} (another torch version?)")
     if log.rank is None and log.compiled:
         out.append(
             "this log names no rank (torch.distributed was not started before its first compile), so it is read "
