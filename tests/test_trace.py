@@ -160,6 +160,14 @@ def test_damaged_and_foreign_lines_are_counted_never_invented(logs, tmp_path):
     assert len(report.runs) == 2 and report.runs[1].compiles.total == report.runs[0].compiles.total
     notes = " ".join(report.runs[0].notes + report.runs[1].notes)
     assert "2 line(s) could not be read" in notes and "new_field_2099 (1)" in notes
+    cut_payload = tmp_path / "cut_payload"  # a damaged line inside a break's text: that entry is dropped whole
+    cut_payload.mkdir()
+    at = text.index(b"\tGraph Break Reason: ")
+    at = text.index(b"\n", at) + 1
+    (cut_payload / "log.txt").write_bytes(text[:at] + b"garbage inside a payload\n" + text[at:])
+    whole = str(tl.read_trace(cut_payload))
+    assert "{" not in whole.split("note:")[0] and " at ?" not in whole  # no unfilled template, no placeless break
+    assert "___stack" not in whole and "L['" not in whole
     older = tmp_path / "older"  # a torch whose records lack a field this reader uses: said, the rest read
     older.mkdir()
     (older / "log.txt").write_bytes(text.replace(b'"graph_node_shapes": ', b'"renamed_field": '))
@@ -187,6 +195,12 @@ def test_a_huge_line_and_unrelated_files_stay_bounded(logs, tmp_path):
 
 def test_bad_paths_and_ranks_are_refused_with_the_fix(logs, tmp_path):
     folder, _ = logs
+    report = tl.read_trace(folder)
+    for bad in (5, -1, "0"):
+        with pytest.raises(InvalidArgument, match="this report holds 1 run"):
+            report.chart(run=bad)
+    with pytest.raises(InvalidArgument, match=r"run 1 has no log of rank 5.*\n.*Its ranks: \[0\]"):
+        report.runs[0][5]
     for bad in (None, 3, b"/tmp"):
         with pytest.raises(InvalidArgument, match="is not a path"):
             tl.read_trace(bad)
@@ -215,6 +229,12 @@ def test_the_cli_prints_the_report_and_json(logs, capsys):
     assert main(["trace", str(folder), "--json", "--rank", "0"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["runs"][0]["ranks"]["0"]["rows"][0]["function"] == "scale (scenario.py:5)"
+    (log,) = folder.iterdir()
+    cut = folder.parent / "cut_for_cli"
+    cut.mkdir(exist_ok=True)
+    (cut / log.name).write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    assert main(["trace", str(cut)]) == 0  # one process cut short: said, and not a divergence between ranks
+    assert "the log was cut" in capsys.readouterr().out
     assert main(["trace", str(folder / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
 

@@ -59,7 +59,8 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
 
 def usable_hints(hints: list[str]) -> list[str]:
     """Dynamo's hints that a user can act on and that name only APIs and config keys this torch has."""
-    return [clean(h) for h in hints if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
+    usable = (h for h in hints if not re.search(r"\{[\w.()\[\]]+\}", h))  # a template Dynamo never filled in
+    return [clean(h) for h in usable if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
 
 
 _BRANCH = re.compile(r"^(?:while|if|elif)\b")

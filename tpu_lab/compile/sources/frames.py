@@ -159,9 +159,7 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         if name not in values:
             continue
         value = values[name]
-        if _CARRIED.fullmatch(name):  # a resumed frame's input: what the code before the break computed
-            number = int(name[len("___stack") :])
-            name = "the carried value" + (f" {number + 1}" if number else "")
+        name = carried_name(name)
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
@@ -191,6 +189,14 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     if not torch.is_grad_enabled():  # outside the cap: always said, last
         out.append(("grad mode", "off"))
     return tuple(out)
+
+
+def carried_name(name: str) -> str:
+    """A resumed frame's input (``___stack1``: what the code before the break computed) as a row names it."""
+    if not _CARRIED.fullmatch(name):
+        return name
+    number = int(name[len("___stack") :])
+    return "the carried value" + (f" {number + 1}" if number else "")
 
 
 def signature_text(signature: Sequence[tuple[str, str]]) -> str:

@@ -15,7 +15,15 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
-from tpu_lab.compile.sources.frames import _SHORT_DTYPES, RESUME, Capture, FunctionKey, Signature, where_label
+from tpu_lab.compile.sources.frames import (
+    _SHORT_DTYPES,
+    RESUME,
+    Capture,
+    FunctionKey,
+    Signature,
+    carried_name,
+    where_label,
+)
 from tpu_lab.compile.sources.packages import USER, is_library, is_pipeline, package_of, passes_through, short_path
 from tpu_lab.compile.trace.trace_log import CompileLog, ProcessLog
 from tpu_lab.compile.watching.fold import Fold
@@ -27,7 +35,6 @@ _LOCAL = re.compile(
 )
 _EXPR = re.compile(r"\+- [A-Z_]+: (?P<expr>.*?)(?:\s+#.*)?$")
 _WRAPPERS = ("inner", "wrapper", "wrapped_func", "_fn", "forward")
-_SKIPPED = ("bool", "NoneType", "function", "method", "builtin_function_or_method", "module", "type")
 LIMIT_WHERE = (
     "the limit is {n} (torch._dynamo.config.recompile_limit, or this function's own torch.compile(..., "
     "recompile_limit=): a log does not say which)"
@@ -112,6 +119,9 @@ def _function(c: CompileLog) -> tuple[FunctionKey, tuple[tuple[str, str], ...]]:
             names = tuple((f"args[{i}]", POSITIONAL.format(n=i + 1)) for i in positional)
             names += tuple((f"kwargs[{k!r}]", k) for k in sorted(keywords))
             return FunctionKey(f"{module.rsplit('.', 1)[-1]}.forward", _forward_file(c), 0), names
+    module = next((t for n, _, t in _locals(c) if n == "self"), "") if name == "forward" else ""
+    if module and not module.startswith("builtins."):  # a module's own forward compiled: named by its class
+        return FunctionKey(f"{module.rsplit('.', 1)[-1]}.forward", file, line), ()
     return FunctionKey(name, file, line, c.resumes_at if name.startswith(RESUME) else 0), ()
 
 
@@ -133,23 +143,24 @@ def _locals(c: CompileLog) -> list[tuple[str, int, str]]:
 
 
 def _inputs(c: CompileLog) -> Signature:
-    """The inputs the compile specialised on, by Dynamo's names, described as the live watch describes them."""
+    """The inputs the compile specialised on, by Dynamo's names, described as the live watch describes them
+    (a module by its class alone: whether it was in train or eval mode is not in the log)."""
     out: list[tuple[str, str]] = []
     for name, _, kind in _locals(c):
-        short = kind.rsplit(".", 1)[-1]
+        short, shown = kind.rsplit(".", 1)[-1], carried_name(name)
         source = f"L['{name}']"
         if source in c.tensors:
-            out.append((name, _tensor(c.tensors[source])))
-        elif short in ("int", "float"):
+            out.append((shown, _tensor(c.tensors[source])))
+        elif short in ("int", "float", "str"):
             value = _value(c, source)
-            out.append((name, f"{short} {value}" if value else short))
+            out.append((shown, f"{short} {value}" if value else short))
         elif short in ("list", "tuple", "dict") or name in ("args", "kwargs"):
             for s, t in c.tensors.items():
                 m = re.fullmatch(re.escape(source) + r"(\[\d+\]|\['\w+'\])", s)
                 if m:
-                    out.append((f"{name}{m[1]}", _tensor(t)))
-        elif short not in _SKIPPED and name not in ("self", "fn"):
-            out.append((name, short))
+                    out.append((f"{shown}{m[1]}", _tensor(t)))
+        elif short not in ("bool", "NoneType") and name != "fn":
+            out.append((shown, short))
     if any('"grad_mode":false' in g for g in c.guards):
         out.append(("grad mode", "off"))
     return tuple(out) or NOT_LOGGED  # a refusal, a frame skipped before it read anything: said on the row
@@ -165,7 +176,7 @@ def _tensor(t: dict[str, Any]) -> str:
 def _value(c: CompileLog, source: str) -> str:
     """A Python number's value: its guard pins it (``L['n'] == 2``), or the compile made it symbolic."""
     for g in c.guards:
-        m = re.search(re.escape(source) + r" == (-?[\d.e+-]+|inf|nan)\b", g)
+        m = re.search(re.escape(source) + r" == (-?[\d.e+-]+\b|inf\b|nan\b|'[^']*'|\"[^\"]*\")", g)
         if m:
             return m[1]
     return c.symbols.get(source, "")

@@ -151,7 +151,7 @@ class _Reader:
         self.described: dict[tuple[str, Any, Any], dict[str, Any]] = {}  # (compile, describer, id) -> tensor
 
     def feed(self, f: IO[bytes]) -> None:
-        line = b""
+        line, broken = b"", False  # broken: a payload cut by a damaged line; its rest is skipped, never used
         while line := f.readline(MAX_LINE):
             if len(line) == MAX_LINE and not line.endswith(b"\n"):  # no line is this long: skip to the next
                 while (rest := f.readline(MAX_LINE)) and not rest.endswith(b"\n"):
@@ -160,12 +160,18 @@ class _Reader:
                 self.last = rest or line
                 continue
             if line.startswith(b"\t"):
+                if broken:
+                    continue
                 if self.payload is not None and self.payload_size < _PAYLOAD_CAP:
                     text = line[1:].decode("utf-8", "replace").rstrip("\n")
                     self.payload.append(text)
                     self.payload_size += len(text)
                 self.last = line
                 continue
+            broken = self.pending is not None and _HEADER.match(line) is None and bool(line.strip())
+            if broken:  # an entry whose payload a damaged line interrupts: dropped whole, not read in part
+                self.pending, self.payload = None, None
+                self.log.bad_lines += 1
             self._finish_payload()
             self._header(line)
             self.last = line
@@ -255,6 +261,8 @@ class _Reader:
             head, _, reason = (payload or "").partition("\n")
             where = re.search(r" at (.+):(\d+)$", head.strip())
             reason, _, traceback = reason.removeprefix("Graph Break Reason: ").partition("\nUser code traceback:")
+            if not reason.strip():
+                raise ValueError("a graph break with no reason")  # counted as a line not read
             stack = [(f, int(n)) for f, n in re.findall(r'^\s*File "(.+)", line (\d+), in ', traceback, re.M)]
             c.breaks.append((reason.strip(), stack or ([(where[1], int(where[2]))] if where else [])))
         elif kind in ("compilation_metrics", "bwd_compilation_metrics"):

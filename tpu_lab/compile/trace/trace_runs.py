@@ -5,11 +5,9 @@ A run is the logs that started together with distinct ranks; a rank seen again s
 from __future__ import annotations
 
 import gzip
-import multiprocessing
 import os
 import re
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from tpu_lab.compile.trace.trace_fold import fold_log
@@ -19,7 +17,6 @@ from tpu_lab.compile.watching.watch_table import WatchTable
 _FIRST = re.compile(rb"^[VIWEDC]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? +\d+ [^\]]*\] \{\"")
 MAX_DEPTH = 4  # folders below the one named: a copy per host (host/rank files) is two deep
 MAX_FILES = 10_000
-PARALLEL_BYTES = 32 << 20  # below this, starting worker processes costs more than it saves
 SAME_RUN_S = 600.0
 """Logs of one run start within this of its first: ranks start together; a restart is a rank seen again."""
 
@@ -54,18 +51,12 @@ def candidates(root: Path) -> Iterator[Path]:
 
 def read_logs(root: Path) -> tuple[list[tuple[ProcessLog, WatchTable]], list[str], list[str]]:
     """(each log under ``root`` with its table, the other files skipped, the logs that could not be read:
-    path and why). Logs are read and folded in parallel, one process per core, when there is much to read."""
+    path and why)."""
     logs: list[Path] = []
     skipped: list[Path] = []
     for path in candidates(root):
         (logs if is_trace_log(path) else skipped).append(path)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if cores > 1 and len(logs) > 1 and sum(p.stat().st_size for p in logs) > PARALLEL_BYTES:
-        # spawned, not forked: a notebook kernel has threads, and a fork of it may hang
-        with ProcessPoolExecutor(min(cores, len(logs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = list(pool.map(read_and_fold, logs))
-    else:
-        done = [read_and_fold(p) for p in logs]
+    done = [read_and_fold(p) for p in logs]  # one process: a pool would re-run a user's unguarded script
     return (
         [d for d in done if not isinstance(d, str)],
         [str(p) for p in skipped],

@@ -18,8 +18,13 @@ from tpu_lab.compile.sources.packages import is_library, short_path
 _FALLS_BACK = ("Unsupported", "SkipFrame", "SkipCodeRecursiveException")  # Dynamo then runs the code eagerly
 
 
-def _suppressed() -> bool:
-    import torch._dynamo.config as config  # suppress_errors: every failure falls back to eager
+def _suppressed(record: Any) -> bool:
+    """suppress_errors: every failure falls back to eager; as the compile's own record says (a log read
+    later: that job's setting), else this process's config."""
+    said = getattr(record, "config_suppress_errors", None)
+    if isinstance(said, bool):
+        return said
+    import torch._dynamo.config as config
 
     return bool(getattr(config, "suppress_errors", False))
 
@@ -59,7 +64,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
             f"({cause.words}); the call raised"
         )
-    elif kind not in _FALLS_BACK and not _suppressed() and (marked := _marked_but_static(reason, cap)):
+    elif kind not in _FALLS_BACK and not _suppressed(record) and (marked := _marked_but_static(reason, cap)):
         user, dim, size = marked
         words = (
             f"compile of {name} failed: {user} dimension {dim} was marked dynamic (mark_dynamic), but the code "
@@ -70,7 +75,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             "only where the code allows it"
         )
         return FailedCompile(words, "", fix, cause, "")
-    elif kind not in _FALLS_BACK and not _suppressed():  # an error, not a break: Dynamo re-raises it
+    elif kind not in _FALLS_BACK and not _suppressed(record):  # an error, not a break: Dynamo re-raises it
         after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
         words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept

@@ -247,7 +247,7 @@ class WatchTable(CompileTableBase):
             "from_cache": self.from_cache,
         }
 
-    def chart(self) -> Any:
+    def chart(self, *, clock: str = "the watch") -> Any:
         """A matplotlib Figure: cumulative compiles per function, over its calls where they are counted,
         else over time; the legend sits below the axes, so it is never clipped."""
         from matplotlib.figure import Figure
@@ -260,7 +260,7 @@ class WatchTable(CompileTableBase):
         for name in names:
             points = [(calls if by_calls else t) for t, f, calls in self.timeline if f == name]
             ax.step([0, *points], range(len(points) + 1), where="post", label=name[:60])
-        ax.set_xlabel("calls" if by_calls else "seconds into the watch")
+        ax.set_xlabel("calls" if by_calls else f"seconds into {clock}")
         ax.set_ylabel("compiles so far")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title("cumulative compiles per function")

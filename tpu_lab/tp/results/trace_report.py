@@ -26,9 +26,10 @@ from tpu_lab.tp.results.rank_compiles import RunCompiles, merge
 from tpu_lab.tp.results.rank_table import RankTable
 
 OFFLINE_NOTE = (
-    "read from logs: a log holds neither what the objects behind a failed guard are now nor the inputs of a "
-    "call refused at the recompile limit (only its first refusal is logged), so those rows say less than the "
-    "live watch would"
+    "read from logs: a log holds the first failed guard of each graph Dynamo checked (where several inputs "
+    "changed at once, a row names the first), not what the objects behind a guard are now, not whether a "
+    "module was in train or eval mode, and not the inputs of a call refused at the recompile limit (only its "
+    "first refusal is logged): those rows say less than the live watch would"
 )
 
 
@@ -64,6 +65,8 @@ class TraceRun(Report):
         return sorted(self.tables)
 
     def __getitem__(self, rank: int) -> WatchTable:
+        if rank not in self.tables:
+            raise InvalidArgument(f"{self.name} has no log of rank {rank!r}.", fix=f"Its ranks: {self.ranks}.")
         return self.tables[rank]
 
     def _title(self) -> str:
@@ -166,9 +169,13 @@ class TraceReport(Report):
 
     def chart(self, run: int = 0) -> Any:
         """A matplotlib Figure: one rank, its compiles per function; several, each rank's compiles over time."""
+        if not isinstance(run, int) or isinstance(run, bool) or not 0 <= run < len(self.runs):
+            raise InvalidArgument(
+                f"run={run!r}: this report holds {len(self.runs)} run(s).", fix=f"Pass 0 to {len(self.runs) - 1}."
+            )
         chosen = self.runs[run]
         if len(chosen.tables) == 1:
-            return next(iter(chosen.tables.values())).chart()
+            return next(iter(chosen.tables.values())).chart(clock="the log")
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
 
@@ -210,7 +217,12 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> Trac
         present = sorted({g.rank or 0 for g, _ in logs})
         logs = [(g, t) for g, t in logs if (g.rank or 0) == rank]
         if not logs and present:
-            raise InvalidArgument(f"No log of rank {rank} in {root}.", fix=f"The ranks there: {present}.")
+            raise InvalidArgument(
+                f"No log of rank {rank} in {root}.",
+                cause="that rank's log was not copied, or the job ran fewer ranks (a log names its rank once "
+                "the job starts torch.distributed; one that never did reads as rank 0)",
+                fix=f"The ranks there: {present}.",
+            )
     if not logs:
         raise InvalidArgument(
             f"No TORCH_TRACE log in {root}"
@@ -273,7 +285,7 @@ def _notes(log: ProcessLog, table: WatchTable) -> list[str]:
     if log.unknown:
         kinds = ", ".join(f"{k} ({n})" for k, n in sorted(log.unknown.items())[:8])
         out.append(f"{who}: entries this reader does not know were kept out: {kinds} (another torch version?)")
-    if log.compiled and not log.records:
+    if log.compiled - bool(log.unfinished) > 0 and not log.records:
         out.append(
             f"{who} holds compile starts but no compilation record (another torch version?): what each compile "
             "did cannot be read from it"
