@@ -67,7 +67,12 @@ def fold_log(log: ProcessLog) -> WatchTable:
             fold.failed(cap, record)
         else:
             guards = [m["expr"] for g in c.guards if (m := _EXPR.search(g))]
-            fold.compiled(cap, record, guards if c.guards else None, _scalars(c, cap), None)
+            earlier = next(
+                (k for k in reversed(last) if k.name == cap.function.name and k.filename != cap.function.filename), None
+            )
+            fold.compiled(
+                cap, record, guards if c.guards else None, _scalars(c, cap), earlier
+            )  # earlier: a re-run cell's
             graphs[c.compile_id] = cap.signature
             last[cap.function] = cap.signature
         failed_break = bool(record.fail_type) and record.fail_type == "Unsupported" and not record.has_guarded_code
