@@ -275,6 +275,11 @@ def test_two_torchrun_ranks_give_the_live_divergence(tmp_path):
     assert [(m.function, m.signature, m.ranks) for m in run.compiles.merged] == [
         (m.function, m.signature, m.ranks) for m in live.merged
     ]
+    early = tmp_path / "early"  # rank 1 started first: the tables are still by rank, as a launch's are
+    early.mkdir()
+    for log in sorted((tmp_path / "t").glob("*.log")):
+        (early / log.name).write_bytes(_shift_clock(log.read_bytes(), 5 if "_rank_0_" in log.name else 0))
+    assert [t.rank for t in tl.read_trace(early).runs[0].compiles.tables] == [0, 1]
     restart = tmp_path / "t" / "restart"  # the same job again, later: a run of its own
     restart.mkdir()
     for log in sorted((tmp_path / "t").glob("*.log")):

@@ -235,6 +235,7 @@ def read_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> Trac
 
 
 def _run(name: str, pairs: list[tuple[ProcessLog, WatchTable]], *, whole: bool) -> TraceRun:
+    pairs = sorted(pairs, key=lambda p: p[0].rank or 0)  # by rank, as a launch's tables are (not by who started first)
     logs = [g for g, _ in pairs]
     tables = {g.rank or 0: t for g, t in pairs}
     rank_tables = tuple(RankTable.from_file(g.rank or 0, _marker(g, t)) for g, t in pairs)
