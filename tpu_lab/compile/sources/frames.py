@@ -191,6 +191,14 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     return tuple(out)
 
 
+def tensor_text(dtype: str, shape: Sequence[Any], requires_grad: bool) -> str:
+    """A tensor as a row shows it: ``f32[2, 8] requires_grad`` (a live tensor's, or one a log described)."""
+    dtype = dtype.removeprefix("torch.")
+    return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, shape))}]" + (
+        " requires_grad" if requires_grad else ""
+    )
+
+
 def carried_name(name: str) -> str:
     """A resumed frame's input (``___stack1``: what the code before the break computed) as a row names it."""
     if not _CARRIED.fullmatch(name):
@@ -234,14 +242,12 @@ def describe(value: Any) -> str:
     import torch
 
     if isinstance(value, torch.Tensor):
-        dtype = str(value.dtype).removeprefix("torch.")
-        grad = " requires_grad" if value.requires_grad else ""
         marked = getattr(value, "_dynamo_dynamic_indices", None)  # torch._dynamo.mark_dynamic
         extra = f" mark_dynamic{sorted(marked)}" if marked else ""
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
-        return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, value.shape))}]{grad}{extra}"
+        return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
     if isinstance(value, bool) or value is None:
         return repr(value)
     if isinstance(value, str) and len(value) <= 24:

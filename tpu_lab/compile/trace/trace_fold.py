@@ -16,12 +16,12 @@ from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import (
-    _SHORT_DTYPES,
     RESUME,
     Capture,
     FunctionKey,
     Signature,
     carried_name,
+    tensor_text,
     where_label,
 )
 from tpu_lab.compile.sources.packages import USER, is_library, is_pipeline, package_of, passes_through, short_path
@@ -172,10 +172,7 @@ def _inputs(c: CompileLog) -> Signature:
 
 
 def _tensor(t: dict[str, Any]) -> str:
-    dtype = str(t.get("dtype") or "").removeprefix("torch.")
-    sizes = ", ".join(str(s) for s in t.get("size") or ())
-    grad = " requires_grad" if t.get("requires_grad") else ""
-    return f"{_SHORT_DTYPES.get(dtype, dtype)}[{sizes}]{grad}"
+    return tensor_text(str(t.get("dtype") or ""), t.get("size") or (), bool(t.get("requires_grad")))
 
 
 def _value(c: CompileLog, source: str) -> str:

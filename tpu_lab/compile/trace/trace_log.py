@@ -108,7 +108,6 @@ class ProcessLog:
     records: int = 0
     """Compilation records seen (a log with compile starts and none of these is of another format)."""
     """Entries of kinds this reader does not know (another torch), by name: kept out, counted."""
-    seen_entries: int = 0
     compiled: int = 0
     """Compiles the log records (set by ``slim``, which drops their details once they are folded)."""
 
@@ -187,11 +186,10 @@ class _Reader:
                 self.log.bad_lines += 1
             return
         kind = body[2 : body.find(b'"', 2)].decode("ascii", "replace")
-        self.log.seen_entries += 1
         at = int(m[3]) * 3600 + int(m[4]) * 60 + float(m[5])
         if not self.log.day:
             self.log.day, self.log.first_at, self.log.pid = (m[1] + m[2]).decode(), at, int(m[6])
-        if kind == "chromium_event" or (kind not in _KNOWN and kind not in ("rank",)):
+        if kind == "chromium_event" or kind not in _KNOWN:
             if kind != "chromium_event":
                 self.log.unknown[kind] = self.log.unknown.get(kind, 0) + 1
             return
@@ -280,7 +278,6 @@ class _Reader:
                 "dtype": value.get("dtype"),
                 "size": value.get("size"),
                 "requires_grad": value.get("requires_grad", False),
-                "parameter": bool(value.get("is_parameter")),
             }
         elif kind == "describe_source":
             described = self.described.get((c.compile_id, value["describer_id"], value["id"]))

@@ -13,7 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from tpu_lab._report import Report, findings_html
+from tpu_lab._report import Report
 from tpu_lab.compile.sources.frames import FunctionKey
 from tpu_lab.compile.trace.trace_fold import POSITIONAL
 from tpu_lab.compile.trace.trace_log import ProcessLog
@@ -190,9 +190,6 @@ class TraceReport(Report):
         ax.set_title(f"{chosen.name}: cumulative compiles per rank")
         fig.legend(fontsize=7, loc="outside lower center", ncols=min(len(chosen.tables), 8))
         return fig
-
-    def findings_html(self) -> str:
-        return "".join(findings_html(r.compiles.findings) for r in self.runs)
 
 
 def read_trace(path: str | os.PathLike[str], *, rank: int | None = None) -> TraceReport:
