@@ -4,6 +4,7 @@ classes of outcome and over samples of real corpora that ship in installed packa
 benchmarks/watch_corpus.py). Dynamo's catalogues (graph-break registry, guard kinds) are covered."""
 
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,10 +154,11 @@ def test_library_code_is_found_by_package_location_not_by_folder_name(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("corpus, limit", [("module_db", 24), ("optim_db", 4), ("transformers", 2)])
+@pytest.mark.parametrize("corpus, limit", [("module_db", 24), ("optim_db", 4), ("op_db", 12), ("transformers", 2)])
 def test_invariants_hold_over_a_sample_of_each_real_corpus(corpus, limit, monkeypatch):
     pytest.importorskip("expecttest")
-    from tpu_lab.testing.corpora import CORPORA
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # corpora.py plays the user there
+    from corpora import CORPORA
 
     monkeypatch.setattr(logging.getLogger("torch"), "level", logging.ERROR)
     bad, seen = {}, 0

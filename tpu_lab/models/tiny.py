@@ -164,7 +164,7 @@ def _build(folder: Path, spec: dict) -> None:
 
     from tpu_lab.models.tiny_train import train_briefly, unprintable_token_ids
 
-    tokenizer = _train_tokenizer()
+    tokenizer = train_tokenizer()
     config = _config(spec, tokenizer)
     vocab = config.vocab_size
     torch.manual_seed(0)
@@ -221,7 +221,7 @@ def tiny_config_folder(
     try:
         target.mkdir(parents=True, exist_ok=True)
         partial = target / f".config.json.{os.getpid()}"
-        partial.write_text(_config(spec, _train_tokenizer()).to_json_string())
+        partial.write_text(_config(spec, train_tokenizer()).to_json_string())
         os.replace(partial, target / "config.json")  # never a half-written config.json
     except OSError as e:
         raise ModelBuildError(
@@ -232,7 +232,8 @@ def tiny_config_folder(
     return target
 
 
-def _train_tokenizer():
+def train_tokenizer():
+    """The byte-level BPE tokenizer every tiny checkpoint ships, trained offline on tpu_lab's own corpus."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

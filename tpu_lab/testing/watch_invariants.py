@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
 _INTERNAL = re.compile(
-    r"torch_dynamo_resume_in_|___stack\d|\bL\[['\"]|\bG\[['\"]|\bargs\[\d+\]|\bkwargs\[['\"]|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
+    r"torch_dynamo_resume_in_|___stack\d|\bL\[['\"]|\bG\[['\"]|\b(?P<star>\w+)(?:\[\d+\]|\[['\"])|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
 )
+_STARRED = ("args", "kwargs")  # a wrapper's *args/**kwargs: internal unless the user's own function takes them
 
 
 @dataclass
@@ -130,12 +132,38 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
     for g, c in shown:
         if c.kind == "verbatim" and "not translated" not in c.words:
             out["c_guards"].append(f"untranslated guard not marked: {g}")
-    out.update(text_violations(table))
+    out.update(text_violations(table, own_starred(account.records)))
     return out
 
 
-def text_violations(table: Any) -> dict[str, list[str]]:
-    """Invariants (d) and (e), which need only the table: what it prints is resolved and real."""
+def own_starred(records: list[Any]) -> set[str]:
+    """The ``*args``/``**kwargs`` names of the user's own compiled functions in ``records`` (read from their
+    source): there ``args[0]`` is the user's own name for an input, not a wrapper's that hides one."""
+    import ast
+
+    from tpu_lab.compile.sources.packages import is_library
+
+    names: set[str] = set()
+    for r in records:
+        file, line = getattr(r, "co_filename", "") or "", getattr(r, "co_firstlineno", 0)
+        if not file.endswith(".py") or is_library(file):
+            continue
+        try:
+            tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and line in (
+                node.lineno,
+                *(d.lineno for d in node.decorator_list),
+            ):
+                names |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
+    return names
+
+
+def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[str]]:  # type: ignore[assignment]
+    """Invariants (d) and (e), which need only the table: what it prints is resolved and real. ``own``: the
+    user's own ``*args``/``**kwargs`` names (``own_starred``), which are theirs to read."""
     from tpu_lab.compile.sources.dynamo_catalog import unresolved_names
 
     out: dict[str, list[str]] = {"d_names": [], "e_apis": []}
@@ -144,8 +172,10 @@ def text_violations(table: Any) -> dict[str, list[str]]:
     texts += [(b.words, b.fix) for b in table.breaks]
     for words, fix in texts:
         for text in (words, fix):
-            if m := _INTERNAL.search(text or ""):
-                out["d_names"].append(f"{m[0]!r} in: {text[:160]}")
+            for m in _INTERNAL.finditer(text or ""):
+                if m["star"] is None or (m["star"] in _STARRED and m["star"] not in own):
+                    out["d_names"].append(f"{m[0]!r} in: {text[:160]}")
+                    break
         if fix and (missing := unresolved_names(fix)):
             out["e_apis"].append(f"{missing} in fix: {fix[:160]}")
     return out

@@ -99,7 +99,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "a loss option), each value is a graph: keep it to a few values"
         )
         if kind == "int":
-            fix += ", or keep it to a few values (with automatic dynamic off, and on a TPU, each value is a graph)"
+            fix += " (with automatic dynamic off, and on a TPU, every int value is a graph too)"
     else:
         fix = "usually none: after a second value Dynamo makes an int dynamic; where it is data, pass a tensor"
     return Cause("value", words, g, fix)

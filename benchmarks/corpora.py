@@ -1,9 +1,14 @@
 """Corpora of real code nobody here wrote, shipped in installed packages, for the watch's invariants
-(``watch_invariants``): torch's own ``module_db`` (every ``nn.Module`` with its sample inputs) and
-``optim_db`` (every optimizer with its configurations, from ``torch.testing._internal``, which needs the
-``expecttest`` package), and transformers' architectures as tiny random models built from their configs.
-Each case compiles real code and calls it with its inputs varied (shape, dtype, train/eval, grad mode,
-requires_grad, a learning rate); nothing is copied into tpu_lab."""
+(``tpu_lab.testing.watch_invariants``): torch's own ``module_db`` (every ``nn.Module`` with its sample
+inputs), ``optim_db`` (every optimizer with its configurations) and a slice of ``op_db`` (operators with
+their sample inputs), all from ``torch.testing._internal``, which needs the ``expecttest`` package; and
+transformers' architectures as tiny random models built from their configs, called directly, through
+``generate`` and through a text-generation ``pipeline``. Each case compiles real code and calls it with its
+inputs varied (shape, dtype, train/eval, grad mode, requires_grad, a learning rate); nothing is copied here.
+
+This file plays the user: the small functions it compiles around an operator or an optimizer's step are
+user code to the watch (outside the tpu_lab package, as a user's own script is), so it lives beside the
+benchmark, not in tpu_lab. tests/test_watch_complete.py imports it for the CI sample."""
 
 from __future__ import annotations
 
@@ -90,6 +95,40 @@ def _run_optimizer(info: Any, torch: Any) -> None:
                     group["lr"] *= 0.5
 
 
+def op_cases(limit: int | None = None, every: int = 10) -> Iterator[Case]:
+    """One case per ``every``-th ``op_db`` entry (a slice: the whole is some 2,000 operators): the operator
+    called from a compiled function with up to four of its float32 samples (shapes, Python arguments and
+    keyword options change between them), then its first sample in float64 and with ``requires_grad``."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    for info in op_db[::every][:limit]:
+        name = f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+        yield Case("op_db", name, functools.partial(_run_op, info, torch))
+
+
+def _run_op(info: Any, torch: Any) -> None:
+    def samples(dtype: Any, requires_grad: bool = False) -> list[Any]:
+        if dtype not in info.supported_dtypes("cpu"):
+            return []
+        try:
+            return list(info.sample_inputs("cpu", dtype, requires_grad=requires_grad))[:4]
+        except Exception:
+            return []
+
+    op = info.op
+
+    @torch.compile(backend=BACKEND)
+    def call(x: Any, *args: Any, **kwargs: Any) -> Any:
+        return op(x, *args, **kwargs)
+
+    first = samples(torch.float32)
+    for s in first:
+        _quiet(functools.partial(call, s.input, *s.args, **s.kwargs))
+    for s in samples(torch.float64)[:1] + (samples(torch.float32, True)[:1] if info.supports_autograd else []):
+        _quiet(functools.partial(call, s.input, *s.args, **s.kwargs))
+
+
 _TINY = {
     "hidden_size": 32,
     "intermediate_size": 64,
@@ -97,7 +136,7 @@ _TINY = {
     "num_attention_heads": 4,
     "num_key_value_heads": 2,
     "head_dim": 8,
-    "vocab_size": 128,
+    "vocab_size": 1024,  # the tokenizer tiny_model trains (1,000 tokens) fits: the pipeline's prompts are text
     "max_position_embeddings": 128,
     "attention_type": "original_full",  # BigBird's block-sparse attention traces to tens of GB here
 }
@@ -109,7 +148,8 @@ _MAX_PARAMETERS = 2_000_000  # an architecture whose own size keys _TINY misses 
 def transformers_cases(limit: int | None = None, names: tuple[str, ...] = ()) -> Iterator[Case]:
     """One case per causal-LM architecture transformers can build offline from its config, shrunk to a
     tiny size with random weights: its forward compiled and called at several lengths and batch sizes,
-    then ``generate`` on the compiled forward."""
+    then ``generate`` on the compiled forward, then a text-generation ``pipeline`` over prompts of several
+    lengths in batches of two (left-padded)."""
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -149,10 +189,28 @@ def _run_causal_lm(config: Any) -> None:
         model.forward = torch.compile(model.forward, backend=BACKEND)  # what generate() calls per step
         ids = torch.randint(0, min(vocab, 128), (1, 6))
         _quiet(lambda: model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0))
+    if vocab >= len(tokenizer := _tokenizer()):
+        _quiet(lambda: _pipeline(model, tokenizer))
+
+
+@functools.cache
+def _tokenizer() -> Any:
+    from tpu_lab.models.tiny import train_tokenizer
+
+    return train_tokenizer()
+
+
+def _pipeline(model: Any, tokenizer: Any) -> None:
+    from transformers import pipeline
+
+    generate = pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
+    prompts = ["The cat", "A small model on a chip", "Compile once, run", "Tensor parallel runs on every host"]
+    generate(prompts, batch_size=2, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id)
 
 
 CORPORA: dict[str, Callable[..., Iterator[Case]]] = {
     "module_db": module_cases,
     "optim_db": optimizer_cases,
+    "op_db": op_cases,
     "transformers": transformers_cases,
 }
