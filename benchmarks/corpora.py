@@ -150,10 +150,24 @@ def transformers_cases(limit: int | None = None, names: tuple[str, ...] = ()) ->
     tiny size with random weights: its forward compiled and called at several lengths and batch sizes,
     then ``generate`` on the compiled forward, then a text-generation ``pipeline`` over prompts of several
     lengths in batches of two (left-padded)."""
-    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    chosen = names or tuple(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    yield from _architectures("transformers", names or tuple(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES), limit, _run_causal_lm)
+
+
+def masked_lm_cases(limit: int | None = None, names: tuple[str, ...] = ()) -> Iterator[Case]:
+    """One case per masked-LM (encoder) architecture, tiny and random as above: a training step (train
+    mode, labels, backward) at two lengths and batch sizes, then eval under no_grad at a third."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    yield from _architectures("masked_lm", names or tuple(MODEL_FOR_MASKED_LM_MAPPING_NAMES), limit, _run_masked_lm)
+
+
+def _architectures(
+    corpus: str, chosen: tuple[str, ...], limit: int | None, run: Callable[[Any], None]
+) -> Iterator[Case]:
+    from transformers import AutoConfig
+
     count = 0
     for model_type in chosen:
         try:
@@ -163,23 +177,55 @@ def transformers_cases(limit: int | None = None, names: tuple[str, ...] = ()) ->
         if limit is not None and count >= limit:
             return
         count += 1
-        yield Case("transformers", model_type, functools.partial(_run_causal_lm, config))
+        yield Case(corpus, model_type, functools.partial(run, config))
 
 
-def _run_causal_lm(config: Any) -> None:
+def _tiny(config: Any, auto: Any) -> Any:
+    """The architecture at a tiny size with random weights, or None where it cannot be built that small."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     for key, value in _TINY.items():
         if hasattr(config, key):
             setattr(config, key, value)
     try:
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).eval()
+        model = auto.from_config(config)
     except Exception:
-        return
+        return None
     if sum(p.numel() for p in model.parameters()) > _MAX_PARAMETERS:  # a size _TINY did not reach: not tiny
+        return None
+    return model
+
+
+def _run_masked_lm(config: Any) -> None:
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    if (model := _tiny(config, AutoModelForMaskedLM)) is None:
         return
+    compiled = torch.compile(model, backend=BACKEND)
+    vocab = min(int(getattr(config, "vocab_size", 128) or 128), 128)
+    model.train()
+    for batch, length in ((2, 7), (4, 11)):
+        ids = torch.randint(0, vocab, (batch, length))
+
+        def step(ids: Any = ids) -> None:
+            compiled(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss.backward()
+
+        _quiet(step)
+    model.eval()
+    with torch.no_grad():
+        ids = torch.randint(0, vocab, (2, 15))
+        _quiet(lambda: compiled(input_ids=ids, attention_mask=torch.ones_like(ids)))
+
+
+def _run_causal_lm(config: Any) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if (model := _tiny(config, AutoModelForCausalLM)) is None:
+        return
+    model.eval()
     compiled = torch.compile(model, backend=BACKEND)
     vocab = int(getattr(config, "vocab_size", 128) or 128)
     with torch.no_grad():
@@ -213,4 +259,5 @@ CORPORA: dict[str, Callable[..., Iterator[Case]]] = {
     "optim_db": optimizer_cases,
     "op_db": op_cases,
     "transformers": transformers_cases,
+    "masked_lm": masked_lm_cases,
 }

@@ -1,7 +1,7 @@
 """tl.watch()'s invariants over corpora of real code nobody here wrote (see corpora.py here and
 tpu_lab.testing.watch_invariants): per corpus, the cases run and each invariant's violations, listed.
 
-    python benchmarks/watch_corpus.py [--corpus module_db optim_db op_db transformers] [--limit N] [--show 5]
+    python benchmarks/watch_corpus.py [--corpus module_db optim_db op_db transformers masked_lm] [--limit N] [--show 5]
 
 Needs the ``expecttest`` package for torch's databases (``pip install expecttest``). The whole of each
 corpus by default; tests/test_watch_corpus.py runs a sample of each in CI.

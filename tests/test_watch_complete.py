@@ -154,7 +154,9 @@ def test_library_code_is_found_by_package_location_not_by_folder_name(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("corpus, limit", [("module_db", 24), ("optim_db", 4), ("op_db", 12), ("transformers", 2)])
+@pytest.mark.parametrize(
+    "corpus, limit", [("module_db", 24), ("optim_db", 4), ("op_db", 12), ("transformers", 2), ("masked_lm", 2)]
+)
 def test_invariants_hold_over_a_sample_of_each_real_corpus(corpus, limit, monkeypatch):
     pytest.importorskip("expecttest")
     monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks"))  # corpora.py plays the user there
