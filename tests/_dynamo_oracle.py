@@ -82,7 +82,7 @@ def check_against_dynamo(w, log, also=()):
     assert all(any(a in g for a in also) for g in extra), (extra, every)  # no guard nobody expected
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
-    assert text_violations(table) == {"d_names": [], "e_apis": []}  # nothing unresolved or unreal printed
+    assert (found := text_violations(table)) == {"d_names": [], "e_apis": []}, found  # nothing unresolved or unreal
 
 
 def only_causes(w, name):

@@ -178,6 +178,12 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
                     break
         if fix and (missing := unresolved_names(fix)):
             out["e_apis"].append(f"{missing} in fix: {fix[:160]}")
+    for row in table.rows:  # what Dynamo made dynamic is named as the code names it, never as a graph input's
+        roots = {part.split(": ", 1)[0].split("[")[0].split(".")[0] for part in row.signature.split(", ")}
+        for item in filter(None, (row.dynamic or "").split(", ")):
+            name = item.rsplit(" dim ", 1)[0]
+            if any(re.fullmatch(rf"{re.escape(r)}(?:_\w+)+", name) for r in roots if r.isidentifier()):
+                out["d_names"].append(f"{name!r} made dynamic: a graph's input name, not the code's")
     return out
 
 

@@ -10,11 +10,31 @@ from tpu_lab.compile.causes.cause import Cause, local_name
 
 _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
+_TORCH_CONSTANT = re.compile(r"^(?P<name>\S+) == torch\.(?P<value>\w+)$")  # a dtype, layout or memory format
+# Dynamo reports a guard whose check raised by the exception's text: an input it compared by value with ==
+# (a tuple of ints) now holds tensors, whose == is elementwise
+_TENSOR_TRUTH = "Boolean value of Tensor with more than one value is ambiguous"
 
 
 def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Cause | None:
     """A failed type or identity guard in words (``at``: the user's file:line behind it; ``inputs``: what
     the inputs and the guards' other objects are now, by name); None for others."""
+    if m := _TORCH_CONSTANT.match(g.strip()):
+        kind = "dtype" if _is_dtype(m["value"]) else "torch constant"
+        return Cause(
+            "dtype" if kind == "dtype" else "value",
+            f"{local_name(m['name'])} is another {kind} now, was torch.{m['value']} (each one passed is its own graph)",
+            g,
+            f"expected once per {kind}; pass one {kind} every call if it changes often",
+        )
+    if g.strip() == _TENSOR_TRUTH:
+        return Cause(
+            "type",
+            f"an input Dynamo compared by value (a number or a tuple of numbers) now holds tensors: checking that "
+            f"guard raised ({_TENSOR_TRUTH}), which Dynamo counts as a failed guard",
+            g,
+            "expected once per case; pass the same kind every call (always numbers, or always tensors)",
+        )
     if (m := _TYPE_ID.search(g) or _OBJ.search(g)) and _shared_wrapper(m, at):
         was = m["cls"].rsplit(".", 1)[-1] if "cls" in m.groupdict() and m["cls"] else "another callable"
         return Cause(
@@ -103,6 +123,12 @@ def _shared_wrapper(m: re.Match, where: str) -> bool:
     """A guard on ``fn`` itself in torch.compile's wrapper (``external_utils.inner``): another callable."""
     name = next((v for v in m.groups() if v), "")
     return name.strip() == "fn" and (not where or "external_utils" in where)
+
+
+def _is_dtype(name: str) -> bool:
+    import torch
+
+    return isinstance(getattr(torch, name, None), torch.dtype)
 
 
 def _enum_class(g: str) -> str | None:

@@ -109,7 +109,7 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
     for node, shape in shapes.items():
         if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
             continue
-        name = names.get(node[2:].rstrip("_"), node[2:].rstrip("_"))
+        name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), signature)
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
         carried = re.fullmatch(r"_*stack\d+(?:_(\d+))?", name)  # a resumed frame's input (or an item of it)
         name = ("the carried value" + (f"[{carried[1]}]" if carried[1] else "")) if carried else name
@@ -120,3 +120,12 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         elif scalar:
             out.append(name)
     return ", ".join(dict.fromkeys(out))
+
+
+def _indexed(flat: str, signature: Signature) -> str:
+    """A placeholder inside an input the row shows whole (``args_0_1`` of ``args: tuple len=1``) by the
+    input's own name and indices, ``args[0][1]``; else the placeholder's name as it is."""
+    for root in dict.fromkeys(n.split("[")[0].split(".")[0] for n, _ in signature):
+        if m := re.fullmatch(rf"{re.escape(root)}((?:_\d+)+)", flat):
+            return root + "".join(f"[{i}]" for i in m[1].split("_")[1:])
+    return flat

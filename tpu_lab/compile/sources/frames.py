@@ -178,6 +178,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         elif isinstance(value, (list, tuple)):
             if value and any(_interesting(v) for v in value):
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]
+            elif value and any(isinstance(v, (list, tuple)) for v in value):  # *args holding a list: one level in
+                out += [(f"{name}[{i}]", _entry(v)) for i, v in enumerate(value) if isinstance(v, (list, tuple))]
             elif value:
                 out.append((name, f"{type(value).__name__} len={len(value)}"))
         else:
@@ -227,7 +229,9 @@ def _holds_tensors(value: Any) -> bool:
 
 
 def _entry(value: Any) -> str:
-    return f"{type(value).__name__} len={len(value)}" if _holds_tensors(value) else describe(value)
+    if _holds_tensors(value) or (isinstance(value, (list, tuple)) and not hasattr(value, "_fields")):
+        return f"{type(value).__name__} len={len(value)}"
+    return describe(value)
 
 
 def _interesting(value: Any) -> bool:

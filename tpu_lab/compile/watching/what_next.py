@@ -89,7 +89,7 @@ def flags_before(rows: dict, function: object, causes: list[Cause]) -> dict:
     for name, old in (c.flag for c in causes if c.flag):
         out = {}
         for (key, shown), row in rows.items():
-            if key == function and name not in dict(shown) and (key, _added(shown, [(name, old)])) not in rows:
+            if key == function and not _shows(shown, name) and (key, _added(shown, [(name, old)])) not in rows:
                 shown = _added(shown, [(name, old)])
                 row.signature = signature_text(shown)
             out[(key, shown)] = row
@@ -108,7 +108,13 @@ def with_flags(
     (its boolean arguments), else at the value the flag's last change left."""
     flags.update(flags_now(causes))
     passed = dict(call)
-    return _added(shown, [(n, passed.get(n, v)) for n, v in flags.items() if n not in dict(shown)])
+    return _added(shown, [(n, passed.get(n, v)) for n, v in flags.items() if not _shows(shown, n)])
+
+
+def _shows(shown: tuple[tuple[str, str], ...], flag: str) -> bool:
+    """The inputs already show ``flag``: by its name, or as the keyword of a ``**kwargs`` the user's own
+    function takes (``kwargs['density']``), at the value this call passed."""
+    return any(n == flag or re.fullmatch(rf"\w+\[{re.escape(repr(flag))}\]", n) for n, _ in shown)
 
 
 def _added(shown: tuple[tuple[str, str], ...], extra: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
