@@ -29,6 +29,8 @@ def clean(text: str) -> str:
     text = _ADDRESS.sub(lambda m: f"a {m[1].rsplit('.', 1)[-1]}", text)
     text = _PATH.sub(lambda m: short_path(m[1]), text)
     text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text)
+    text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
+    text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
     return text.strip().rstrip(".")
 
 
@@ -57,10 +59,23 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
     return first, explanation, hints
 
 
-def usable_hints(hints: list[str]) -> list[str]:
-    """Dynamo's hints that a user can act on and that name only APIs and config keys this torch has."""
+def usable_hints(hints: list[str], reason: str = "") -> list[str]:
+    """Dynamo's hints that a user can act on and that name only APIs and config keys this torch has; a hint
+    for a case this break is not (``If the HOP is activation checkpointing``, no checkpoint in ``reason``) is
+    left out."""
     usable = (h for h in hints if not re.search(r"\{[\w.()\[\]]+\}", h))  # a template Dynamo never filled in
+    usable = (h for h in usable if not (h.startswith("If the HOP is") and "checkpoint" not in reason.lower()))
     return [clean(h) for h in usable if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
+
+
+_SCOPE_FIX = (
+    "a hook (or a torch.cond / checkpoint body) stores into state outside it (an attribute, a global, a list): "
+    "return the value instead of storing it, or register that hook outside the compiled call"
+)
+_NUMPY_FIX = (
+    "compute it outside the compiled function and pass the result in, or use the torch equivalent "
+    "(torch.distributions for random draws, torch ops for the rest)"
+)
 
 
 _BRANCH = re.compile(r"^(?:while|if|elif)\b")
@@ -91,7 +106,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
             hints = list(found.hints)
         if re.fullmatch(r"[a-z]+(?:_[a-z]+)+", words or clean(first)):  # an internal name (step_unsupported)
             words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
-        cause = Cause("graph_break", words or clean(first), first, "; ".join(usable_hints(hints)[:2]))
+        said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
+        fix = "; ".join(usable_hints(hints, said)[:2]) or (_NUMPY_FIX if "torch._numpy" in inner else "")
+        fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
+        cause = Cause("graph_break", words or clean(first), first, fix)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped and ("torch/" in cause.words or "torch." in cause.words):
         fix = (
@@ -129,4 +147,8 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
         fix = "none on your side: the library breaks the graph there on purpose"
     else:
         fix = "it is in library code: call it outside the compiled function, or accept the break"
+        # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
+        said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
+        setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
+        fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)

@@ -101,7 +101,7 @@ def causes_of(
             # a graph compiled for inputs that look the same as now is nearest: what differs from it is
             # what the table cannot show (a string's value, a list's order), not what another graph names
             g not in inputs or _distance(inputs[g], signature) > 0,
-            len(per_graph[g]),
+            sum(_changes(c) for c in per_graph[g]),
             _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
             if g in inputs
             else far,
@@ -109,6 +109,13 @@ def causes_of(
         ),
     )
     return [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]]
+
+
+def _changes(cause: Cause) -> int:
+    """How many changes a cause stands for: one, or each piece of global state one guard found changed
+    (``GLOBAL_STATE changed: grad_mode autocast``: two), so a graph that differs in grad mode alone is nearer."""
+    state = cause.guard.partition("GLOBAL_STATE changed:")[2]
+    return max(1, len(state.split()))
 
 
 def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | None:

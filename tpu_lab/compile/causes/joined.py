@@ -67,7 +67,7 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
             key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
-            key = (cause.kind, cause.words.replace(name, "\0"), cause.fix.replace(name, "\0"))
+            key = (cause.kind, _hole(cause.words, name), _hole(cause.fix, name))
         else:
             key = (cause.kind, cause.words, cause.words)
         groups.setdefault(key, []).append((name, cause))
@@ -107,12 +107,17 @@ def _join(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:3])} and {len(names) - 3} more"
 
 
+def _hole(text: str, name: str) -> str:
+    """``text`` with the input ``name`` as a whole name (never inside a word: ``a`` in "changed") left out."""
+    return re.sub(rf"(?<![\w.\[']){re.escape(name)}(?![\w\[(])", "\0", text)
+
+
 def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     joined = _join(names)
     first = same[0][1]
     size = _SIZE.search(first.guard) if first.kind == "size" else None
     if size is None:
-        words = first.words.replace(same[0][0], "\0")
+        words = _hole(first.words, same[0][0])
         plural = words.replace("\0 is ", "\0 are ").replace("\0 has ", "\0 have ").replace("\0's ", "\0: their ")
         plural = plural.replace("\0 was ", "\0 were ")
         plural = plural.replace("parameter \0", "parameters \0")

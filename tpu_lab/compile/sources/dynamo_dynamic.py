@@ -109,10 +109,12 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
     for node, shape in shapes.items():
         if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
             continue
-        name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), signature)
+        name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), names)
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
-        carried = re.fullmatch(r"_*stack\d+(?:_(\d+))?", name)  # a resumed frame's input (or an item of it)
-        name = ("the carried value" + (f"[{carried[1]}]" if carried[1] else "")) if carried else name
+        carried = re.fullmatch(r"_*stack(\d+)((?:_\d+)*)", name)  # a resumed frame's input (or an item of it)
+        if carried:
+            name = "the carried value" + (f" {int(carried[1]) + 1}" if int(carried[1]) else "")
+            name += "".join(f"[{i}]" for i in carried[2].split("_")[1:])
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input
@@ -122,10 +124,12 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
     return ", ".join(dict.fromkeys(out))
 
 
-def _indexed(flat: str, signature: Signature) -> str:
-    """A placeholder inside an input the row shows whole (``args_0_1`` of ``args: tuple len=1``) by the
-    input's own name and indices, ``args[0][1]``; else the placeholder's name as it is."""
-    for root in dict.fromkeys(n.split("[")[0].split(".")[0] for n, _ in signature):
-        if m := re.fullmatch(rf"{re.escape(root)}((?:_\d+)+)", flat):
-            return root + "".join(f"[{i}]" for i in m[1].split("_")[1:])
+def _indexed(flat: str, names: dict[str, str]) -> str:
+    """A placeholder inside an input the row shows whole (``args_0_1`` of ``args: tuple len=1``,
+    ``kwargs_position_embeddings_0`` of ``position_embeddings: tuple len=2``) by the input's name and
+    indices, ``args[0][1]``; else the placeholder's name as it is. ``names``: flattened -> shown."""
+    roots = {k.split("_", 1)[1] if k.startswith(("kwargs_", "args_")) else k: v for k, v in names.items()}
+    for known, shown in sorted({**names, **roots}.items(), key=lambda kv: -len(kv[0])):
+        if m := re.fullmatch(rf"(?:(?:kwargs|args)_)?{re.escape(known)}((?:_\d+)+)", flat):
+            return shown + "".join(f"[{i}]" for i in m[1].split("_")[1:])
     return flat

@@ -154,14 +154,17 @@ def resume_line(code: Any) -> int:
     at = {ins.offset: i for i, ins in enumerate(instructions)}
     jump = next((ins for ins in instructions if ins.opname.startswith("JUMP")), None)
     i = at.get(jump.argval) if jump is not None and isinstance(jump.argval, int) else None
-    seen = set()
+    seen, back = set(), False
     while i is not None and i < len(instructions) and i not in seen:
         seen.add(i)
         ins = instructions[i]
         line = ins.positions.lineno if ins.positions else None
-        if line and line != code.co_firstlineno:
+        # a line above the break is where the code continues only through a loop's jump back; else it is a
+        # `with` the break was inside, which the resume function enters again before it goes on
+        if line and line != code.co_firstlineno and (line > code.co_firstlineno or back):
             return line
         if ins.opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and isinstance(ins.argval, int):
+            back = back or ins.opname == "JUMP_BACKWARD" or ins.argval < ins.offset
             i = at.get(ins.argval)
         elif ins.opname.startswith("RETURN"):
             return 0

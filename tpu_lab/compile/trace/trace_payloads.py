@@ -43,13 +43,14 @@ def resume_line(text: str) -> int:
         return 0
     at = {offset: i for i, (offset, *_rest) in enumerate(code)}
     jump = next((c for c in code if c[1].startswith("JUMP")), None)
-    i, seen = at.get(jump[3]) if jump and jump[3] is not None else None, set()
+    i, seen, back = at.get(jump[3]) if jump and jump[3] is not None else None, set(), False
     while i is not None and i < len(code) and i not in seen:
         seen.add(i)
-        _, op, n, to = code[i]
-        if n and n != code[0][2]:
+        offset, op, n, to = code[i]
+        if n and n != code[0][2] and (n > code[0][2] or back):  # above the break: a loop's head, or a `with` re-entered
             return n
         if op in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and to is not None:
+            back = back or to < offset
             i = at.get(to)
         elif op.startswith("RETURN"):
             return 0
