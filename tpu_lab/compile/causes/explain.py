@@ -87,7 +87,9 @@ def causes_of(
         ]
         per_graph[graph] = [
             dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names), flag=_flag(c, names))
-            for c in calling_style(cache_first(merged([_next_values(f, c, dynamic, limit, baked) for f, c in found])))
+            for c in calling_style(
+                cache_first(merged([_next_values(f, c, dynamic, limit, baked) for f, c in _grad(found)]))
+            )
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
@@ -109,6 +111,14 @@ def causes_of(
         ),
     )
     return [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]]
+
+
+def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:
+    """Without the tensors that stopped requiring grad when grad mode went off in the same compile: made
+    under torch.no_grad(), they follow from that change (a parameter frozen by the user is its own change)."""
+    if not any("GLOBAL_STATE" in c.guard and "grad_mode" in c.guard for _, c in found):
+        return found
+    return [(f, c) for f, c in found if not (c.kind == "requires_grad" and c.words.endswith("changed True -> False"))]
 
 
 def _changes(cause: Cause) -> int:

@@ -76,16 +76,23 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
     return None
 
 
-def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str]) -> Cause:
-    """A value that is None now, or was (``mask is None``), with what it is now where that is known."""
+def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], caller: str = "") -> Cause:
+    """A value that is None now, or was (``mask is None``), with what it is now where that is known;
+    ``caller``: the library that called the compiled function, and so chose to pass None or not."""
     name = local_name(raw)
     value = inputs.get(name, "") if now_value else ""
     now = (kind_of(value) if value and value != "None" else "a value") if now_value else "None"
+    if name.startswith("self."):
+        fix = _set_before(name)
+    elif caller:  # e.g. a model passes its full-attention layers no mask and its sliding-window layers one
+        fix = (
+            f"expected once per case: {caller} passes {name} as None on some calls and as a value on others "
+            "(a model's layer types, a first step and the rest), and nothing you pass changes that"
+        )
+    else:
+        fix = always_pass(raw)
     return Cause(
-        "none",
-        f"{name} is now {now}, was {'None' if now_value else 'a value'} (each case is its own graph)",
-        g,
-        _set_before(name) if name.startswith("self.") else always_pass(raw),
+        "none", f"{name} is now {now}, was {'None' if now_value else 'a value'} (each case is its own graph)", g, fix
     )
 
 

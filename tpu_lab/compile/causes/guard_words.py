@@ -235,7 +235,7 @@ def words(
             else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
         )
     if m := _NONE.match(g):
-        return none_words(m["name"], m["not"] is None, g, inputs or {})
+        return none_words(m["name"], m["not"] is None, g, inputs or {}, caller)
     if (cause := container_words(f, caller=caller, inputs=inputs, pipeline=pipeline)) is not None:
         return cause
     if m := _SIZE_ONE.match(g):  # Dynamo's own 0/1 specialisation, not a branch of the user's code
