@@ -184,10 +184,10 @@ def _tiny(config: Any, auto: Any) -> Any:
     """The architecture at a tiny size with random weights, or None where it cannot be built that small."""
     import torch
 
-    for key, value in _TINY.items():
-        if hasattr(config, key):
-            setattr(config, key, value)
-    try:
+    try:  # a heterogeneous config (per-layer sizes) refuses even the reading of a global size
+        for key, value in _TINY.items():
+            if hasattr(config, key):
+                setattr(config, key, value)
         torch.manual_seed(0)
         model = auto.from_config(config)
     except Exception:
