@@ -4,6 +4,8 @@ mixup's numpy draw, regional compilation of a model's decoder layers, and an ope
 function of ``*args, **kwargs`` (torch's own op_db samples). What the reviewer found wrong is asserted right
 here; every run is also checked against Dynamo's own records and the watch's invariants."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -204,3 +206,27 @@ def test_a_dtype_passed_by_value_is_named_in_words():
     assert "kwargs['dtype'] is another dtype now, was torch.float32 (each one passed is its own graph)" in words(
         w.table
     )
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@logged
+def routed(x):
+    hit = (x > 0).nonzero()  # a break inside the decorated function: Dynamo compiles it as a frame of its own
+    return x[hit[:, 0]].sum()
+
+
+def test_a_decorators_wrapper_and_the_function_it_wraps_are_two_rows_when_both_compile(dynamo):
+    f = torch.compile(routed, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(6))
+    check_against_dynamo(w, dynamo)
+    names = [r.function.split(" (")[0] for r in w.table]
+    assert "routed via @logged" in names and "routed" in names, names
+    assert not any("(x2)" in r.cause for r in w.table)  # never one row for two frames' first compiles

@@ -57,22 +57,33 @@ class FunctionKey(NamedTuple):
     line: int
     resumes_at: int = 0
     """For the part of a function after a graph break: the line it resumes at (one branch's target)."""
+    via: str = ""
+    """The decorator whose wrapper Dynamo compiled for this function (``profile_hook_step``), where the
+    function is named through it: the wrapper and the function itself are two frames, two rows."""
 
     @property
     def label(self) -> str:
         """The function as its code names it: ``refine`` or ``refine after the graph break at line 8``."""
         if self.name.startswith(RESUME):
-            fn, _, line = self.name[len(RESUME) :].rpartition("_at_")
-            return f"{fn} after the graph break at line {line}"
+            name, backward = _backward(self.name)
+            fn, _, line = name[len(RESUME) :].rpartition("_at_")
+            return f"{fn} after the graph break at line {line}{backward}"
         return self.name
 
     def __str__(self) -> str:
         where = where_label(self.filename, self.line)
         if self.name.startswith(RESUME):  # the part of fn after a graph break, as Dynamo names it
-            fn, _, line = self.name[len(RESUME) :].rpartition("_at_")
+            name, backward = _backward(self.name)
+            fn, _, line = name[len(RESUME) :].rpartition("_at_")
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
-            return f"{fn} after the graph break at line {line}{at} ({where})"
-        return f"{self.name} ({where})"
+            return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
+        via = f" via @{self.via}" if self.via else ""
+        return f"{self.name}{via} ({where})"
+
+
+def _backward(name: str) -> tuple[str, str]:
+    """A backward graph's function name (``... (backward)``) split into the forward's name and that mark."""
+    return (name.removesuffix(" (backward)"), " (backward)") if name.endswith(" (backward)") else (name, "")
 
 
 class Capture(NamedTuple):

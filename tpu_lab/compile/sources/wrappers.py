@@ -114,7 +114,8 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     owner = values.get(code.co_varnames[0]) if code.co_argcount else None
     if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
         name = f"{type(owner).__name__}.{fn.__name__}"
-    return FunctionKey(name, inner.co_filename, inner.co_firstlineno)
+    decorator = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]  # def timed(fn): def wrapper...
+    return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=decorator)
 
 
 def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:
