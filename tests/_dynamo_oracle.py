@@ -59,11 +59,12 @@ def dynamo():
     torch._logging.set_logs()
 
 
-def check_against_dynamo(w, log, also=()):
+def check_against_dynamo(w, log, also=(), own=frozenset()):
     """The watch's count equals Dynamo's records; every recompile Dynamo logged is explained by one of the
     guards it logged failing (the watch picks the graph nearest the new inputs, not always the first);
     every graph break it logged is counted. Dynamo logs only the first failed guard per graph: a row may
-    name more only where the test says which (``also``: each must appear, and nothing else may)."""
+    name more only where the test says which (``also``: each must appear, and nothing else may); ``own``: the
+    compiled function's own ``*args``/``**kwargs`` names, which the words may use."""
     table = w.table
     assert table.total_compiles - sum(r.compiles for r in table if "(backward)" in r.function) == log.compiles()
     logged = []
@@ -74,15 +75,19 @@ def check_against_dynamo(w, log, also=()):
     for failures in logged:
         assert any(g in failures for g in ours), (failures, ours)
     every = {f for failures in logged for f in failures}
-    explained = sum(
-        c.count or (c.kind == "limit") for r in table for c in r.causes if set(c.guard.splitlines()) & every
+    explained = sum(c.count for r in table for c in r.causes if c.kind != "limit" and set(c.guard.splitlines()) & every)
+    # a refusal at the limit is logged as a recompile too, each time (where it raises, every later call is one)
+    explained += sum(
+        r.refused for r in table if any(c.kind == "limit" and set(c.guard.splitlines()) & every for c in r.causes)
     )
     assert explained == len(logged)  # one cause from a logged failed guard per recompile Dynamo logged
     extra = [g for g in ours if g not in every]
     assert all(any(a in g for a in also) for g in extra), (extra, every)  # no guard nobody expected
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
-    assert (found := text_violations(table)) == {"d_names": [], "e_apis": []}, found  # nothing unresolved or unreal
+    assert (found := text_violations(table, set(own))) == {"d_names": [], "e_apis": []}, (
+        found
+    )  # nothing unresolved or unreal
 
 
 def only_causes(w, name):

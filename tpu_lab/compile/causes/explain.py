@@ -16,14 +16,33 @@ from tpu_lab.compile.causes.guard_sizes import (
 from tpu_lab.compile.causes.guard_values import static_number_fix
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.resumed import in_resumed_frame
+from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
 from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, FunctionKey, renamed, where_label
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
     "UNCOMPILED (only a log line says so)."
 )
+LIMIT_RAISED_TEXT = (
+    "recompile limit reached where torch.compile(fullgraph=True) or torch._dynamo.config.fail_on_recompile_limit_hit "
+    "makes it an error: the call that needed a new graph RAISED FailOnRecompileLimitHit, and so does every later "
+    "call that needs one (the row says which setting)."
+)
 TPU_DYNAMIC = "torch_tpu's tpu backend rejects dynamic shapes: pad to buckets instead"
 Signature = Sequence[tuple[str, str]]
+
+
+def limit_raised(raises: str, fullgraph: bool) -> tuple[str, str]:
+    """(words, fix) for a refusal at the recompile limit that raised instead of running the call uncompiled:
+    ``raises`` is the setting that made it an error (Dynamo's config, else ``fullgraph=True``)."""
+    words = (
+        f"the call raised FailOnRecompileLimitHit ({raises} turns the limit into an error), and so does every "
+        "later call that needs a new graph"
+    )
+    off = "drop fullgraph=True" if raises == RAISES_FULLGRAPH else f"set {raises.replace('True', 'False')}"
+    if raises != RAISES_FULLGRAPH and fullgraph:
+        off += " and drop fullgraph=True"
+    return words, f"raise the recompile limit, or {off} so calls past it run uncompiled instead of raising"
 
 
 def explain(reason: str | None, *, limit_hit: bool = False) -> str:

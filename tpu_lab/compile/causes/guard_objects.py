@@ -49,6 +49,11 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
         module = "._modules[" in m["name"] or ".nn.modules." in (m["cls"] or "")
         now = kind_of((inputs or {}).get(name, ""))
+        if "None" in (now, was):  # a value and None: the code's two cases, each its own graph
+            was = "None" if was == "NoneType" else _a(was)
+            return Cause(
+                "type", f"{name} is now {now or 'a value'}, was {was} (each case is its own graph)", g, none_fix()
+            )
         return Cause(
             "type",
             f"{name} is now {now or 'of another type'}, was {_a(was)}"
@@ -105,6 +110,14 @@ def _set_before(name: str) -> str:
     )
 
 
+def none_fix() -> str:
+    """The fix where a value is None in some calls and not in others (``top_k=None`` turning top-k off)."""
+    return (
+        "expected once per case; to keep one graph, pass a value of the same type in place of None, one with the "
+        "same effect (e.g. a limit at its largest), or compile a function of its own for the None case"
+    )
+
+
 def always_pass(name: str) -> str:
     example = " (e.g. an all-ones mask)" if "mask" in name else ""
     return f"expected once per case; to keep one graph, always pass it{example}"
@@ -117,6 +130,8 @@ def kind_of(description: str) -> str:
     if "[" in description and description.split("[")[0].isalnum():
         return f"a tensor ({description})"
     kind, _, value = description.partition(" ")
+    if kind == "None":
+        return "None"
     if kind in ("int", "float", "str") and value:
         return f"{_a(kind)} ({value})"
     return _a(kind)

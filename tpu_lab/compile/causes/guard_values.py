@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_objects import none_fix
 
 _STATE = {
     "grad_mode": (
@@ -81,10 +82,14 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
     words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
     became = now.split()[0] if now else kind
     if became != kind and kind in ("int", "float") and became in ("int", "float", "bool", "str", "None"):
+        # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
+        if became == "None":
+            return Cause(
+                "type", f"{name} is now None, was the {kind} {value} (each case is its own graph)", g, none_fix()
+            )
         return Cause(
             "type",
-            f"{name} is now {'None' if became == 'None' else f'a {became}'}, was the {kind} {value} "
-            "(each type is its own graph, and an int or float value is baked into it)",
+            f"{name} is now a {became}, was the {kind} {value} (each type is its own graph)",
             g,
             "pass the same type every call (e.g. always a float: 2.0, not 2)",
         )

@@ -17,10 +17,12 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-# an accessor that raised: a changed input's part is missing (the change itself is a failure already)
+# an accessor that raised: a changed input's part is missing (the change itself is a failure already); a
+# number Dynamo made dynamic, now of another type (None): its symbolic check raised, its type guard says why
 _CONSEQUENCES = re.compile(
     r"^(KeyError|IndexError|AttributeError|TypeError)\b|object has no attribute|out of range|^\('[^']*',\)$"
-)  # the last: a KeyError's own args, where a dict's clone reports the missing key alone
+    r"|^expected \(<class [^)]*\), got <class '\w+'>$"
+)  # a KeyError's own args: where a dict's clone reports the missing key alone
 _MAX_CHECKS = 64  # clones per compiled graph: each costs a few microseconds per guard node kept
 
 

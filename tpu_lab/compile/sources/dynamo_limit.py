@@ -45,3 +45,28 @@ def recompile_limit() -> int | None:
     import torch._dynamo.config as config
 
     return getattr(config, "recompile_limit", None)
+
+
+RAISES_FULLGRAPH = "fullgraph=True"
+RAISES_CONFIG = "torch._dynamo.config.fail_on_recompile_limit_hit = True"
+LIMIT_ERROR = "FailOnRecompileLimitHit"
+"""The exception Dynamo raises at the recompile limit instead of running the call uncompiled."""
+
+
+def limit_raises(one_graph: bool) -> str:
+    """What turns a refusal at the recompile limit into an error, decided as Dynamo decides it at that
+    refusal (its config first, then the compile's ``fullgraph``); "" where the call runs uncompiled."""
+    import torch._dynamo.config as config
+
+    if getattr(config, "fail_on_recompile_limit_hit", False):
+        return RAISES_CONFIG
+    return RAISES_FULLGRAPH if one_graph else ""
+
+
+def raises_of(record: Any) -> str:
+    """The same, from Dynamo's record of the refusal (``fail_type`` FailOnRecompileLimitHit, its reason
+    naming the setting): "" for a refusal that ran the call uncompiled."""
+    if getattr(record, "fail_type", None) != LIMIT_ERROR:
+        return ""
+    reason = str(getattr(record, "fail_reason", "") or "")
+    return RAISES_CONFIG if "fail_on_recompile_limit_hit" in reason else RAISES_FULLGRAPH

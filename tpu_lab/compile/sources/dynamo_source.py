@@ -21,7 +21,7 @@ from typing import Any
 
 from tpu_lab.compile.sources import listening
 from tpu_lab.compile.sources.dynamo_guards import every_failure
-from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_words, recompile_limit
+from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
     Capture,
     FunctionKey,
@@ -29,12 +29,15 @@ from tpu_lab.compile.sources.frames import (
     describe_inputs,
     flag_inputs,
     renamed,
-    subjects,
+    with_nones,
 )
+from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
 from tpu_lab.compile.sources.wrappers import function_key, user_names
 
-LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
+LIMIT_TRIGGER = (
+    "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled, or raises
+)
 
 
 Listener = Callable[[Capture], None]
@@ -116,7 +119,9 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
     if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
         return True
     capture = _capture(str(local.get("compile_id", "")), LIMIT_TRIGGER, frame, _reasons(local))
-    capture = capture._replace(limit=limit_words(limit_of(record)), limit_value=limit_of(record))
+    one_graph = bool(local.get("one_graph"))
+    capture = capture._replace(limit=limit_words(limit_of(record)), limit_value=limit_of(record), fullgraph=one_graph)
+    capture = capture._replace(raises=limit_raises(one_graph))
     for listener in listeners:
         if getattr(listener, "hears_limit", True):
             listener(capture)
@@ -160,6 +165,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
             now = subjects(frame, reasons)
+            signature = with_nones(signature, guarded_nones(frame, reasons))  # a None whose change made it
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))
             if "/_functorch/" in frame.f_code.co_filename.replace("\\", "/"):  # vmap/grad fix each size
                 caller = TORCH_FUNC
@@ -287,7 +293,9 @@ def served_from_cache(record: Any) -> bool:
 
 
 def is_limit_refusal(record: Any) -> bool:
-    return "recompile limit" in (getattr(record, "fail_reason", None) or "").lower()
+    """A refusal at the recompile limit: the call ran uncompiled, or (``FailOnRecompileLimitHit``) raised."""
+    reason = (getattr(record, "fail_reason", None) or "").lower()
+    return "recompile limit" in reason or getattr(record, "fail_type", None) == LIMIT_ERROR
 
 
 def is_failed(record: Any) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import USER, package_of, short_path
@@ -121,6 +121,9 @@ class Capture(NamedTuple):
     """At a recompile-limit refusal: the limit and where it was set, in words."""
     limit_value: int | None = None
     """The recompile limit in force for this compile (a function's own, or a ``config.patch``'s)."""
+    raises: str = ""
+    """At a recompile-limit refusal that raised (``FailOnRecompileLimitHit``) instead of running the call
+    uncompiled: the setting that made it an error (``fullgraph=True``, or Dynamo's config)."""
     code: Any = None
     """The code object compiled, to read the new graph's own guards once it exists."""
     subjects: tuple[tuple[str, str], ...] = ()
@@ -283,43 +286,9 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
-_SOURCE = r"(?:[LG]\['\w+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*"
-_SUBJECT = re.compile(rf"___check_(?:type|obj)_id\((?P<a>{_SOURCE}), \d+\)|^(?P<b>{_SOURCE}) (?:is|==|!=) ")
-_STEP = re.compile(r"\.(\w+)|\['([^']*)'\]|\[(\d+)\]")
-
-
-def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """The objects the failed guards check that are not plain inputs (``L['self']._modules['act']``,
-    ``G['DROPOUT']``), described as they are now, keyed by Dynamo's source; read by the attribute and
-    item lookups Dynamo's own guards make, no other call."""
-    out = {}
-    for reason in reasons:
-        for guard in reason.split(":", 1)[-1].split("\n"):
-            m = _SUBJECT.search(guard.strip())
-            source = m and (m["a"] or m["b"])
-            if source and re.fullmatch(r"L\['\w+'\]|\w+", source) is None and source not in out:
-                try:
-                    value = _value_at(source, frame)
-                    out[source] = f"str {value[:60]!r}" if isinstance(value, str) else describe(value)
-                except Exception:
-                    continue  # a source this reader does not follow: the words say less, never wrong
-    return tuple(out.items())
-
-
-def _value_at(source: str, frame: Any) -> Any:
-    root = re.match(r"([LG])\['(\w+)'\]|(\w+)", source)
-    if root is None:
-        raise LookupError(source)
-    if root[3]:  # a bare name: a local (self, an argument), else a global
-        value = frame.f_locals[root[3]] if root[3] in frame.f_locals else frame.f_globals[root[3]]
-    else:
-        value = (frame.f_locals if root[1] == "L" else frame.f_globals)[root[2]]
-    rest = source[root.end() :]
-    while rest:
-        step = _STEP.match(rest)
-        if step is None:
-            raise LookupError(rest)
-        attr, key, index = step.groups()
-        value = getattr(value, attr) if attr else value[key] if key is not None else value[int(index)]
-        rest = rest[step.end() :]
-    return value
+def with_nones(signature: Signature, names: Iterable[str]) -> Signature:
+    """``signature`` with each of ``names`` shown as None (sorted, before the grad mode, said last)."""
+    have = {n for n, _ in signature}
+    extra = tuple((n, "None") for n in sorted(set(names) - have))
+    grad = tuple(e for e in signature[-1:] if e[0] == "grad mode")
+    return signature[: len(signature) - len(grad)] + extra + grad

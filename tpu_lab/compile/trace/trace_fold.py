@@ -13,7 +13,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_limit import limit_from_text
+from tpu_lab.compile.sources.dynamo_limit import limit_from_text, raises_of
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import (
     RESUME,
@@ -58,8 +58,9 @@ def fold_log(log: ProcessLog) -> WatchTable:
         frame = c.compile_id.split("/")[0]
         if dynamo.is_limit_refusal(record):  # logged with no function: the frame's earlier compiles name it
             key = functions.get(frame, cap.function)
-            limit = limit_from_text(record.fail_reason)
-            refusal = cap._replace(function=key, trigger=LIMIT_TRIGGER, limit=LIMIT_WHERE.format(n=limit))
+            limit = limit_from_text(record.fail_reason) or cap.limit_value  # a refusal that raised states none
+            where = LIMIT_WHERE.format(n=limit) if limit is not None else ""
+            refusal = cap._replace(function=key, trigger=LIMIT_TRIGGER, limit=where, raises=raises_of(record))
             fold.refused(refusal._replace(limit_value=limit))
             continue
         functions.setdefault(frame, cap.function)

@@ -22,7 +22,9 @@ class Counting(Protocol):
 
     def __exit__(self, *exc: Any) -> None: ...
 
-    def count_call(self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False) -> None: ...
+    def count_call(
+        self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
+    ) -> None: ...
 
 
 def watched(watch: Counting, fn: Callable) -> Callable:
@@ -60,6 +62,6 @@ def watched(watch: Counting, fn: Callable) -> Callable:
             with watch:  # leaving it folds this call's compiles: the flags they changed are known then
                 return fn(*args, **kwargs)
         finally:
-            watch.count_call(key, signature, flags, refused=watch.refusals > refused)
+            watch.count_call(key, signature, flags, refused=watch.refusals > refused, values=values)
 
     return call

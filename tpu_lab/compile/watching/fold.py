@@ -11,7 +11,13 @@ from collections import Counter
 from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause, readable_guard
-from tpu_lab.compile.causes.explain import LIMIT_TEXT, capture_causes, first_compile_words
+from tpu_lab.compile.causes.explain import (
+    LIMIT_RAISED_TEXT,
+    LIMIT_TEXT,
+    capture_causes,
+    first_compile_words,
+    limit_raised,
+)
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
 from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, signature_text
@@ -30,9 +36,13 @@ class Fold:
         self.rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
         self.dynamic: dict[FunctionKey, str] = {}
         self.limited: set[FunctionKey] = set()
+        self.raising: set[FunctionKey] = set()
+        """Functions whose refusal at the limit raised (fullgraph=True): a later call past it raises too."""
         self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
         self.flags: dict[FunctionKey, dict[str, str]] = {}
         """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
+        self.nones: dict[FunctionKey, set[str]] = {}
+        """Per function, the inputs its rows show as None (a failed guard named them): a counted call shows them too."""
         self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
@@ -106,18 +116,26 @@ class Fold:
         return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
     def refused(self, cap: Capture) -> CompileEvent:
-        """A compile Dynamo refused at the recompile limit: the call ran uncompiled."""
+        """A compile Dynamo refused at the recompile limit: the call ran uncompiled, or (``cap.raises``:
+        fullgraph=True or Dynamo's config makes it an error) raised FailOnRecompileLimitHit."""
         self.limited.add(cap.function)
         row = self.row(cap.function, cap.shown)
         row.limit_hit = True
         row.refused += 1
-        row.uncompiled += 1
         last = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
-        words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else LIMIT_TEXT
-        if cap.limit:
-            words = f"{words}; {cap.limit}"
-        guard = "\n".join(c.guard for c in last if c.guard)
-        row.add(RowCause(words, guard, "; ".join(dict.fromkeys(c.fix for c in last if c.fix)), "limit", 0))
+        fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
+        if cap.raises:
+            self.raising.add(cap.function)
+            row.raised += 1
+            raised, fix = limit_raised(cap.raises, cap.fullgraph)
+            fixes.append(("else " if fixes else "keep what changes between calls out of the graph's guards, or ") + fix)
+        else:
+            row.uncompiled += 1
+        words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else ""
+        words = "; ".join(filter(None, [words or (LIMIT_RAISED_TEXT if raised else LIMIT_TEXT), cap.limit, raised]))
+        guards = [c.guard for c in last if c.guard]
+        shown = "\n".join(readable_guard(g, cap.names) for g in guards)
+        row.add(RowCause(words, "\n".join(guards), "; ".join(fixes), "limit", 0, shown_guard=shown))
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
     def add_break(self, cause: Cause, where: str) -> None:
@@ -125,6 +143,8 @@ class Fold:
         entry[1] += 1
 
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
+        if nones := [n for n, d in signature if d == "None"]:
+            self.nones.setdefault(key, set()).update(nones)
         row = self.rows.get((key, signature))
         if row is None:
             row = self.rows[(key, signature)] = WatchRow(str(key), signature_text(signature))

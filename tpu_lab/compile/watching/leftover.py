@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words
+from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words, raises_of
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture
 
@@ -24,8 +24,9 @@ def leftover_records(left: Iterable[Any], handled: set[str], now: float) -> tupl
         if dynamo.is_limit_refusal(record) and key:
             reasons = (record.recompile_reason,) if record.recompile_reason else ()
             cap = Capture(compile_id, key, (), None, now, LIMIT_TRIGGER, None, reasons)
-            limit = limit_from_text(record.fail_reason)
-            refusals.append(cap._replace(limit=limit_words(limit), limit_value=limit))
+            limit = limit_from_text(record.fail_reason)  # a refusal that raised states none: the config's then
+            limit = limit if limit is not None else getattr(record, "config_recompile_limit", None)
+            refusals.append(cap._replace(limit=limit_words(limit), limit_value=limit, raises=raises_of(record)))
         elif getattr(record, "has_guarded_code", False) and getattr(record, "is_forward", True) is not False:
             elsewhere += 1
     return refusals, elsewhere

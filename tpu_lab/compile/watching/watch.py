@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.sources import dynamo_breaks, frames, listening, tpu_source
+from tpu_lab.compile.sources import dynamo_breaks, frames, guarded, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import baked_scalars, dynamic_scalars, graph_guards
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
@@ -90,15 +90,20 @@ class Watch:
             self._pending.append(capture)
             self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
 
-    def count_call(self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False) -> None:
+    def count_call(
+        self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
+    ) -> None:
         """One call of ``key`` with these inputs, after it ran (``flags``: its boolean arguments; ``refused``:
-        Dynamo refused to compile it, which that refusal's row counts already)."""
+        Dynamo refused to compile it, which that refusal's row counts already; ``values``: its arguments, to
+        show the inputs None now that the function's rows show as None)."""
         with self._lock:
             fold = self._fold
+            if values is not None and fold.nones.get(key):
+                signature = frames.with_nones(signature, (n for n in fold.nones[key] if guarded.none_at(n, values)))
             fold.calls[key] += 1
             row = fold.row(key, with_flags(signature, fold.flags.get(key, {}), [], flags))
             row.calls = (row.calls or 0) + 1
-            if key in fold.limited and not row.compiles and not fold.dynamic.get(key) and not refused:
+            if key in fold.limited - fold.raising and not row.compiles and not fold.dynamic.get(key) and not refused:
                 row.uncompiled += 1  # past the limit, a call needing a new graph runs uncompiled
                 if not row.causes:
                     row.add(RowCause("ran uncompiled: Dynamo's recompile limit was hit before", kind="limit", count=0))

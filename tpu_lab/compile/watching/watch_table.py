@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab._report import banner_html
 from tpu_lab.compile.causes.cause import KIND_LABELS
-from tpu_lab.compile.causes.explain import LIMIT_TEXT
+from tpu_lab.compile.causes.explain import LIMIT_RAISED_TEXT, LIMIT_TEXT
 from tpu_lab.compile.table_base import Cell, CompileTableBase, compiled_words, cut
 
 FUNCTION_WIDTH = 31  # characters of the function column in HTML: "Sequential.forward (backward) …"
@@ -54,6 +54,9 @@ class WatchRow:
     """Calls that ran uncompiled because Dynamo's recompile limit was hit for this function."""
     refused: int = 0
     """Compiles Dynamo refused at the recompile limit (each a record of its own)."""
+    raised: int = 0
+    """Of those, calls that raised FailOnRecompileLimitHit (fullgraph=True or Dynamo's config makes the limit an
+    error) instead of running uncompiled."""
     failed: int = 0
     """Compiles Dynamo gave up on (no graph): that code runs eagerly, see the row's cause."""
     limit_hit: bool = False
@@ -145,7 +148,8 @@ class WatchTable(CompileTableBase):
                 "-" if r.calls is None else str(r.calls),
                 compiled_words(r.compiles, r.cached)
                 + (f" ({r.failed} failed)" if r.failed else "")
-                + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else ""),
+                + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else "")
+                + (f" ({r.raised} raised)" if r.raised else ""),
                 f"{r.compile_seconds:.2f}",
                 cut(r.cause, 160),
                 _first_guard(r.shown_guard),
@@ -179,10 +183,16 @@ class WatchTable(CompileTableBase):
             limit = next((c for r in rows for c in r.causes if c.kind == "limit" and c.guard), None)
             last = limit.words.replace(" (refused: recompile limit)", "") if limit else "unknown"
             counted = all(r.calls is not None for r in rows)
+            uncompiled, raised = sum(r.uncompiled for r in rows), sum(r.raised for r in rows)
             lines.append(
-                f"recompile limit: {fn} stopped compiling; last cause: {last}; "
-                f"{sum(r.uncompiled for r in rows)} call(s) ran uncompiled"
-                + ("" if counted else " (Dynamo no longer sees later calls, so they are not counted)")
+                f"recompile limit: {fn} stopped compiling; last cause: {last}"
+                + (
+                    f"; {uncompiled} call(s) ran uncompiled"
+                    + ("" if counted else " (Dynamo no longer sees later calls, so they are not counted)")
+                    if uncompiled or not raised
+                    else ""
+                )
+                + (f"; {raised} call(s) raised in this watch" if raised else "")
                 + (f"; fix: {limit.fix}" if limit and limit.fix else "")
             )
         for r in self.rows:
@@ -225,14 +235,19 @@ class WatchTable(CompileTableBase):
             f"{c[0]:<{w}} {c[1]:<36} {c[2]:>5} {c[3]:>8}  {c[5]}" + (f"  [{c[6]}]" if c[6] else "") for c in cells
         ]
         lines += self.summary()
-        if self.limit_hit:
-            lines.append("WARNING: " + LIMIT_TEXT)
+        lines += [f"WARNING: {text}" for text in self.limit_texts()]
         return "\n".join(lines)
 
+    def limit_texts(self) -> list[str]:
+        """The recompile limit's warning: calls past it run uncompiled, or (fullgraph=True) raise; each said
+        where some function met it so."""
+        raising = {r.function for r in self.rows if r.raised}
+        plain = any(r.limit_hit and r.function not in raising for r in self.rows)
+        return [LIMIT_TEXT] * plain + [LIMIT_RAISED_TEXT] * bool(raising)
+
     def to_html(self) -> str:
-        banner = (
-            banner_html("Recompile limit hit.", LIMIT_TEXT, css_class="tpu-lab-limit-banner") if self.limit_hit else ""
-        )
+        texts = " ".join(self.limit_texts())
+        banner = banner_html("Recompile limit hit.", texts, css_class="tpu-lab-limit-banner") if texts else ""
         return self.table_html(banner, self.summary())
 
     def to_dict(self) -> dict[str, Any]:

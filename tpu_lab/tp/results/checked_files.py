@@ -48,7 +48,7 @@ def checked_status(data: Any) -> dict[str, Any] | None:
 
 
 _ROW_TEXT = ("function", "signature", "cause", "guard", "dynamic")
-_ROW_COUNTS = ("compiles", "cached", "uncompiled", "refused", "failed")
+_ROW_COUNTS = ("compiles", "cached", "uncompiled", "refused", "raised", "failed")
 _CAUSE_TEXT = ("words", "guard", "fix", "kind", "shown_guard")
 _BREAK_TEXT = ("words", "where", "fix", "reason")
 
