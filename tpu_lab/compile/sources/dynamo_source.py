@@ -32,7 +32,7 @@ from tpu_lab.compile.sources.frames import (
     subjects,
 )
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
-from tpu_lab.compile.sources.wrappers import function_key, user_names
+from tpu_lab.compile.sources.wrappers import closure_names, function_key, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled
 
@@ -159,6 +159,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
+            names += closure_names(frame, reasons)
             now = subjects(frame, reasons)
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))
             if "/_functorch/" in frame.f_code.co_filename.replace("\\", "/"):  # vmap/grad fix each size
