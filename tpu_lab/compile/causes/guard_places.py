@@ -7,7 +7,9 @@ conditions a graph still holds on what it made dynamic (``x.size()[0] <= 15``, `
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Failure, local_name
@@ -20,15 +22,16 @@ _NUMBER = re.compile(r"L\['(?P<name>\w+)'\](?![\[.\w])")
 _COMPARED = re.compile(r"<=?|>=?|!=")
 
 
-def whole_statement(code: str) -> bool:
-    """``code`` is one whole statement (``if alpha > 0:``), not the first line of a longer one
-    (``return F.conv2d(``): only a whole one may be quoted."""
-    text = code.strip()
+def whole_statement(code: str) -> str:
+    """``code`` less its comment where it is one whole statement (``if alpha > 0:``); '' where it is the
+    first line of a longer one (``return F.conv2d(``): only a whole one may be quoted."""
     try:
-        ast.parse(f"{text} pass" if text.endswith(":") else text)
-    except SyntaxError:
-        return False
-    return bool(text)
+        tokens = list(tokenize.generate_tokens(io.StringIO(code.strip()).readline))
+        text = code.strip()[: next((t.start[1] for t in tokens if t.type == tokenize.COMMENT), None)].strip()
+        ast.parse(f"{text}\n pass" if text.endswith(":") else text)
+    except (SyntaxError, tokenize.TokenError):
+        return ""
+    return text
 
 
 def owner(where: str) -> str | None:
@@ -49,7 +52,8 @@ def set_by(f: Failure) -> tuple[str, str]:
         return f" at {at}", ""
     if package != USER:
         return f" by a check inside {package} ({at}), not by your code", package
-    return f" by your code at {at}" + (f" ({f.code})" if whole_statement(f.code) else ""), ""
+    code = whole_statement(f.code)
+    return f" by your code at {at}" + (f" ({code})" if code else ""), ""
 
 
 def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
@@ -82,7 +86,7 @@ def condition_place(guard: str, places: Mapping[str, str]) -> str:
         return ""
     if package != USER:
         return f" (a check inside {package})"
-    return f" (from your line {m['line']}" + (f": {code.strip()})" if whole_statement(code) else ")")
+    return f" (from your line {m['line']}" + (f": {whole_statement(code)})" if whole_statement(code) else ")")
 
 
 def _short(where: str) -> str:
