@@ -13,7 +13,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
 )
-from tpu_lab.compile.causes.guard_values import static_number_fix
+from tpu_lab.compile.causes.guard_values import closures_unnamed, static_number_fix
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
@@ -105,7 +105,9 @@ def causes_of(
             if f.graph == graph
         ]
         per_graph[graph] = [
-            dataclasses.replace(c, words=renamed(c.words, names), fix=renamed(c.fix, names), flag=_flag(c, names))
+            dataclasses.replace(
+                c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
+            )
             for c in calling_style(
                 cache_first(merged([_next_values(f, c, dynamic, limit, baked) for f, c in _grad(found)]))
             )

@@ -40,7 +40,7 @@ def prompt_length_words(a: str, b: str, where: str = "") -> str:
     return f"prompt length changed {a} -> {b}{where}"
 
 
-_DROP_LAST = "DataLoader(drop_last=True) if you use one"  # whether the inputs came through one is not known
+DROP_LAST = "DataLoader(drop_last=True) if you use one"  # whether the inputs came through one is not known
 
 
 def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
@@ -110,23 +110,33 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
         fix = (
             f"vmap/grad fix each size into the graph, so every size compiles one: keep it fixed "
-            f"(pad the last batch to {a}, or drop it: {_DROP_LAST})"
+            f"(pad the last batch to {a}, or drop it: {DROP_LAST})"
         )
         return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
-    if caller and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
+    batched = any(k in name for k in _BATCHED)  # a model's own inputs (input_ids, ...), built from the batch
+    if caller and batched and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
         dynamic = (
             f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "
             "to a few batch sizes), else none needed once Dynamo makes the batch size dynamic"
         )
-    elif caller:
+    elif caller and batched:
         dynamic = (
             f"{caller} builds this input, so mark_dynamic is out of reach: pad your inputs to a few lengths "
             "(tokenizer padding='max_length' or pad_to_multiple_of=...), or compile with dynamic=True"
         )
+    elif caller:  # a tensor the library's code computes (a submodule's input): its size follows the data
+        small = (
+            "sizes 0 and 1 always compile graphs of their own; for others, " if "1" in (a, b) or "0" in (a, b) else ""
+        )
+        dynamic = f"it comes from {caller} code, not from your call, so mark_dynamic is out of reach: {small}" + (
+            "compile with the default dynamic=None so Dynamo can make this size dynamic, or dynamic=True"
+            if static
+            else "none needed once Dynamo makes this size dynamic; to skip even this one, compile with dynamic=True"
+        )
     if tpu:
         fix = bucket
     elif i == "0" and int(b) < int(a) and not caller:
-        fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({_DROP_LAST}); else {dynamic}"
+        fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:
         fix = dynamic if caller else f"{dynamic}, or pad to a few sizes"
     if static and not tpu:

@@ -77,8 +77,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "expected once per value; pass a constant if it should not change",
             flag=(name, value),
         )
-    if "cell_contents" in raw:
-        name = "a closure variable"
+    if "cell_contents" in raw:  # named by the closure's own code where read, see closures_unnamed
+        name = f"the closure variable {name}"
     words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
     became = now.split()[0] if now else kind
     if became != kind and kind in ("int", "float") and became in ("int", "float", "bool", "str", "None"):
@@ -95,7 +95,9 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
         )
     if kind == "string":
         return Cause("string", words, g, "expected once per value")
-    if "." in name and (kind == "float" or static):  # an attribute: a library's code may need a float
+    if (
+        "." in name and "cell_contents" not in raw and (kind == "float" or static)
+    ):  # an attribute: a library's code may need a float
         fix = "set it once before the first compiled call, or hold it in a tensor where the code accepts one"
     elif kind == "float" or static:
         fix = (
@@ -201,3 +203,8 @@ def static_number_fix(name: str) -> str:
             "so Dynamo may make it dynamic"
         )
     return "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time, or keep it to a few values"
+
+
+def closures_unnamed(words: str) -> str:
+    """A closure variable the inputs' names did not name (its function was not at hand) said as one."""
+    return re.sub(r"the closure variable \S+\.__closure__\[\d+\]\.cell_contents", "a closure variable", words)

@@ -11,12 +11,13 @@ from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, none_words, object_words
-from tpu_lab.compile.causes.guard_sizes import is_parameter, size_words
+from tpu_lab.compile.causes.guard_places import set_by
+from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, size_words
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
-_PLACE = re.compile(r"(?P<file>[^\s/]+\.py):(?P<line>\d+) in ")
+_PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")  # the path as Dynamo shortens it
 _FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in')
 _TENSOR = re.compile(
     r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
@@ -259,23 +260,28 @@ def words(
             "x.to(memory_format=torch.channels_last))",
         )
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
-        line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
+        line, library = set_by(f)
         return Cause(
             "specialised",
             f"a size crossed a bound the graph assumed ({local_name(g)}), set{line}",
             g,
-            "expected once per side of that branch; if sizes cross it often, pad them to one side "
+            "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
+            f"or drop it ({DROP_LAST})"
+            if library
+            else "expected once per side of that branch; if sizes cross it often, pad them to one side "
             "or express the branch with torch.cond",
             at,
         )
     if (numbers := _numbers_compared(g, inputs or {})) and not _VALUE.match(g):
-        line = f" by your code at {_short(at)}" + (f" ({f.code})" if f.code else "") if at else ""
+        line, library = set_by(f)
         return Cause(
             "number_branch",
             f"{numbers} crossed a condition the graph assumed ({local_name(g)}), set{line}: each side of it is a "
             "graph of its own",
             g,
-            "expected once per side of that branch; if values cross it often, branch on a tensor instead "
+            "expected once per side of that condition; keep the value on one side of it where you can"
+            if library
+            else "expected once per side of that branch; if values cross it often, branch on a tensor instead "
             "(torch.where, or torch.cond)",
             at,
         )

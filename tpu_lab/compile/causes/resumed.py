@@ -23,9 +23,16 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
     )
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
+    unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
+    items = [n.strip() for n in unpacked[1].split(",")] if unpacked else []  # a, b = f(): the carried value is f()'s
+
+    def item(m: re.Match) -> str:
+        return items[int(m[1])] if int(m[1]) < len(items) else m[0]
+
     out = []
     for c in causes:
         words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
+        words, fix = (re.sub(re.escape(CARRIED) + r"\[(\d+)\]", item, t) for t in (words, fix))
         if target:
             words, fix = words.replace(CARRIED, target[1]), fix.replace(CARRIED, target[1])
         elif code:

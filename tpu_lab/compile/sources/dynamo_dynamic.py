@@ -21,6 +21,18 @@ _CHECK = re.compile(
 
 def graph_guards(code: Any, compile_id: str) -> list[str] | None:
     """The guard code of the graph ``compile_id`` of ``code`` (None where it cannot be read)."""
+    parts = _code_parts(code, compile_id)
+    return None if parts is None else [p.split("  # ")[0].strip() for p in parts]
+
+
+def guard_places(code: Any, compile_id: str) -> dict[str, str]:
+    """Dynamo's comment on each guard of that graph that has one (``if alpha > 0:  # train.py:14 in mix``:
+    the code that set it, and where), by the guard's code."""
+    found = ((p.split("  # ")[0].strip(), p.partition("  # ")[2].strip()) for p in _code_parts(code, compile_id) or ())
+    return {g: comment for g, comment in found if comment}
+
+
+def _code_parts(code: Any, compile_id: str) -> list[str] | None:
     try:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -39,7 +51,7 @@ def graph_guards(code: Any, compile_id: str) -> list[str] | None:
             parts = parts + [p for g in epilogue for p in g.verbose_code_parts()]
         except Exception:
             pass
-        return [str(p).split("  # ")[0].strip() for p in parts]
+        return [str(p) for p in parts]
     return None
 
 

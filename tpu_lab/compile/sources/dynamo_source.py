@@ -33,7 +33,7 @@ from tpu_lab.compile.sources.frames import (
 )
 from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
-from tpu_lab.compile.sources.wrappers import function_key, user_names
+from tpu_lab.compile.sources.wrappers import closure_names, function_key, user_names
 
 LIMIT_TRIGGER = (
     "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled, or raises
@@ -164,6 +164,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
+            names += closure_names(frame, reasons)
             now = subjects(frame, reasons)
             signature = with_nones(signature, guarded_nones(frame, reasons))  # a None whose change made it
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))

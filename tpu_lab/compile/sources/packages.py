@@ -72,6 +72,22 @@ def _installed_elsewhere(filename: str) -> str:
     return "stdlib" if _STDLIB.search(filename) else USER
 
 
+def unshortened(short: str) -> str:
+    """A file as Dynamo's guard comments name it (``nn/modules/conv.py``: torch's ``shorten_filename``, the
+    path less its common prefix with torch's folder) back to the file on this machine; '' where none is."""
+    if os.path.isabs(short):
+        return short if os.path.isfile(short) else ""
+    folder = torch_folder()
+    while folder and not os.path.isfile(os.path.join(folder, short)):
+        folder = "" if os.path.dirname(folder) == folder else os.path.dirname(folder)
+    if folder and folder != os.sep:
+        return os.path.join(folder, short)
+    import glob  # only "/" in common: torch cuts one character of the path's own with it
+
+    found = glob.glob(os.sep + "?" + glob.escape(short))
+    return found[0] if len(found) == 1 else ""
+
+
 def is_library(filename: str) -> bool:
     """Code the user did not write: torch, tpu_lab, the standard library or an installed package."""
     return package_of(filename) != USER

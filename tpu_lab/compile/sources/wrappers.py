@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from typing import Any
 
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
@@ -172,3 +173,20 @@ def resume_line(code: Any) -> int:
         else:
             i += 1
     return 0
+
+
+_CELL = re.compile(r"(?<![\w.])(?:[LG]\['(?P<quoted>\w+)'\]|(?P<plain>\w+))\.__closure__\[(?P<i>\d+)\]\.cell_contents")
+
+
+def closure_names(frame: Any, reasons: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """A closure's variable a guard reads (``criterion.__closure__[0].cell_contents``) by its name in the
+    closure's own code (``label_smoothing``: the function's ``co_freevars``), where the function is one of the
+    frame's locals or globals; none where it cannot be read."""
+    out = []
+    for m in _CELL.finditer("\n".join(reasons)):
+        owner, i = m["quoted"] or m["plain"], int(m["i"])
+        fn = frame.f_locals.get(owner, frame.f_globals.get(owner))
+        free = getattr(getattr(fn, "__code__", None), "co_freevars", ())
+        if i < len(free) and isinstance(free[i], str):
+            out.append((f"{owner}.__closure__[{i}].cell_contents", free[i]))
+    return tuple(dict.fromkeys(out))

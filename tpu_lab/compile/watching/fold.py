@@ -38,6 +38,8 @@ class Fold:
         self.limited: set[FunctionKey] = set()
         self.raising: set[FunctionKey] = set()
         """Functions whose refusal at the limit raised (fullgraph=True): a later call past it raises too."""
+        self.pinned: dict[FunctionKey, set[str]] = {}
+        """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
         self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
         self.flags: dict[FunctionKey, dict[str, str]] = {}
         """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
@@ -56,11 +58,12 @@ class Fold:
         scalars: frozenset[str],
         earlier: FunctionKey | None,
         baked: frozenset[str] = frozenset(),
+        places: dict[str, str] | None = None,
     ) -> CompileEvent:
         """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own
         (None: unreadable), ``scalars`` the numbers made dynamic, ``earlier`` another definition of the same
         function seen before (a re-run notebook cell), ``baked`` numbers made dynamic whose computed values
-        the graph pins (each new value still a graph)."""
+        the graph pins (each new value still a graph), ``places`` Dynamo's comment on each of the graph's guards."""
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
@@ -76,7 +79,9 @@ class Fold:
         shapes = unpinned(tried := renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
         seen, first, told = self.dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
         dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
-        causes = what_next.settled(causes, shapes, self.tpu, tried) + ([note] if note else [])
+        pinned = self.pinned.setdefault(cap.function, set())
+        causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
+        causes = what_next.bounded(causes, guards, cap.names, places or {})
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
         row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))

@@ -20,7 +20,7 @@ from typing import Any
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, guarded, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import baked_scalars, dynamic_scalars, graph_guards
+from tpu_lab.compile.sources.dynamo_dynamic import baked_scalars, dynamic_scalars, graph_guards, guard_places
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
@@ -158,7 +158,8 @@ class Watch:
         guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         baked = baked_scalars(record, guards) if cap.reasons else frozenset()
-        return self._fold.compiled(cap, record, guards, scalars, dynamo.defined_before(cap.function), baked)
+        places = guard_places(cap.code, cap.compile_id) if guards else {}
+        return self._fold.compiled(cap, record, guards, scalars, dynamo.defined_before(cap.function), baked, places)
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:
         self._handled.add(cap.compile_id)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import with_note
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed, signature_text
@@ -123,31 +124,80 @@ def _added(shown: tuple[tuple[str, str], ...], extra: list[tuple[str, str]]) -> 
     return shown[: len(shown) - len(grad)] + tuple(extra) + grad
 
 
-def settled(causes: list[RowCause], shapes: str, tpu: bool, tried: str = "") -> list[RowCause]:
+def settled(
+    causes: list[RowCause], shapes: str, tpu: bool, tried: str = "", before: set[str] | None = None
+) -> list[RowCause]:
     """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
     reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic).
     ``tried``: the dimensions Dynamo traced symbolic before the graph's guards pinned some to one size
-    (``unpinned``): a size the code fixes, for which mark_dynamic would raise."""
+    (``unpinned``); ``before``: those pinned so in an earlier compile of the function (updated here). Pinned
+    once, the reason is not known (a Python number, or an input of fixed size it meets); pinned again, the
+    code fixes the size: every size is a graph, and mark_dynamic would raise."""
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
     fixed = set(tried.split(", ")) - set(shapes.split(", ")) if tried and not tpu else set()
+    before = set() if before is None else before
     out = []
     for c in causes:
         m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
-        if m and f"{m[1]} dim {m[2]}" in dims and c.kind == "size":
-            fix = f"none needed: Dynamo made {m[1]} dim {m[2]} dynamic, so later sizes reuse this graph; to skip even this one: "
+        dim = f"{m[1]} dim {m[2]}" if m else ""
+        if m and dim in dims and c.kind == "size":
+            fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
-        elif m and f"{m[1]} dim {m[2]}" in fixed:
+        elif m and dim in fixed and dim in before:
             c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(m[1], m[2])), fix=_FIXED_FIX)
+        elif m and dim in fixed:
+            c = dataclasses.replace(
+                c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=_PINNED_FIX.format(m[1], m[2])
+            )
         out.append(c)
+    before |= fixed
     return out
 
 
+_PINNED = (
+    "Dynamo traced {0} dim {1} as dynamic, but the graph pins it to this size: the code either uses {0}.shape[{1}] as a "
+    "plain Python number (int({0}.shape[{1}]), a loop over range({0}.shape[{1}])), or combines {0} with another "
+    "input whose size stayed fixed (broadcasting against it)"
+)
+_PINNED_FIX = (
+    "if {0} meets another input of fixed size, once that input's size changes too Dynamo can make both dynamic; "
+    "to skip the wait, mark {0} dim {1} dynamic together with the same dimension of each input it is combined with "
+    "(torch._dynamo.mark_dynamic on each, before the first call); if the code uses the size as a Python number, "
+    "pad to a few sizes instead (mark_dynamic raises there: ConstraintViolationError)"
+)
 _FIXED = (
-    "the code fixes this size: it uses {0}.shape[{1}] as a plain Python number, as a loop over "
-    "range({0}.shape[{1}]) or int({0}.shape[{1}]) does, so Dynamo could not make it dynamic and every size is "
-    "its own graph"
+    "the graph pins {0} dim {1} to one size again, as an earlier graph did: the code fixes this size (it uses "
+    "{0}.shape[{1}] as a plain Python number, as int({0}.shape[{1}]) or a loop over range({0}.shape[{1}]) does), "
+    "so every size is its own graph"
 )
 _FIXED_FIX = (
-    "pad to a few sizes (buckets), or keep the size out of Python control flow (vectorise the loop over it); "
-    "mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
+    "pad to a few sizes (buckets), or keep the size out of Python control flow (where a loop runs over it, "
+    "vectorise it); mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
 )
+
+
+def bounded(
+    causes: list[RowCause], guards: list[str] | None, names: Sequence[tuple[str, str]], places: Mapping[str, str]
+) -> list[RowCause]:
+    """Causes saying later sizes or values reuse this graph, qualified where the graph's own ``guards`` hold
+    a condition on what was made dynamic (``alpha <= 0.0`` from ``if alpha > 0:``; ``x.size()[0] <= 15``
+    from torch's conv): they reuse it only while that holds. ``places``: Dynamo's comment per guard."""
+    conditions = held(guards, names)
+    out = []
+    for c in causes:
+        made = re.search(r"Dynamo made (.+?) dynamic", f"{c.words} {c.fix}")
+        found = [w for d in (made[1].split(", ") if made else []) for w in conditions.get(d, [])]
+        if found:
+            said = " and ".join(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
+            words = c.words.replace(
+                "so later values reuse this graph", f"so later values reuse this graph while {said}"
+            )
+            fix = re.sub(
+                r"(later sizes|later values|new sizes and values) reuse this graph",
+                rf"\1 reuse this graph while {said}, others compile another graph",
+                c.fix,
+                count=1,
+            )
+            c = dataclasses.replace(c, words=words, fix=fix)
+        out.append(c)
+    return out

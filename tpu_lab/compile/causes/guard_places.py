@@ -1,0 +1,94 @@
+"""Where a guard was set, said only as far as it is known: the user's own line (its code quoted only as a
+whole statement, never a cut fragment), a check inside a library (torch's conv choosing a kernel by batch
+size), by the file's package on this machine, or the bare place where the file is not here. And the
+conditions a graph still holds on what it made dynamic (``x.size()[0] <= 15``, ``alpha <= 0.0``), so that
+"later values reuse this graph" says while which holds. Pure but for finding files."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from collections.abc import Mapping, Sequence
+
+from tpu_lab.compile.causes.cause import Failure, local_name
+from tpu_lab.compile.sources.frames import renamed, where_label
+from tpu_lab.compile.sources.packages import USER, package_of, unshortened
+
+_PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")
+_SIZE = re.compile(r"(?P<source>L\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)\.size\(\)\[(?P<dim>\d+)\]")
+_NUMBER = re.compile(r"L\['(?P<name>\w+)'\](?![\[.\w])")
+_COMPARED = re.compile(r"<=?|>=?|!=")
+
+
+def whole_statement(code: str) -> str:
+    """``code`` less its comment where it is one whole statement (``if alpha > 0:``); '' where it is the
+    first line of a longer one (``return F.conv2d(``): only a whole one may be quoted."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code.strip()).readline))
+        text = code.strip()[: next((t.start[1] for t in tokens if t.type == tokenize.COMMENT), None)].strip()
+        ast.parse(f"{text}\n pass" if text.endswith(":") else text)
+    except (SyntaxError, tokenize.TokenError):
+        return ""
+    return text
+
+
+def owner(where: str) -> str | None:
+    """The package of the file at ``where`` (``file:line``, as Dynamo names it): ``USER`` for the user's
+    own code, ``"torch"``, ``"transformers"``, ...; None where the file is not on this machine."""
+    path = unshortened(where.rpartition(":")[0]) if ":" in where else ""
+    return package_of(path) if path else None
+
+
+def set_by(f: Failure) -> tuple[str, str]:
+    """(who set the guard, in words: `` by your code at train.py:14 (if n > 3:)``, `` by a check inside torch
+    (conv.py:560), not by your code``, `` at conv.py:560`` where the file is not here, '' where no place is
+    known; the library that set it, '' for the user's code or an unknown one)."""
+    if not f.where:
+        return "", ""
+    package, at = owner(f.where), _short(f.where)
+    if package is None:
+        return f" at {at}", ""
+    if package != USER:
+        return f" by a check inside {package} ({at}), not by your code", package
+    code = whole_statement(f.code)
+    return f" by your code at {at}" + (f" ({code})" if code else ""), ""
+
+
+def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """The conditions (``<``, ``<=``, ``!=``) a graph's own ``guards`` hold, by what they bound in the user's
+    names (``x dim 0``, ``alpha``), each as (its words, Dynamo's guard): a value or size outside one
+    compiles another graph. Dynamo's own ``2 <= size`` (sizes 0 and 1 are graphs of their own) is left out."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for g in guards or ():
+        text = re.sub(r"^2 <= (?=\S+\.size\(\)\[\d+\])", "", g.strip())
+        if "==" in text or not _COMPARED.search(text) or text.startswith(("___", "not ", "hasattr(")):
+            continue
+        said = renamed(local_name(text), names)
+        subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
+        subjects += [m["name"] for m in _NUMBER.finditer(text)]
+        for s in dict.fromkeys(renamed(s, names) for s in subjects):
+            if (said, g.strip()) not in out.setdefault(s, []):
+                out[s].append((said, g.strip()))
+    return out
+
+
+def condition_place(guard: str, places: Mapping[str, str]) -> str:
+    """Where the code set ``guard`` (``places``: a guard's text -> Dynamo's comment on it, ``if alpha >
+    0:  # train.py:14 in mix``), in words: `` (from your line 14: if alpha > 0:)``, `` (a check inside
+    torch)``; '' where not known."""
+    comment = places.get(guard, "")
+    code, _, place = comment.partition("  # ")
+    m = _PLACE.search(place)
+    package = owner(f"{m['file']}:{m['line']}") if m else None
+    if m is None or package is None:
+        return ""
+    if package != USER:
+        return f" (a check inside {package})"
+    return f" (from your line {m['line']}" + (f": {whole_statement(code)})" if whole_statement(code) else ")")
+
+
+def _short(where: str) -> str:
+    path, _, line = where.rpartition(":")
+    return where_label(path, int(line)) if line.isdigit() else where
