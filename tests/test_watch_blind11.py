@@ -151,6 +151,23 @@ def test_a_numpy_function_dynamo_cannot_trace_gets_a_fix(dynamo):
     assert "outside the compiled function" in found[0].fix and "torch.distributions" in found[0].fix
 
 
+def mixed_loss(x, y, alpha):
+    mixed, y_a, y_b, lam = mixup(x, y, alpha)  # the break: mixup's numpy draw, carried over as a tuple
+    return lam * (mixed - y_a).pow(2).mean() + (1 - lam) * (mixed - y_b).pow(2).mean()
+
+
+def test_a_number_carried_over_a_break_is_named_as_its_line_assigns_it_once():
+    f = torch.compile(mixed_loss, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(3):
+            f(torch.randn(4, 3), torch.randn(4, 3), 1.0)
+    rows = [r for r in w.table if r.function.startswith("mixed_loss after")]
+    said = [c.words for r in rows for c in r.causes]
+    assert any("Python float lam changed" in c and "Dynamo made lam dynamic" in c for c in said), said
+    assert not any("carried" in c for c in said) and all(r.cause.count("Dynamo made lam") <= 1 for r in rows)
+    assert any(r.dynamic == "lam" for r in rows), [r.dynamic for r in rows]
+
+
 @pytest.mark.slow
 def test_decoder_layers_compiled_one_by_one_get_a_fix_for_the_mask_the_model_passes():
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -11,6 +11,21 @@ import re
 from tpu_lab.compile.causes.cause import CARRIED, Cause
 from tpu_lab.compile.sources.frames import FunctionKey
 
+_CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)\[(\d+)\]")
+_CARRIED_WHOLE = re.compile(r"\bthe carried value(?![\[\w]| \d)")
+
+
+def carried_named(text: str, function: FunctionKey) -> str:
+    """``text`` (what Dynamo made dynamic: ``the carried value[3] dim 0``) with the carried value named as the
+    break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
+    line = function.label.rpartition(" ")[-1]
+    code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
+    target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
+    unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
+    items = [n.strip() for n in unpacked[1].split(",")] if unpacked else []
+    text = _CARRIED_ITEM.sub(lambda m: items[int(m[1])] if int(m[1]) < len(items) else m[0], text)
+    return _CARRIED_WHOLE.sub(target[1], text) if target else text
+
 
 def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
     """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
@@ -32,7 +47,7 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
     out = []
     for c in causes:
         words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
-        words, fix = (re.sub(re.escape(CARRIED) + r"\[(\d+)\]", item, t) for t in (words, fix))
+        words, fix = (re.sub(_CARRIED_ITEM, item, t) for t in (words, fix))
         if target:
             words, fix = words.replace(CARRIED, target[1]), fix.replace(CARRIED, target[1])
         elif code:

@@ -77,8 +77,15 @@ class FunctionKey(NamedTuple):
             fn, _, line = name[len(RESUME) :].rpartition("_at_")
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
             return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
-        via = f" via @{self.via}" if self.via else ""
-        return f"{self.name}{via} ({where})"
+        return f"{self.name} ({where})"
+
+    @property
+    def through(self) -> str:
+        """The function named with the wrapper Dynamo compiled for it (``step via @logged``), for when the
+        function compiled as a frame of its own as well: two rows that would otherwise read the same."""
+        owner, _, last = self.via.rpartition(".")
+        via = f"{owner}'s wrapper" if last.startswith("__") and owner else f"@{self.via}"  # a hook's wrapper
+        return f"{self.name} via {via} ({where_label(self.filename, self.line)})" if self.via else str(self)
 
 
 def _backward(name: str) -> tuple[str, str]:

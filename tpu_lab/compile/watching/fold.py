@@ -18,9 +18,10 @@ from tpu_lab.compile.causes.explain import (
     first_compile_words,
     limit_raised,
 )
+from tpu_lab.compile.causes.resumed import carried_named
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
-from tpu_lab.compile.sources.frames import Capture, FunctionKey, renamed, signature_text
+from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import what_next
 from tpu_lab.compile.watching.failed import failed_compile
@@ -77,7 +78,13 @@ class Fold:
             after_reset = again and cap.resets > self.resets_before
             causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
         shapes = unpinned(tried := renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
-        seen, first, told = self.dynamic.get(cap.function, ""), causes[0].kind == "first", told_dynamic(scalars, said)
+        if cap.function.name.startswith(RESUME):  # the carried value by the name its line assigns, as causes say
+            shapes, tried = carried_named(shapes, cap.function), carried_named(tried, cap.function)
+        seen, first, told = (
+            self.dynamic.get(cap.function, ""),
+            causes[0].kind == "first",
+            told_dynamic(scalars, said, shapes),
+        )
         dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
@@ -153,6 +160,9 @@ class Fold:
         row = self.rows.get((key, signature))
         if row is None:
             row = self.rows[(key, signature)] = WatchRow(str(key), signature_text(signature))
+            same = [(k, r) for (k, _), r in self.rows.items() if k[1:3] == key[1:3] and k.via != key.via]
+            for k, r in [(key, row), *same] if same else []:  # a wrapper's frame and its function's: told apart
+                r.function = k.through
         return row
 
     def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:

@@ -31,10 +31,12 @@ def unpinned(shapes: str, guards: list[str] | None, names: Sequence[tuple[str, s
     return ", ".join(d for d in shapes.split(", ") if d and d not in fixed)
 
 
-def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause]) -> list[str]:
-    """The Python numbers (Dynamo's sources) made dynamic whose own cause already says so, by the user's names."""
+def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause], shapes: str = "") -> list[str]:
+    """The Python numbers (Dynamo's sources) made dynamic whose own cause already says so, by the user's names;
+    and those of ``shapes`` (what the graph made dynamic, by name) a cause names so (a carried ``lam``)."""
     said = " ".join(c.words for c in causes)
-    return [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in said]
+    named = [d for d in shapes.split(", ") if d and f"Dynamo made {d} dynamic" in said]
+    return [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in said] + named
 
 
 def dynamic_note(
