@@ -52,8 +52,25 @@ def local_name(source: str) -> str:
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
-    s = re.sub(r"^fn\.keywords\['([^']+)'\]", r"\1", s)
+    s = re.sub(r"(?<![\w.])fn\.keywords\['([^']+)'\]", r"\1", s)  # anywhere: a guard's expression holds several
     return re.sub(r"^fn(?=[.\[])", "self", s)
+
+
+def bare(expr: str) -> str:
+    """``(((-1) + k + T) // k)`` -> ``(-1 + k + T) // k``: the parentheses a reader needs, not Dynamo's."""
+    expr = re.sub(r"\((-?\d+)\)", r"\1", expr)
+    while expr.startswith("(") and expr.endswith(")") and _balanced(expr[1:-1]):
+        expr = expr[1:-1]
+    return expr
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 _TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
@@ -102,6 +119,7 @@ KIND_LABELS = {
     "training": "train/eval switched",
     "hooks": "hooks added or removed",
     "specialised": "a size crossed a bound the graph assumed",
+    "size_value": "a number computed from a size changed",
     "number_branch": "a Python number crossed a condition the graph assumed",
     "cache_length": "the KV cache length changed",
     "none": "None vs a value",

@@ -208,6 +208,18 @@ def _next_values(
         words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph (an lr held in a tensor, lr=torch.tensor(0.01), avoids even this one)"
         return name, dataclasses.replace(cause, words=words, fix=fix)
+    if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
+        m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
+        if m and local_name(m[1]) in {local_name(d) for d in dynamic}:
+            words = cause.words.replace(
+                "a Python number is baked into the graph",
+                f"Dynamo made {local_name(m[1])} dynamic, so later values reuse this graph",
+            )
+            return name, dataclasses.replace(
+                cause,
+                words=words,
+                fix="none needed: later values reuse this graph; passing a tensor every call (torch.tensor(value)) keeps to one graph from the start",
+            )
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
     if source in {local_name(d) for d in baked}:

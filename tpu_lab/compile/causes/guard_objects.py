@@ -161,3 +161,35 @@ def _enum_class(g: str) -> str | None:
     m = re.search(r"type=<class '(?P<module>[\w.]+)\.(?P<cls>\w+)'>", g)
     cls = getattr(sys.modules.get(m["module"]), m["cls"], None) if m else None
     return m["cls"] if m and isinstance(cls, type) and issubclass(cls, enum.Enum) else None
+
+
+_WRAPPER = re.compile(r"_TorchCompileWrapper\((?P<options>[^)]*)\)")
+
+
+def backend_words(g: str) -> Cause:
+    """Another torch.compile(...) call on code compiled before: its own backend object. Where Dynamo shows
+    both as torch.compile's wrapper, what differs is the call's options (``dynamic=False`` vs ``True``)."""
+    both = [dict(re.findall(r"(\w+)=('[^']*'|[^,\s]+)", m["options"])) for m in _WRAPPER.finditer(g)]
+    if len(both) == 2 and both[0] != both[1]:
+        changed = [f"{k}={both[0].get(k)} then {both[1].get(k)}" for k in both[1] if both[0].get(k) != both[1].get(k)]
+        return Cause(
+            "backend",
+            f"compiled again by another torch.compile call on the same code, with other options ({', '.join(changed)}): "
+            "each call's graphs are kept apart",
+            g,
+            "compile the function once and reuse that compiled object; each torch.compile(...) with other options "
+            "compiles its own graphs (and counts toward one recompile limit)",
+        )
+    if len(both) == 2:
+        return Cause(
+            "backend",
+            "compiled again by another torch.compile call on the same code (same options): each call's graphs are kept apart",
+            g,
+            "call torch.compile once and reuse the compiled object instead of compiling the function again",
+        )
+    return Cause(
+        "backend",
+        "compiled again with a different backend callable",
+        g,
+        "reuse one backend object (or functools.partial) for every torch.compile call",
+    )

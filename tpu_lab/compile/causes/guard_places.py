@@ -12,7 +12,7 @@ import re
 import tokenize
 from collections.abc import Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import Failure, local_name
+from tpu_lab.compile.causes.cause import Failure, bare, local_name
 from tpu_lab.compile.sources.frames import renamed, where_label
 from tpu_lab.compile.sources.packages import USER, package_of, unshortened
 
@@ -63,9 +63,17 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
     out: dict[str, list[tuple[str, str]]] = {}
     for g in guards or ():
         text = re.sub(r"^2 <= (?=\S+\.size\(\)\[\d+\])", "", g.strip())
-        if "==" in text or not _COMPARED.search(text) or text.startswith(("___", "not ", "hasattr(")):
+        held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+", text)  # a number computed from sizes, held to one value
+        if (
+            ("==" in text and not held_to)
+            or not (held_to or _COMPARED.search(text))
+            or text.startswith(("___", "not ", "hasattr("))
+        ):
             continue
         said = renamed(local_name(text), names)
+        if held_to:  # ((-1) + k + T) // k) == 2 as a reader writes it
+            left, _, n = said.rpartition(" == ")
+            said = f"{bare(left)} == {n}"
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
+from tpu_lab.compile.causes.cause import CARRIED, Cause, bare, local_name
 
 _BATCHED = ("input_ids", "attention_mask", "position_ids", "cache_position", "inputs_embeds", "labels")
 STATIC_WORDS = (
@@ -160,3 +160,26 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
 def is_parameter(raw: str, g: str) -> bool:
     """The guard is on a module's parameter (Dynamo says so), not on an input."""
     return "Guard failed on a parameter" in g or "._parameters[" in raw
+
+
+_HELD = re.compile(r"^(?P<expr>.+[-+*/%].+) == (?P<n>-?\d+)$")  # ((T + 3) // 4) == 2; never a plain size
+
+
+def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None:
+    """A number computed from a dynamic size and held to one value (``(T + 3) // 4 == 2``: how many chunks
+    ``split`` makes, a loop count): not a bound with two sides, every value is a graph of its own. None for
+    other guards, and where ``code`` (the line that set it) compares it itself: a branch, two sides.
+    ``line``: where it was set, in words (`` by your code at f.py:3``)."""
+    m = _HELD.match(g.strip())
+    if m is None or "size()" not in m["expr"] or re.search(r"\b(?:if|while|assert)\b|[=!<>]=|[<>]", code):
+        return None
+    return Cause(
+        "size_value",
+        f"a number computed from a size changed (the graph holds {bare(local_name(m['expr']))} == {m['n']}), set{line}: "
+        "the code uses it as a Python number (how many chunks split() makes, a loop count), so each value "
+        "of it is a graph of its own, even with dynamic shapes",
+        g,
+        "pad that dimension so the number stays the same (a multiple of the chunk size, a fixed length), or "
+        "keep the size out of Python numbers (one op over the whole tensor instead of a loop over pieces)",
+        at,
+    )

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
-from tpu_lab.compile.causes.guard_objects import always_pass, none_words, object_words
+from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import set_by
-from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, size_words
+from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, size_value_words, size_words
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
@@ -208,12 +208,7 @@ def words(
             "expected once per mode (one train graph, one eval graph)",
         )
     if "BACKEND_MATCH" in g:
-        return Cause(
-            "backend",
-            "compiled again with a different backend callable",
-            g,
-            "reuse one backend object (or functools.partial) for every torch.compile call",
-        )
+        return backend_words(g)
     if m := _DUPLICATE.search(g):
         names = " and ".join(local_name(n) for n in re.findall(r'"([^"]+)"', m["names"])) or "two inputs"
         return Cause(
@@ -259,6 +254,8 @@ def words(
             "pass it in one memory format every call (always x.contiguous(), or always "
             "x.to(memory_format=torch.channels_last))",
         )
+    if _BOUND.search(g) and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
+        return cause  # a number computed from a size, held to one value: each value is a graph
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
         line, library = set_by(f)
         return Cause(

@@ -99,7 +99,8 @@ def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str]
         if (getattr(key, "filename", None), getattr(key, "firstlineno", None), getattr(key, "name", None)) != where:
             continue
         for source, entry in getattr(state, "automatic_dynamic", {}).items():
-            if getattr(entry, "scalar", None) is dynamic and not isinstance(getattr(entry, "size", None), tuple):
+            # a number made dynamic; an input that was a tensor before also keeps that tensor's sizes here
+            if getattr(entry, "scalar", None) is dynamic:
                 out.add(source)
     values, _ = pinned(guards)
     made = frozenset(out - values)
@@ -119,7 +120,9 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
     names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
     out = []
     for node, shape in shapes.items():
-        if not node.lower().startswith("l_") or "_parameters_" in node or "_buffers_" in node:
+        if not node.lower().startswith("l_"):  # the graph's inputs come first: after them, a node named after
+            break  # a variable of the code (l, l_1 of `for l in ...`) is not an input
+        if "_parameters_" in node or "_buffers_" in node:
             continue
         name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), names)
         name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
@@ -145,3 +148,15 @@ def _indexed(flat: str, names: dict[str, str]) -> str:
         if m := re.fullmatch(rf"(?:(?:kwargs|args)_)?{re.escape(known)}((?:_\d+)+)", flat):
             return shown + "".join(f"[{i}]" for i in m[1].split("_")[1:])
     return flat
+
+
+def guarded_dynamic(guards: list[str] | None) -> str:
+    """The tensor dimensions a graph's own tensor guards leave free (``size=[2, None]``: dim 1 dynamic), by
+    the input's name: what the graph holds dynamic even where it has no
+    placeholder shape to read (a graph of few or no ops). Whole inputs only (``edge_index dim 1``)."""
+    out = []
+    for m in filter(None, (_CHECK.match(g.strip()) for g in guards or ())):
+        name = re.fullmatch(r"L\['((?!___)\w+)'\]", m["source"].strip())  # a whole input, by its own name
+        if name:
+            out += [f"{name[1]} dim {d}" for d, n in enumerate(m["sizes"].split(",")) if n.strip() == "None"]
+    return ", ".join(out)

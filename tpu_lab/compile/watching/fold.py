@@ -20,7 +20,7 @@ from tpu_lab.compile.causes.explain import (
 )
 from tpu_lab.compile.causes.resumed import carried_named
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import what_next
@@ -77,7 +77,8 @@ class Fold:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before
             causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
-        shapes = unpinned(tried := renamed(dynamic_inputs(record, cap.signature), cap.names), guards, cap.names)
+        found = ", ".join(filter(None, [dynamic_inputs(record, cap.signature), guarded_dynamic(guards)]))
+        shapes = unpinned(tried := renamed(", ".join(dict.fromkeys(found.split(", "))), cap.names), guards, cap.names)
         if cap.function.name.startswith(RESUME):  # the carried value by the name its line assigns, as causes say
             shapes, tried = carried_named(shapes, cap.function), carried_named(tried, cap.function)
         seen, first, told = (

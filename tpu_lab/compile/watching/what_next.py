@@ -187,10 +187,15 @@ def bounded(
     conditions = held(guards, names)
     out = []
     for c in causes:
-        made = re.search(r"Dynamo made (.+?) dynamic", f"{c.words} {c.fix}")
+        made = re.search(
+            r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from the first compile", f"{c.words} {c.fix}"
+        )
+        made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         found = [w for d in (made[1].split(", ") if made else []) for w in conditions.get(d, [])]
         if found:
-            said = " and ".join(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
+            found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
+            every = list(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
+            said = " and ".join(every[:2]) + (f" (and {len(every) - 2} more conditions)" if len(every) > 2 else "")
             words = c.words.replace(
                 "so later values reuse this graph", f"so later values reuse this graph while {said}"
             )

@@ -1,0 +1,112 @@
+"""tl.watch() checked blind, twelfth round: litgpt's chunked cross-entropy compiled through a partial with
+dynamic=True (and the same function compiled again with other options), a diffusers-style UNet whose
+timestep turns from a tensor into an int, and graphs of few ops (a GCN's edge index, SpecAugment's time
+axis) whose inputs Dynamo made dynamic. What the reviewer found wrong is asserted right here; every run is
+also checked against Dynamo's own records and the watch's invariants."""
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+
+BACKEND = "eager"
+
+
+def chunked_cross_entropy(logits, targets, chunk_size=128):
+    logits = logits.reshape(-1, logits.size(-1))
+    targets = targets.reshape(-1)
+    logit_chunks = logits.split(chunk_size)
+    target_chunks = targets.split(chunk_size)
+    # litgpt names them so: a graph node named after ``l`` (l, l_1) reads like an input's (l_x)
+    losses = [F.cross_entropy(l, t, reduction="none") for l, t in zip(logit_chunks, target_chunks, strict=True)]  # noqa: E741
+    return torch.cat(losses).mean()
+
+
+def test_a_chunk_count_held_by_the_graph_is_a_graph_per_value_even_with_dynamic_true():
+    loss = torch.compile(functools.partial(chunked_cross_entropy, chunk_size=4), backend=BACKEND, dynamic=True)
+    torch._dynamo.reset()
+    with DynamoAccount() as account, tl.watch() as w:
+        for length in (8, 12, 16):
+            loss(torch.randn(1, length, 16), torch.randint(0, 16, (1, length)))
+    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}
+    _, first, *later = [c for r in w.table for c in r.causes]  # first compile, its note, the recompiles
+    # the variable of the list comprehension (l) is no input; the claim of reuse holds only for one chunk count
+    assert first.words.startswith("logits dim 1, logits dim 2, targets dim 1 dynamic from the first compile")
+    assert "while (-1 + chunk_size + logits.size()[1]) // chunk_size == 2 holds" in first.fix
+    assert len(later) == 2 and all(c.kind == "size_value" for c in later)
+    assert "(the graph holds (-1 + chunk_size + logits.size()[1]) // chunk_size == 2)" in later[0].words
+    assert "torch.cond" not in later[0].fix and "keywords" not in later[0].words
+
+
+def test_the_same_function_compiled_again_with_other_options_is_named_by_the_option():
+    def f(x):
+        return x.sin() + 1
+
+    with tl.watch() as w:
+        torch.compile(f, backend=BACKEND, dynamic=False)(torch.randn(3))
+        torch.compile(f, backend=BACKEND, dynamic=True)(torch.randn(3))
+    (again,) = [c for r in w.table for c in r.causes if c.kind == "backend"]
+    assert "another torch.compile call on the same code, with other options (dynamic=False then True)" in again.words
+    assert "compile the function once and reuse that compiled object" in again.fix
+
+
+class TinyUNet(torch.nn.Module):
+    """diffusers' UNet2DConditionModel takes a tensor or a Python number as its timestep."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.time = torch.nn.Linear(1, 4)
+
+    def forward(self, sample, timestep):
+        if not torch.is_tensor(timestep):
+            timestep = torch.tensor([timestep], dtype=torch.float32)
+        emb = self.time(timestep.float().reshape(-1, 1))
+        return self.conv(sample) + emb[:, :, None, None]
+
+
+def test_a_timestep_that_turns_from_a_tensor_into_an_int_dynamo_made_dynamic_is_not_called_baked(dynamo):
+    unet = torch.compile(TinyUNet().eval(), backend=BACKEND)
+    sample = torch.randn(1, 4, 8, 8)
+    with tl.watch() as w, torch.no_grad():
+        for t in (torch.tensor(999), torch.tensor(666)):
+            unet(sample, t)
+        for t in (999, 666, 333, 0):  # an LCM-style loop of int timesteps
+            unet(sample, t)
+    check_against_dynamo(w, dynamo)
+    (turned,) = [c for r in w.table for c in r.causes if c.kind == "tensor_type"]
+    assert "timestep is now an int, was a tensor (Dynamo made timestep dynamic, so later values reuse" in turned.words
+    assert turned.fix.startswith("none needed") and "baked" not in turned.words
+    assert sum(r.compiles for r in w.table) == 2  # the later ints reused the graph, as said
+
+
+def num_nodes(edge_index):
+    return int(edge_index.max()) + 1  # PyG's maybe_num_nodes: .item() breaks the graph
+
+
+class GCN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 8)
+
+    def forward(self, x, edge_index):
+        n = num_nodes(edge_index)
+        out = torch.zeros(n, 8).index_add_(0, edge_index[1], self.lin(x)[edge_index[0]])
+        return out
+
+
+def test_an_input_a_graph_of_few_ops_holds_dynamic_is_said_to_be_dynamic(dynamo):
+    model = torch.compile(GCN(), backend=BACKEND)
+    torch._dynamo.reset()
+    with DynamoAccount() as account, tl.watch() as w:
+        for nodes, edges in ((20, 60), (35, 90), (28, 140)):
+            model(torch.randn(nodes, 16), torch.randint(0, nodes, (2, edges)))
+    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}
+    dynamic = {d for r in w.table for d in r.dynamic.split(", ") if d}
+    assert "edge_index dim 1" in dynamic, [(r.function, r.dynamic) for r in w.table]
+    fixes = [c.fix for r in w.table for c in r.causes if "edge_index" in c.words and c.kind == "size"]
+    assert fixes and all(f.startswith("none needed") for f in fixes), fixes
