@@ -6,6 +6,7 @@ asserted right here; runs are also checked against Dynamo's own records."""
 import math
 import random
 
+import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -74,3 +75,36 @@ def test_a_branch_on_a_random_draw_names_its_line_and_a_global_counter_gets_a_fi
     assert all("compute what depends on it outside the compiled function" in c.fix for c in counter)
     assert all("pass the number as an argument" in c.fix for c in counter)
     assert not any(c.fix.startswith("expected once per value; keep it fixed") for c in counter)
+
+
+def test_t5_generate_says_the_prompt_length_behind_the_cross_attention_cache_and_who_sets_its_state(dynamo):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(
+        vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    model = transformers.T5ForConditionalGeneration(cfg).eval()
+    model.generation_config.eos_token_id = None  # every call runs max_new_tokens steps
+    model.forward = torch.compile(model.forward, backend=BACKEND)
+    with tl.watch() as w, torch.no_grad():
+        for n in (7, 11):
+            ids = torch.randint(2, 64, (1, n))
+            model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False)
+        ids = torch.randint(2, 64, (1, 11))
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, num_beams=2)
+    check_against_dynamo(w, dynamo, also=["size mismatch", "is_updated", "is_initialized"])
+    causes = [c for r in w.table for c in r.causes]
+    said = " | ".join(c.words for c in causes)
+    assert "dict.__getitem__" not in said and "dict.keys" not in said
+    cross = [c for c in causes if "cross_attention_cache" in c.guard and "index 2" in c.guard]
+    assert cross and all(
+        c.words.startswith("prompt (encoder input) length changed 7 -> 11: the cross-attention cache holds one entry")
+        for c in cross
+    )
+    assert all("padding='max_length'" in c.fix and "cache_implementation" not in c.fix for c in cross)
+    assert not any(c.words.startswith("KV cache length changed 7 -> 11") for c in causes)
+    flags = [c for c in causes if c.kind == "flag" and "is_updated" in c.words]
+    assert flags and all(c.fix.startswith("expected: transformers sets it") for c in flags)
+    beams = [c for c in causes if c.words.startswith("batch size changed 1 -> 2")]
+    assert beams and all("num_beams and num_return_sequences multiply it" in c.fix for c in beams)

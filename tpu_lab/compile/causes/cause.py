@@ -47,13 +47,27 @@ def local_name(source: str) -> str:
     """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it.
     ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
-    s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
+    s = _dict_sources(source.strip())
+    s = re.sub(r"L\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"^fn\.keywords\['([^']+)'\]", r"\1", s)
     return re.sub(r"^fn(?=[.\[])", "self", s)
+
+
+_DICT_ITEM = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\)")
+_DICT_GET = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), (?P<k>'[^']*'|\d+)\)")
+_DICT_KEY = re.compile(r"list\(dict\.keys\((?P<d>[^()]+?)\)\)\[(?P<i>\d+)\]")
+
+
+def _dict_sources(s: str) -> str:
+    """Dynamo's source forms for a dict's entries as Python reads them: ``dict.__getitem__(d, list(dict.keys(d))[0])``
+    -> ``list(d.values())[0]``, ``dict.__getitem__(d, 'k')`` -> ``d['k']``, ``list(dict.keys(d))[0]`` -> ``list(d)[0]``."""
+    s = _DICT_ITEM.sub(r"list(\g<d>.values())[\g<i>]", s)
+    s = _DICT_GET.sub(r"\g<d>[\g<k>]", s)
+    return _DICT_KEY.sub(r"list(\g<d>)[\g<i>]", s)
 
 
 _TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
@@ -69,6 +83,7 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
         guard,
     )
     g = _SAME_OBJECT.sub(lambda m: f"{m['name']} is the same object", g)
+    g = _dict_sources(g)  # before the split below: Dynamo's dict forms hold spaces
     internal = ("L[", "G[", "___stack", "._modules[", "._parameters[", "._buffers[")
     g = " ".join(local_name(part) if any(i in part for i in internal) else part for part in g.split(" "))
     for raw, user in names:

@@ -37,8 +37,9 @@ _STATE = {
 }
 
 
-def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Cause:
-    """``now``: the input's description in the new call (``float 2.5``), to name a change of type."""
+def value_words(raw: str, value: str, g: str, static: bool, now: str = "", caller: str = "") -> Cause:
+    """``now``: the input's description in the new call (``float 2.5``), to name a change of type; ``caller``:
+    the library that called the compiled function, when not the user."""
     name = local_name(raw)
     if "param_groups" in name and "'lr'" in name:
         return Cause(
@@ -79,7 +80,9 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "flag",
             f"the flag {name} was {value} (each value is its own graph)",
             g,
-            "expected once per value; pass a constant if it should not change",
+            f"expected: {caller} sets it as it runs (its own state, not a value you pass), one graph per value"
+            if caller and re.search(r"[.\[]", name)  # an object's field, and the library made the call
+            else "expected once per value; pass a constant if it should not change",
             flag=(name, value),
         )
     if "cell_contents" in raw:  # named by the closure's own code where read, see closures_unnamed
