@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from tpu_lab.compile.causes.branch_origin import RANDOM_BRANCH_FIX, branch_origin, draws_random
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
@@ -81,10 +82,11 @@ _NUMPY_FIX = (
 _BRANCH = re.compile(r"^(?:while|if|elif)\b")
 
 
-def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
+def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0)) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
-    break are no fix for the user, and the words say where it is. ``code``: the user's line."""
+    break are no fix for the user, and the words say where it is. ``code``: the user's line; ``at``: its
+    file and line."""
     inner, _, outer = reason.partition(_NESTED)
     first, explanation, hints = _sections(inner)
     found = break_type(inner)
@@ -95,6 +97,12 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
             first or reason.strip(),
             "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)",
         )
+        line, origin = branch_origin(inner, code, *at)
+        if origin:  # Dynamo's own trace of the condition's value, or the random draw that assigns it
+            drawn = ", a Python random draw Dynamo passes into the graph as a tensor" if draws_random(origin) else ""
+            words = f"{cause.words}, computed from line {line}: {origin}{drawn}"
+            fix = RANDOM_BRANCH_FIX if drawn else cause.fix
+            cause = dataclasses.replace(cause, words=words, fix=fix)
     else:
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
         hints = [*hints, *advice]
@@ -133,7 +141,11 @@ def graph_break_words(reason: str, library: str = "", code: str = "") -> Cause:
             fix="expected; keep the disabled call out of hot loops (call it less often, or outside the compiled "
             "function) if the split costs time, else accept the break",
         )
-    if _BRANCH.match(code) and (".item()" in reason or "data-dependent" in reason.lower()):
+    if (
+        _BRANCH.match(code)
+        and cause.fix != RANDOM_BRANCH_FIX
+        and (".item()" in reason or "data-dependent" in reason.lower())
+    ):
         # capture_scalar_outputs would only move the break to the branch on the value
         fix = "the value decides a loop or branch: compile the body instead, or use torch.cond / torch.while_loop"
         cause = dataclasses.replace(cause, fix=fix)

@@ -47,7 +47,8 @@ def local_name(source: str) -> str:
     """Dynamo's name for an input (``L['x']``, ``G['m']._modules['1']``) as the user wrote it.
     ``fn`` is torch.compile's wrapper holding the compiled object (a module, a callable object, a
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
-    s = re.sub(r"L\['([^']+)'\]", r"\1", source.strip())
+    s = _dict_sources(source.strip())
+    s = re.sub(r"L\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
@@ -73,6 +74,19 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
+_DICT_ITEM = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\)")
+_DICT_GET = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), (?P<k>'[^']*'|\d+)\)")
+_DICT_KEY = re.compile(r"list\(dict\.keys\((?P<d>[^()]+?)\)\)\[(?P<i>\d+)\]")
+
+
+def _dict_sources(s: str) -> str:
+    """Dynamo's source forms for a dict's entries as Python reads them: ``dict.__getitem__(d, list(dict.keys(d))[0])``
+    -> ``list(d.values())[0]``, ``dict.__getitem__(d, 'k')`` -> ``d['k']``, ``list(dict.keys(d))[0]`` -> ``list(d)[0]``."""
+    s = _DICT_ITEM.sub(r"list(\g<d>.values())[\g<i>]", s)
+    s = _DICT_GET.sub(r"\g<d>[\g<k>]", s)
+    return _DICT_KEY.sub(r"list(\g<d>)[\g<i>]", s)
+
+
 _TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 _SAME_OBJECT = re.compile(r"___check_obj_id\((?P<name>[^,()]+), \d+\)")
 
@@ -86,6 +100,7 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
         guard,
     )
     g = _SAME_OBJECT.sub(lambda m: f"{m['name']} is the same object", g)
+    g = _dict_sources(g)  # before the split below: Dynamo's dict forms hold spaces
     internal = ("L[", "G[", "___stack", "._modules[", "._parameters[", "._buffers[")
     g = " ".join(local_name(part) if any(i in part for i in internal) else part for part in g.split(" "))
     for raw, user in names:
@@ -109,6 +124,7 @@ KIND_LABELS = {
     "value": "a Python value baked into the graph changed",
     "value_dynamic": "a Python number changed, then made dynamic",
     "derived": "a value computed from Python numbers changed (baked into the graph)",
+    "loop_position": "a loop resumed at another position after a graph break inside it",
     "flag": "a Python flag changed",
     "string": "a Python string changed",
     "global": "a global baked into the graph changed",

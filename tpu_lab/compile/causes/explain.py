@@ -200,7 +200,7 @@ def _next_values(
     it stays baked in (each value still a graph), or one graph per value (up to the limit)."""
     name = guard_words.subject(f)
     at_most = f", at most {limit}" if limit else ""
-    if cause.kind == "derived":
+    if cause.kind in ("derived", "loop_position"):
         return name, dataclasses.replace(cause, words=cause.words.removesuffix(")") + f"{at_most})")
     source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
     if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.guard_loops import iterator_words
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
@@ -21,6 +22,8 @@ def container_words(
     """A failed guard on a container in words (``inputs``: the new call's, by name; ``pipeline``: called
     from inside a transformers pipeline); None for others."""
     g = f.guard
+    if (loop := iterator_words(f)) is not None:  # a loop's iterator carried over a graph break
+        return loop
     if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
         passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
         return Cause(

@@ -69,6 +69,15 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
             ),
         )
     if ("cache" in name or "keys" in name or "values" in name) and i == "2":
+        if "cross_attention" in name:  # an encoder-decoder's: one entry per encoder token, filled once per prompt
+            return Cause(
+                "cache_length",
+                f"prompt (encoder input) length changed {a} -> {b}: the cross-attention cache holds one entry "
+                "per encoder token",
+                g,
+                "pad prompts to a few lengths (tokenizer padding='max_length', or pad_to_multiple_of=...); a static "
+                "cache does not keep this to one size: its cross-attention part is sized by the prompt",
+            )
         if cache and not cache.startswith("Static"):
             return Cause(
                 "cache_length",
@@ -115,8 +124,10 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
     batched = any(k in name for k in _BATCHED)  # a model's own inputs (input_ids, ...), built from the batch
     if caller and batched and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
+        beams = " (generate's num_beams and num_return_sequences multiply it)" if caller == "transformers" else ""
+        fixed = "the batch size and those settings" if beams else "the batch size"
         dynamic = (
-            f"{caller} builds this input from your batch: keep the batch size fixed (pad the list of prompts "
+            f"{caller} builds this input from your batch{beams}: keep {fixed} fixed (pad the list of prompts "
             "to a few batch sizes), else none needed once Dynamo makes the batch size dynamic"
         )
     elif caller and batched:

@@ -37,8 +37,9 @@ _STATE = {
 }
 
 
-def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Cause:
-    """``now``: the input's description in the new call (``float 2.5``), to name a change of type."""
+def value_words(raw: str, value: str, g: str, static: bool, now: str = "", caller: str = "") -> Cause:
+    """``now``: the input's description in the new call (``float 2.5``), to name a change of type; ``caller``:
+    the library that called the compiled function, when not the user."""
     name = local_name(raw)
     if "param_groups" in name and "'lr'" in name:
         return Cause(
@@ -54,8 +55,13 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "global",
             f"the global {name} changed (was {value}; its value is baked into the graph)",
             g,
-            "expected once per value; keep it fixed while the function runs compiled (an op such as dropout's p "
-            "fixes it in the graph even when passed as an argument; a tensor instead may cost a graph break)",
+            "Dynamo keeps a global's value baked in: each value is a graph of its own. If it changes per call (a "
+            "counter, a schedule), compute what depends on it outside the compiled function and pass the result "
+            "in as a tensor (torch.tensor(value)), or pass the number as an argument (a changing int argument is "
+            "made dynamic after one recompile, though a value computed from it with math functions stays baked "
+            "in); keep it fixed while the function runs compiled only where it is not meant to change"
+            if kind != "string"
+            else "expected once per value; keep it fixed while the function runs compiled",
         )
     if name.endswith(".is_initialized") and "cache" in name:
         return Cause(
@@ -74,7 +80,9 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "") -> Ca
             "flag",
             f"the flag {name} was {value} (each value is its own graph)",
             g,
-            "expected once per value; pass a constant if it should not change",
+            f"expected: {caller} sets it as it runs (its own state, not a value you pass), one graph per value"
+            if caller and re.search(r"[.\[]", name)  # an object's field, and the library made the call
+            else "expected once per value; pass a constant if it should not change",
             flag=(name, value),
         )
     if "cell_contents" in raw:  # named by the closure's own code where read, see closures_unnamed

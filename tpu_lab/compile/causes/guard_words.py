@@ -287,7 +287,8 @@ def words(
     if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:
         return cause  # a value computed from the user's numbers: named by them and its line
     if m:
-        return value_words(m["name"], m["value"], g, tpu or static, (inputs or {}).get(local_name(m["name"]), ""))
+        now = (inputs or {}).get(local_name(m["name"]), "")
+        return value_words(m["name"], m["value"], g, tpu or static, now, caller)
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
 
 

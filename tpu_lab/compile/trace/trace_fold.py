@@ -211,4 +211,4 @@ def _graph_break(fold: Fold, reason: str, stack: list[tuple[str, int]]) -> None:
     inner = stack[-1] if stack else ("", 0)
     library = f"{short_path(inner[0])}:{inner[1]}" if inner[0] and is_library(inner[0]) else ""
     code = linecache.getline(file, line).strip() if file else ""  # where the file is on this machine too
-    fold.add_break(graph_break_words(reason, library, code), where_label(file, line) if file else "?")
+    fold.add_break(graph_break_words(reason, library, code, (file, line)), where_label(file, line) if file else "?")

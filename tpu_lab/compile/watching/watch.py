@@ -175,7 +175,7 @@ class Watch:
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            self._fold.add_break(graph_break_words(b.reason, b.library, code), where)
+            self._fold.add_break(graph_break_words(b.reason, b.library, code, (b.filename, b.line)), where)
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None or self._tpu_before is None:

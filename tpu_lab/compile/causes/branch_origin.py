@@ -1,0 +1,47 @@
+"""Where the value of a data-dependent branch comes from: the lines Dynamo's own break text names ("The
+branch condition involves a tensor computed as follows: ... code: <line>"), or, where the record holds only
+Dynamo's short reason, the line of the user's function that assigns the condition's name from a Python
+random draw (Dynamo turns ``random.random()`` into a graph input). Text and source lines in, words out."""
+
+from __future__ import annotations
+
+import linecache
+import re
+
+_TRACE = "The branch condition involves a tensor computed as follows:"
+_CODE = re.compile(r'# File "(?P<file>[^"]+)", line (?P<line>\d+), in [^,]+, code: (?P<code>.+)$', re.M)
+_RANDOM = re.compile(r"\b(?:random|np\.random|numpy\.random)\.\w+\(")
+_COND = re.compile(r"^\s*(?:el)?if\s+(?P<cond>.+):|^\s*while\s+(?P<loop>.+):")
+
+
+def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tuple[int, str]:
+    """(line, code) of the user's line that computes the branch condition's value; (0, '') where unknown."""
+    _, _, trace = reason.partition(_TRACE)
+    found = [(int(m["line"]), m["code"].strip()) for m in _CODE.finditer(trace)]
+    found = [(n, c) for n, c in found if c != code.strip()]  # the branch's own line is not where it comes from
+    if found:
+        return found[0]
+    m = _COND.match(code)
+    if not (m and file and line):
+        return 0, ""
+    names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", m["cond"] or m["loop"] or ""))
+    for n in range(line - 1, max(line - 100, 0), -1):  # the nearest assignment above, inside the function
+        text = linecache.getline(file, n).strip()
+        if text.startswith(("def ", "async def ")):
+            break
+        a = re.match(r"(?P<name>[A-Za-z_]\w*)\s*=(?!=)\s*(?P<expr>.+)", text)
+        if a and a["name"] in names and _RANDOM.search(a["expr"]):
+            return n, text
+    return 0, ""
+
+
+def draws_random(code: str) -> bool:
+    """The line draws a Python (or NumPy) random number."""
+    return bool(_RANDOM.search(code))
+
+
+RANDOM_BRANCH_FIX = (
+    "draw the random number outside the compiled function and pass it in as an argument (or make the choice "
+    "there and call the compiled function only for the branch that needs it); torch.cond does not fit a "
+    "branch on a Python random draw"
+)
