@@ -95,7 +95,7 @@ def _run_optimizer(info: Any, torch: Any) -> None:
                     group["lr"] *= 0.5
 
 
-def op_cases(limit: int | None = None, every: int = 10) -> Iterator[Case]:
+def op_cases(limit: int | None = None, every: int = 5) -> Iterator[Case]:
     """One case per ``every``-th ``op_db`` entry (a slice: the whole is some 2,000 operators): the operator
     called from a compiled function with up to four of its float32 samples (shapes, Python arguments and
     keyword options change between them), then its first sample in float64 and with ``requires_grad``."""

@@ -182,7 +182,7 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
         roots = {part.split(": ", 1)[0].split("[")[0].split(".")[0] for part in row.signature.split(", ")}
         for item in filter(None, (row.dynamic or "").split(", ")):
             name = item.rsplit(" dim ", 1)[0]
-            flat = [rf"(?:(?:kwargs|args)_)?{re.escape(r)}(?:_\w+)+" for r in roots if r.isidentifier()]
+            flat = [rf"{re.escape(r)}(?:_\d+)+" for r in roots if r.isidentifier()]  # x_0: a flattened x[0]
             if any(re.fullmatch(f, name) for f in [*flat, r"(?:kwargs|args)_\w+", r"_*stack\d+(?:_\d+)*"]):
                 out["d_names"].append(f"{name!r} made dynamic: a graph's input name, not the code's")
     return out

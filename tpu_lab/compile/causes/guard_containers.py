@@ -25,7 +25,7 @@ def container_words(
     if (loop := iterator_words(f)) is not None:  # a loop's iterator carried over a graph break
         return loop
     if (m := _NOT.match(g)) and local_name(m["name"]) == "kwargs":
-        passed = [n for n in (inputs or {}) if n.startswith("kwargs[")]
+        passed = [n[len("kwargs['") : -2] for n in (inputs or {}) if n.startswith("kwargs['")]  # by keyword
         return Cause(
             "kwargs",
             "keyword arguments were passed"
