@@ -5,6 +5,7 @@ axis) whose inputs Dynamo made dynamic. What the reviewer found wrong is asserte
 also checked against Dynamo's own records and the watch's invariants."""
 
 import functools
+import time
 
 import torch
 import torch.nn.functional as F
@@ -110,3 +111,33 @@ def test_an_input_a_graph_of_few_ops_holds_dynamic_is_said_to_be_dynamic(dynamo)
     assert "edge_index dim 1" in dynamic, [(r.function, r.dynamic) for r in w.table]
     fixes = [c.fix for r in w.table for c in r.causes if "edge_index" in c.words and c.kind == "size"]
     assert fixes and all(f.startswith("none needed") for f in fixes), fixes
+
+
+def timed(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()  # a graph break: the rest of the wrapper is a resumed frame of its own
+        return fn(*args, **kwargs), time.perf_counter() - t0
+
+    return wrapper
+
+
+def sgd_update(params, lr):
+    with torch.no_grad():
+        for p in params:
+            p -= lr * p.grad
+
+
+def test_a_decorators_wrapper_resumed_after_a_break_names_the_inputs_as_the_wrapped_function_does(dynamo):
+    step = torch.compile(timed(sgd_update), backend=BACKEND)
+    w = torch.nn.Linear(4, 4)
+    with tl.watch() as watch:
+        for lr in (0.1, 0.1, 0.05):
+            w(torch.randn(3, 4)).sum().backward()
+            step(list(w.parameters()), lr)
+    check_against_dynamo(watch, dynamo)
+    resumed = [r for r in watch.table if "after the graph break" in r.function]
+    assert resumed and all("lr: float" in r.signature and "args[" not in r.signature for r in resumed)
+    assert any(
+        "Python float lr changed (was 0.1): Dynamo made lr dynamic" in c.words for r in resumed for c in r.causes
+    )

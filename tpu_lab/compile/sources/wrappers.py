@@ -68,20 +68,24 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
 def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     """A ``*args, **kwargs`` decorator's inputs by the wrapped function's parameter names: the function
     it calls is a free variable of its closure (``functools.wraps`` also sets ``__wrapped__``)."""
-    if not code.co_flags & 0x0C or not code.co_freevars:  # no *args/**kwargs, or no closure
+    resumed = code.co_name.startswith(RESUME)  # the wrapper's part after a graph break: its locals as arguments
+    if not (code.co_flags & 0x0C or resumed) or not code.co_freevars:  # no *args/**kwargs, or no closure
         return ()
     at = code.co_argcount + code.co_kwonlyargcount
-    star = code.co_varnames[at] if code.co_flags & 0x04 else ""
-    stars = code.co_varnames[at + bool(star)] if code.co_flags & 0x08 else ""
+    star = code.co_varnames[at] if code.co_flags & 0x04 else ("args" if resumed and "args" in values else "")
+    stars = code.co_varnames[at + bool(star)] if code.co_flags & 0x08 else ("kwargs" if resumed else "")
     args, kwargs = values.get(star, ()) if star else (), values.get(stars, {}) if stars else {}
-    if not isinstance(args, tuple) or not isinstance(kwargs, dict):
+    if not isinstance(args, tuple) or not isinstance(kwargs, dict) or (resumed and not (args or kwargs)):
         return ()
     # the wrapper's own leading parameters (``self`` of ``def wrapper(self, *args, **kwargs)``) are passed on first
-    own = [values[n] for n in code.co_varnames[: code.co_argcount] if n in values]
+    own = [values[n] for n in code.co_varnames[: code.co_argcount] if n in values] if not resumed else []
     for name in code.co_freevars:
         fn = values.get(name)
         if not inspect.isfunction(fn):
             continue
+        if resumed:  # its own leading parameters: those of the wrapped function's that are locals here (self)
+            leading = list(inspect.signature(inspect.unwrap(fn)).parameters)
+            own = [values[n] for n in leading[: next((i for i, n in enumerate(leading) if n not in values), 0)]]
         try:
             params = inspect.signature(inspect.unwrap(fn)).parameters
             bound = inspect.signature(inspect.unwrap(fn)).bind_partial(*own, *args, **kwargs)
