@@ -141,3 +141,22 @@ def test_a_decorators_wrapper_resumed_after_a_break_names_the_inputs_as_the_wrap
     assert any(
         "Python float lr changed (was 0.1): Dynamo made lr dynamic" in c.words for r in resumed for c in r.causes
     )
+
+
+def unpool(x, indices, kernel_size, stride):
+    return F.max_unpool1d(x, indices, kernel_size, stride)
+
+
+def test_an_int_argument_that_becomes_a_tuple_is_a_type_change_not_a_new_value(dynamo):
+    # torch's op_db samples for max_unpool1d: the kernel size as an int, then as a tuple
+    f = torch.compile(unpool, backend=BACKEND)
+    x, indices = F.max_pool1d(torch.randn(1, 2, 6), 3, 2, return_indices=True)
+    with tl.watch() as w:
+        f(x, indices, 3, 2)
+        f(x, indices, (3,), (2,))
+    check_against_dynamo(w, dynamo, also=["kernel_size == 3"])  # both changed; Dynamo logs stride's guard
+    found = {c.words for r in w.table for c in r.causes if c.kind not in ("first", "dynamic")}
+    assert found == {
+        "stride is now a list or tuple, was the int 2 (each type is its own graph)",
+        "kernel_size is now a list or tuple, was the int 3 (each type is its own graph)",
+    }

@@ -12,8 +12,12 @@ _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
 _TORCH_CONSTANT = re.compile(r"^(?P<name>\S+) == torch\.(?P<value>\w+)$")  # a dtype, layout or memory format
 # Dynamo reports a guard whose check raised by the exception's text: an input it compared by value with ==
-# (a tuple of ints) now holds tensors, whose == is elementwise
+# (a tuple of ints) now holds tensors, whose == is elementwise; or one whose type no longer supports the check
 _TENSOR_TRUTH = "Boolean value of Tensor with more than one value is ambiguous"
+_RAISED = re.compile(
+    r"^(?:unsupported operand type\(s\) for .+|'\w+' object (?:is not (?:subscriptable|iterable|callable)|has no "
+    r"attribute '\w+')|\w+\(\) argument .+|object of type '\w+' has no len\(\))$"
+)
 
 
 def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Cause | None:
@@ -26,6 +30,14 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             f"{local_name(m['name'])} is another {kind} now, was torch.{m['value']} (each one passed is its own graph)",
             g,
             f"expected once per {kind}; pass one {kind} every call if it changes often",
+        )
+    if _RAISED.match(g.strip()):
+        return Cause(
+            "type",
+            f"an input is now of another type, so checking one of Dynamo's guards on it raised ({g.strip()}), which "
+            "Dynamo counts as a failed guard",
+            g,
+            "expected once per case; pass the same types every call (a tuple stays a tuple, a number a number)",
         )
     if g.strip() == _TENSOR_TRUTH:
         return Cause(

@@ -37,6 +37,9 @@ _STATE = {
 }
 
 
+_TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
+
+
 def value_words(raw: str, value: str, g: str, static: bool, now: str = "", caller: str = "") -> Cause:
     """``now``: the input's description in the new call (``float 2.5``), to name a change of type; ``caller``:
     the library that called the compiled function, when not the user."""
@@ -89,17 +92,21 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
         name = f"the closure variable {name}"
     words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
     became = now.split()[0] if now else kind
-    if became != kind and kind in ("int", "float") and became in ("int", "float", "bool", "str", "None"):
+    if became != kind and kind in ("int", "float") and (became.isidentifier() or _TENSOR_NOW.match(became)):
         # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
         if became == "None":
             return Cause(
                 "type", f"{name} is now None, was the {kind} {value} (each case is its own graph)", g, none_fix()
             )
+        became = "tensor" if _TENSOR_NOW.match(became) else "list or tuple" if became == "sequence" else became
+        numbers = became in ("int", "float", "bool")
         return Cause(
             "type",
-            f"{name} is now a {became}, was the {kind} {value} (each type is its own graph)",
+            f"{name} is now {'an' if became[:1] in 'aeiou' else 'a'} {became}, was the {kind} {value} (each type is its own graph)",
             g,
-            "pass the same type every call (e.g. always a float: 2.0, not 2)",
+            "pass the same type every call (e.g. always a float: 2.0, not 2)"
+            if numbers
+            else f"pass the same type every call (always {'an' if kind == 'int' else 'a'} {kind}, or always a {became})",
         )
     if kind == "string":
         return Cause("string", words, g, "expected once per value")

@@ -287,7 +287,8 @@ def words(
     if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:
         return cause  # a value computed from the user's numbers: named by them and its line
     if m:
-        now = (inputs or {}).get(local_name(m["name"]), "")
+        now = (inputs or {}).get(n := local_name(m["name"]), "")  # shown by its items now: a sequence
+        now = now or ("sequence" if any(k.startswith(f"{n}[") for k in inputs or {}) else "")
         return value_words(m["name"], m["value"], g, tpu or static, now, caller)
     return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
 

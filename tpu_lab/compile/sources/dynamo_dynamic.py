@@ -147,6 +147,8 @@ def _indexed(flat: str, names: dict[str, str]) -> str:
     for known, shown in sorted({**names, **roots}.items(), key=lambda kv: -len(kv[0])):
         if m := re.fullmatch(rf"(?:(?:kwargs|args)_)?{re.escape(known)}((?:_\d+)+)", flat):
             return shown + "".join(f"[{i}]" for i in m[1].split("_")[1:])
+    if m := re.fullmatch(r"(kwargs|args)((?:_\d+)+)", flat):  # an item of *args the row shows no part of
+        return m[1] + "".join(f"[{i}]" for i in m[2].split("_")[1:])
     for known, shown in sorted({**names, **roots}.items(), key=lambda kv: -len(kv[0])):
         if re.fullmatch(rf"(?:(?:kwargs|args)_)?{re.escape(known)}_\w+", flat):  # an attribute path: ambiguous
             return f"a tensor inside {shown}"  # (linear_cache_1: linear_cache[1] or linear.cache_1), so not guessed
