@@ -160,3 +160,40 @@ def test_an_int_argument_that_becomes_a_tuple_is_a_type_change_not_a_new_value(d
         "stride is now a list or tuple, was the int 2 (each type is its own graph)",
         "kernel_size is now a list or tuple, was the int 3 (each type is its own graph)",
     }
+
+
+def selective_scan(x):
+    # mamba-minimal's scan: a Python loop over the sequence length fixes that size in each graph
+    state = torch.zeros(x.shape[0], x.shape[2])
+    outs = []
+    for i in range(x.shape[1]):
+        state = 0.9 * state + x[:, i]
+        outs.append(state)
+    return torch.stack(outs, 1)
+
+
+def test_a_size_dynamo_specialised_again_is_never_said_to_be_dynamic(dynamo):
+    f = torch.compile(selective_scan, backend=BACKEND)
+    with tl.watch() as w:
+        for length in (4, 5, 6):
+            f(torch.randn(1, length, 3))
+    check_against_dynamo(w, dynamo)
+    assert not any(r.dynamic for r in w.table), [r.dynamic for r in w.table]
+    said = [c for r in w.table for c in r.causes if c.kind == "size"]
+    assert len(said) == 2 and not any("reuse this graph" in c.words + c.fix for c in said)
+    assert "mark_dynamic would raise here" in said[-1].fix
+
+
+def interact(dense_x, lS_o, lS_i):  # DLRM's names: camel case, which Dynamo's graph writes as l_s_i
+    return dense_x.sum(1) + sum(i.float().mean() for i in lS_i) + lS_o.float().mean()
+
+
+def test_inputs_named_in_camel_case_are_named_so_in_what_dynamo_made_dynamic():
+    f = torch.compile(interact, backend=BACKEND)
+    torch._dynamo.reset()
+    with DynamoAccount() as account, tl.watch() as w:
+        for n in (6, 9, 12):
+            f(torch.randn(2, 4), torch.arange(n), [torch.randint(0, 4, (n,)), torch.randint(0, 4, (n + 1,))])
+    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}
+    dynamic = ", ".join(r.dynamic for r in w.table)
+    assert "lS_i[0] dim 0" in dynamic and "l_s_i" not in dynamic, dynamic

@@ -108,8 +108,9 @@ def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str]
     return made, frozenset(n for n in made if any(n in v for v in derived))
 
 
-def dynamic_inputs(record: Any, signature: Signature) -> str:
-    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes."""
+def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = False) -> str:
+    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes;
+    ``specialised``: those it traced symbolic and then specialised again to one size (``range(x.shape[1])``)."""
     text = getattr(record, "graph_node_shapes", None)
     if not text:
         return ""
@@ -118,6 +119,8 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
     except (ValueError, SyntaxError):
         return ""
     names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
+    # Dynamo's node names are snake case too: lS_i[0] -> l_s_i_0
+    names |= {re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", k).lower(): n for k, n in names.items()}
     out = []
     for node, shape in shapes.items():
         if not node.lower().startswith("l_"):  # the graph's inputs come first: after them, a node named after
@@ -130,7 +133,8 @@ def dynamic_inputs(record: Any, signature: Signature) -> str:
         if carried:
             name = "the carried value" + (f" {int(carried[1]) + 1}" if int(carried[1]) else "")
             name += "".join(f"[{i}]" for i in carried[2].split("_")[1:])
-        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str)]
+        # a symbol (s0, s0 + 1); a symbol Dynamo specialised again reads as its number ("5"): static
+        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str) and d.isdigit() == specialised]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input
             out += [f"{name} dim {d}" for d in dims]
