@@ -197,3 +197,14 @@ def test_inputs_named_in_camel_case_are_named_so_in_what_dynamo_made_dynamic():
     assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}
     dynamic = ", ".join(r.dynamic for r in w.table)
     assert "lS_i[0] dim 0" in dynamic and "l_s_i" not in dynamic, dynamic
+
+
+def test_a_size_of_a_value_built_inside_the_compiled_code_is_never_given_a_mark_dynamic_to_write():
+    # open_clip's ClipLoss keeps its labels per device; Dynamo's guard on them, from blind round 13
+    from tpu_lab.compile.causes import guard_words
+
+    (failure,) = guard_words.parse(
+        ["0/1: tensor 'self.labels[device(type='cpu')]' size mismatch at index 0. expected 8, actual 5"]
+    )
+    cause = guard_words.words(failure)
+    assert "mark_dynamic(" not in cause.fix and "device(type=" not in cause.fix, cause.fix

@@ -111,7 +111,10 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
-    if "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
+    if not re.fullmatch(r"[A-Za-z_][\w.]*(?:\[(?:\d+|'[\w.-]*')\])*(?:\.[A-Za-z_]\w*)*", name):
+        # not an expression the user can write (a cache keyed by a device object): nothing to mark, pad instead
+        dynamic = "nothing to mark: it is built inside the compiled code; pad what it is built from to a few sizes"
+    elif "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
         dynamic = (
             f"sizes 0 and 1 always compile graphs of their own: torch._dynamo.decorators.mark_unbacked({name}, {i}) "
             "before the first call shares one graph"
