@@ -127,7 +127,9 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         return Cause("size", words, g, fix if not tpu else f"{fix}; on a TPU: {bucket}")
     batched = any(k in name for k in _BATCHED)  # a model's own inputs (input_ids, ...), built from the batch
     if caller and batched and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
-        beams = " (under generate(), num_beams and num_return_sequences multiply it)" if caller == "transformers" else ""
+        beams = (
+            " (under generate(), num_beams and num_return_sequences multiply it)" if caller == "transformers" else ""
+        )
         fixed = "the batch size and those settings" if beams else "the batch size"
         dynamic = (
             f"{caller} builds this input from your batch{beams}: keep {fixed} fixed (pad the list of prompts "

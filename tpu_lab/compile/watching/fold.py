@@ -78,8 +78,10 @@ class Fold:
             after_reset = again and cap.resets > self.resets_before
             causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
         found = ", ".join(filter(None, [dynamic_inputs(record, cap.signature), guarded_dynamic(guards)]))
-        again = dynamic_inputs(record, cap.signature, specialised=True)  # symbolic, then one size after all
-        tried = renamed(", ".join(dict.fromkeys(filter(None, [*found.split(", "), *again.split(", ")]))), cap.names)
+        respecialised = dynamic_inputs(record, cap.signature, specialised=True)  # symbolic, then one size after all
+        tried = renamed(
+            ", ".join(dict.fromkeys(filter(None, [*found.split(", "), *respecialised.split(", ")]))), cap.names
+        )
         shapes = unpinned(renamed(", ".join(dict.fromkeys(found.split(", "))), cap.names), guards, cap.names)
         if cap.function.name.startswith(RESUME):  # the carried value by the name its line assigns, as causes say
             shapes, tried = carried_named(shapes, cap.function), carried_named(tried, cap.function)
