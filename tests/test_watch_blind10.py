@@ -107,6 +107,7 @@ def test_a_size_a_loop_fixes_is_said_so_and_never_told_to_mark_dynamic(dynamo):
     assert "the code fixes this size (it uses x.shape[0] as a plain Python number" in again.words
     assert "range(x.shape[0])" in again.words and "every size is its own graph" in again.words
     assert "mark_dynamic(" not in again.fix and "mark_dynamic would raise here" in again.fix
+    assert "pins x dim 0 to one size again" in again.words and "where a loop runs over it, vectorise it" in again.fix
     assert not any(c.kind == "dynamic" for r in w.table for c in r.causes)  # nothing was made dynamic
     # the words are right: mark_dynamic on that size raises
     torch._dynamo.reset()

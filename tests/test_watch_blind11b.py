@@ -61,25 +61,6 @@ def test_a_size_pinned_by_an_input_of_fixed_size_is_not_said_to_be_a_loop(dynamo
     torch.compile(Agent().get_action_and_value, backend=BACKEND)(x, action)
 
 
-def running_sum(x):
-    out = x[0]
-    for i in range(x.shape[0]):  # the size as a Python int: every size its own graph
-        out = out + x[i]
-    return out
-
-
-def test_a_size_pinned_again_is_said_to_be_fixed_by_the_code(dynamo):
-    f = torch.compile(running_sum, backend=BACKEND)
-    with tl.watch() as w:
-        for n in (4, 6, 7):
-            f(torch.randn(n, 8))
-    check_against_dynamo(w, dynamo)
-    once, again = causes(w, "size")
-    assert "every size is its own graph" not in once.words and "mark_dynamic would raise" not in once.fix
-    assert "pins x dim 0 to one size again" in again.words and "every size is its own graph" in again.words
-    assert "mark_dynamic would raise here" in again.fix and "where a loop runs over it, vectorise it" in again.fix
-
-
 def test_a_bound_inside_torch_is_said_to_be_torchs_and_qualifies_the_reuse_claim(dynamo):
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
     f = torch.compile(net, backend=BACKEND)

@@ -15,41 +15,43 @@ _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)\[(\d+)\
 _CARRIED_WHOLE = re.compile(r"\bthe carried value(?![\[\w]| \d)")
 
 
-def carried_named(text: str, function: FunctionKey) -> str:
-    """``text`` (what Dynamo made dynamic: ``the carried value[3] dim 0``) with the carried value named as the
-    break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
+def _break_line(function: FunctionKey) -> tuple[str, str, str, list[str]]:
+    """The break's line of a resumed frame: (its number, its code, the one name it assigns or '', the names a
+    tuple assignment unpacks into: ``a, b = f()``, where the carried value is f()'s)."""
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
     unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
-    items = [n.strip() for n in unpacked[1].split(",")] if unpacked else []
-    text = _CARRIED_ITEM.sub(lambda m: items[int(m[1])] if int(m[1]) < len(items) else m[0], text)
-    return _CARRIED_WHOLE.sub(target[1], text) if target else text
+    return line, code, target[1] if target else "", [n.strip() for n in unpacked[1].split(",")] if unpacked else []
+
+
+def _items_named(text: str, items: list[str]) -> str:
+    return _CARRIED_ITEM.sub(lambda m: items[int(m[1])] if int(m[1]) < len(items) else m[0], text)
+
+
+def carried_named(text: str, function: FunctionKey) -> str:
+    """``text`` (what Dynamo made dynamic: ``the carried value[3] dim 0``) with the carried value named as the
+    break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
+    _, _, target, items = _break_line(function)
+    text = _items_named(text, items)
+    return _CARRIED_WHOLE.sub(target, text) if target else text
 
 
 def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
     """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
     the variable the break line assigns (``sizes = lengths.tolist()``: ``sizes[0] changed``), else that
     line quoted."""
-    line = function.label.rpartition(" ")[-1]
+    line, code, target, items = _break_line(function)
     instead = (
         f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
         "(see its fix) so the function is one graph, and mark the function's own input"
     )
-    code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
-    target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
-    unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
-    items = [n.strip() for n in unpacked[1].split(",")] if unpacked else []  # a, b = f(): the carried value is f()'s
-
-    def item(m: re.Match) -> str:
-        return items[int(m[1])] if int(m[1]) < len(items) else m[0]
-
     out = []
     for c in causes:
         words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
-        words, fix = (re.sub(_CARRIED_ITEM, item, t) for t in (words, fix))
+        words, fix = (_items_named(t, items) for t in (words, fix))
         if target:
-            words, fix = words.replace(CARRIED, target[1]), fix.replace(CARRIED, target[1])
+            words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
         out.append(dataclasses.replace(c, words=words, fix=fix))
