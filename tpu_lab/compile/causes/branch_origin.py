@@ -1,7 +1,8 @@
 """Where the value of a data-dependent branch comes from: the lines Dynamo's own break text names ("The
 branch condition involves a tensor computed as follows: ... code: <line>"), or, where the record holds only
 Dynamo's short reason, the line of the user's function that assigns the condition's name from a Python
-random draw (Dynamo turns ``random.random()`` into a graph input). Text and source lines in, words out."""
+random draw (Dynamo turns ``random.random()`` into a graph input). The same search names the random
+draw behind a data-dependent operator (a drawn number used as a size). Text and source lines in, words out."""
 
 from __future__ import annotations
 
@@ -22,9 +23,15 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
     if found:
         return found[0]
     m = _COND.match(code)
-    if not (m and file and line):
+    return random_origin(m["cond"] or m["loop"] or "", file, line) if m else (0, "")
+
+
+def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
+    """(line, code) of the nearest line above ``line``, inside its function, that assigns one of the names
+    ``code`` reads from a Python random draw; (0, '') where none does."""
+    if not (code and file and line):
         return 0, ""
-    names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", m["cond"] or m["loop"] or ""))
+    names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code))
     for n in range(line - 1, max(line - 100, 0), -1):  # the nearest assignment above, inside the function
         text = linecache.getline(file, n).strip()
         if text.startswith(("def ", "async def ")):
@@ -44,4 +51,8 @@ RANDOM_BRANCH_FIX = (
     "draw the random number outside the compiled function and pass it in as an argument (or make the choice "
     "there and call the compiled function only for the branch that needs it); torch.cond does not fit a "
     "branch on a Python random draw"
+)
+RANDOM_VALUE_FIX = (
+    "draw the random number outside the compiled function and pass it in as an argument (a Python int "
+    "argument is a plain number to Dynamo, not a tensor)"
 )

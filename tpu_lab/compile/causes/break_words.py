@@ -7,7 +7,13 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tpu_lab.compile.causes.branch_origin import RANDOM_BRANCH_FIX, branch_origin, draws_random
+from tpu_lab.compile.causes.branch_origin import (
+    RANDOM_BRANCH_FIX,
+    RANDOM_VALUE_FIX,
+    branch_origin,
+    draws_random,
+    random_origin,
+)
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
@@ -118,6 +124,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         fix = "; ".join(usable_hints(hints, said)[:2]) or (_NUMPY_FIX if "torch._numpy" in inner else "")
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
         cause = Cause("graph_break", words or clean(first), first, fix)
+        drawn_at, drawn = random_origin(code, *at) if "_local_scalar_dense" in inner else (0, "")
+        if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
+            words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
+            cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=RANDOM_VALUE_FIX)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped and ("torch/" in cause.words or "torch." in cause.words):
         fix = (
@@ -143,7 +153,7 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         )
     if (
         _BRANCH.match(code)
-        and cause.fix != RANDOM_BRANCH_FIX
+        and cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
         and (".item()" in reason or "data-dependent" in reason.lower())
     ):
         # capture_scalar_outputs would only move the break to the branch on the value
