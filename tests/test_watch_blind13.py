@@ -3,6 +3,7 @@
 see an eval batch of 1 after a graph held dynamic from 2. What the reviewer found wrong is asserted right
 here; every run is also checked against Dynamo's own records and the watch's invariants."""
 
+import functools
 import random
 
 import torch
@@ -31,5 +32,43 @@ def test_a_random_draw_used_as_a_size_is_named_and_its_fix_is_not_capture_scalar
     # capture_scalar_outputs only moves the break to the next use of the drawn number (Dynamo: "builtin
     # operator sub with tensor arguments ... skipping the rest of the function")
     assert "capture_scalar_outputs" not in brk.fix
-    assert "line 17: inject_index = random.randint(1, n_latent - 1), a Python random draw" in brk.words
+    draw = mix_styles.__code__.co_firstlineno + 1
+    assert f"line {draw}: inject_index = random.randint(1, n_latent - 1), a Python random draw" in brk.words
     assert brk.fix.startswith("draw the random number outside the compiled function and pass it in")
+
+
+def returns_tuple(fn):  # transformers' @can_return_tuple: a *args/**kwargs wrapper around forward
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        return (fn(self, *args, **kwargs),)
+
+    return wrapper
+
+
+class Regressor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    @returns_tuple
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        h = self.lin(input_ids) * attention_mask
+        print("step")  # a break in the wrapped forward: the wrapper and the forward compile as frames of their own
+        return ((h - labels) ** 2).mean()
+
+
+def test_a_decorator_frame_is_its_own_row_and_an_eval_batch_of_1_is_named_as_a_size_below_2(dynamo):
+    f = torch.compile(Regressor(), backend=BACKEND)
+    with tl.watch() as w:
+        for b in (4, 2):  # training: batch 2 makes dim 0 dynamic
+            f(torch.randn(b, 8), attention_mask=torch.ones(b, 8), labels=torch.randn(b, 8))[0].backward()
+        with torch.no_grad():  # evaluation: the same batch, then a last batch of 1
+            for b in (2, 1):
+                f(torch.randn(b, 8), attention_mask=torch.ones(b, 8), labels=torch.randn(b, 8))
+    check_against_dynamo(w, dynamo, also=("labels", "attention_mask"))  # Dynamo logs the first failing guard only
+    names = {r.function.split(" (")[0] for r in w.table}
+    assert {"Regressor.forward", "Regressor.forward via @returns_tuple"} <= names
+    last = [r for r in w.table if r.function.startswith("Regressor.forward") and "[1, 8]" in r.signature]
+    assert len(last) == 2  # the wrapper's frame and the forward's own, each at batch 1
+    for row in last:  # the same change on two inputs is one change: not "grad mode changed; batch 4 -> 1"
+        assert row.causes[0].words.startswith("input_ids dimension 0 is now 1 (the graph held is dynamic there")

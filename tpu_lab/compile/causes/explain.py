@@ -124,7 +124,7 @@ def causes_of(
             # a graph compiled for inputs that look the same as now is nearest: what differs from it is
             # what the table cannot show (a string's value, a list's order), not what another graph names
             g not in inputs or _distance(inputs[g], signature) > 0,
-            sum(_changes(c) for c in per_graph[g]),
+            sum(_changes(c) for c in _distinct(per_graph[g])),
             _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
             if g in inputs
             else far,
@@ -140,6 +140,12 @@ def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_wo
     if not any("GLOBAL_STATE" in c.guard and "grad_mode" in c.guard for _, c in found):
         return found
     return [(f, c) for f, c in found if not (c.kind == "requires_grad" and c.words.endswith("changed True -> False"))]
+
+
+def _distinct(causes: list[Cause]) -> list[Cause]:
+    """One cause per change: the same change named once per input (``input_ids dimension 0 is now 1``,
+    ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads."""
+    return list({(c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes}.values())
 
 
 def _changes(cause: Cause) -> int:

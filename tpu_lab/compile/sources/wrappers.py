@@ -28,8 +28,9 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
             first = args[0]
         if isinstance(first, torch.nn.Module):
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
-            if fwd is not None:
-                return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno)
+            if fwd is not None:  # a decorator's wrapper is a frame of its own beside the forward's (via)
+                via = "" if code is fwd or code.co_name.startswith("tpu_lab_forward_") else _decorator(code)
+                return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno, via=via)
         elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
             return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
@@ -119,8 +120,12 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     owner = values.get(code.co_varnames[0]) if code.co_argcount else None
     if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
         name = f"{type(owner).__name__}.{fn.__name__}"
-    decorator = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]  # def timed(fn): def wrapper...
-    return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=decorator)
+    return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=_decorator(code))
+
+
+def _decorator(code: Any) -> str:
+    """The decorator a wrapper's code belongs to: ``def timed(fn): def wrapper...`` -> ``timed``."""
+    return getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
 
 
 def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:
