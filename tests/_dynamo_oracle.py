@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from tpu_lab.testing.watch_invariants import text_violations
+from tpu_lab.testing.watch_invariants import overcounted, text_violations
 
 BACKEND = "eager"
 
@@ -84,6 +84,7 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
     extra = [g for g in ours if g not in every]
     assert all(any(a in g for a in also) for g in extra), (extra, every)  # no guard nobody expected
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
+    assert not (over := overcounted([r for r in table if "(backward)" not in r.function])), over
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
     assert (found := text_violations(table, set(own))) == {"d_names": [], "e_apis": []}, (
         found

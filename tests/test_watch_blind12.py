@@ -51,7 +51,10 @@ def test_the_same_function_compiled_again_with_other_options_is_named_by_the_opt
         torch.compile(f, backend=BACKEND, dynamic=False)(torch.randn(3))
         torch.compile(f, backend=BACKEND, dynamic=True)(torch.randn(3))
     (again,) = [c for r in w.table for c in r.causes if c.kind == "backend"]
-    assert "another torch.compile call on the same code, with other options (dynamic=False then True)" in again.words
+    assert (
+        "another torch.compile call on the same code, with other options (dynamic=True, where the first call had dynamic=False)"
+        in again.words
+    )
     assert "compile the function once and reuse that compiled object" in again.fix
 
 

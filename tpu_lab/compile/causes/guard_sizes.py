@@ -55,6 +55,14 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
             "expected once per model size (parameter shapes are static; "
             "torch._dynamo.config.force_parameter_static_shapes = False makes them dynamic)",
         )
+    if name.startswith("self.") and not name.startswith("self.cache"):  # not passed in: the module keeps it
+        return Cause(
+            "size",
+            f"{name}, a tensor the module keeps between calls, changed size (dimension {i}: {a} -> {b})",
+            g,
+            "the compiled code reads it from self, so its size is part of the graph: build it inside each call "
+            "instead of keeping it between calls, or pass it in as an argument",
+        )
     bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
     if name == CARRIED:  # computed before the break (boolean masking, nonzero, ...): nothing the user can mark
         return Cause(

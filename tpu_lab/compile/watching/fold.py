@@ -99,8 +99,9 @@ class Fold:
         row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))
         row.compiles += 1
         row.compile_seconds += seconds
-        for i, c in enumerate(causes):  # a kind counts once per compile (two submodules swapped: one compile)
-            row.add(c if all(c.kind != d.kind for d in causes[:i]) else dataclasses.replace(c, count=0))
+        counted = next((c for c in causes if c.kind != "dynamic"), None)
+        for c in causes:  # one cause counts the compile; the others are said with it (a compile is counted once)
+            row.add(c if c is counted or c.kind == "dynamic" else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
         cached = record is not None and dynamo.served_from_cache(record)
         row.cached += cached
