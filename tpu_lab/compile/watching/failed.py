@@ -4,6 +4,7 @@ run eagerly from now on; under ``fullgraph=True`` the call raised."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import linecache
 import re
@@ -57,7 +58,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     cause = _through(cause, frames.called_through(trace.stack) if trace else "", reason)
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" + (f" ({code})" if whole_statement(code) else "") if where else ""
-    at += _in_loop(reason, cap)
+    at += _in_loop(reason, file, line)
     name = cap.function.label
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
         words = (
@@ -99,8 +100,9 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
         )
     else:
         eager = "it runs eagerly on every call"
-        if _in_loop(reason, cap):  # the resumed part starts at the loop: the loop and all after it
-            eager += f": the loop and the rest of {cap.function.label.split(' after ')[0]} after it"
+        if _in_loop(reason, file, line) and cap.function.resumes_at:  # the part after the break, loop included
+            fn = cap.function.label.split(" after ")[0]
+            eager += f": {fn} from line {cap.function.resumes_at} on, the loop included"
         words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}; {eager}"
     fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
@@ -166,11 +168,22 @@ def _through(cause: Cause, called: str, reason: str) -> Cause:
     return dataclasses.replace(cause, words=words, fix=fix)
 
 
-def _in_loop(reason: str, cap: Capture) -> str:
-    """Where the failure is inside a loop Dynamo cannot resume in (its record names the frame skipped): the
-    loop's line, which starts the part of the function that now runs eagerly."""
-    if _LOOP not in reason or not cap.function.name.startswith(frames.RESUME):
+def _in_loop(reason: str, file: str, line: int) -> str:
+    """Where the failure is inside a loop Dynamo cannot resume in: the innermost for/while of the user's file
+    around the failing line (Dynamo's record names the frame it skipped, not the loop)."""
+    if _LOOP not in reason or not file or not line:
         return ""
-    number = cap.function.label.rpartition(" ")[-1]
-    code = linecache.getline(cap.function.filename, int(number)).strip() if number.isdigit() else ""
-    return f", inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "") if code else ""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ""
+    loops = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno < line <= (n.end_lineno or 0)
+    ]
+    if not loops:
+        return ""
+    number = max(n.lineno for n in loops)
+    code = linecache.getline(file, number).strip()
+    return f", inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "")
