@@ -157,10 +157,11 @@ def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
     innermost file and line, and file:line of the break itself when that is library code, never Dynamo's
     own (its polyfills stand in for builtins the user's line calls: ``operator.index``)."""
     library = [package_of(s.filename) not in (USER, "tpu_lab") for s in stack]
-    mine = [s for s, lib in zip(stack, library, strict=True) if not lib] or list(stack)
+    mine = [s for s, lib in zip(stack, library, strict=True) if not lib]
+    below = list(stack)[list(stack).index(mine[-1]) + 1 :] if mine else list(stack)  # what the user's line called
+    mine = mine or list(stack)
     if not mine:
         return "", 0, ""
-    below = list(stack)[list(stack).index(mine[-1]) + 1 :]  # the library code the user's line called
     inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
     return (
         mine[-1].filename,
