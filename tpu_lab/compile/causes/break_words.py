@@ -36,6 +36,7 @@ def clean(text: str) -> str:
     text = _ADDRESS.sub(lambda m: f"a {m[1].rsplit('.', 1)[-1]}", text)
     text = _PATH.sub(lambda m: short_path(m[1]), text)
     text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text)
+    text = re.sub(r"\s*\(unhinted: [^)]*\)\.?\s*(?:\(Size-like symbols: [^)]*\))?", "", text)  # sympy's internals
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
     return text.strip().rstrip(".")

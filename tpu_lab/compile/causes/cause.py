@@ -36,6 +36,8 @@ class Failure(NamedTuple):
     """The user's line behind the guard, when Dynamo names one (``if x.size(0) > 30:``)."""
     where: str
     """That line's file:line, e.g. ``train.py:81``."""
+    also: tuple[tuple[str, str], ...] = ()
+    """(code, file:line) of every place Dynamo names for it: both bounds' lines of a range (``2 <= t <= 11``)."""
 
 
 CARRIED = "the value carried over the graph break"

@@ -34,6 +34,25 @@ def whole_statement(code: str) -> str:
     return text
 
 
+_FRAMEWORK = "the guard itself is not due user code"  # Dynamo's own 0/1 specialisation, shown at a first use
+
+
+def slocs(comment: str) -> list[tuple[str, str]]:
+    """(code, file:line) of each place Dynamo's comment on a guard names: one, or for a range (``2 <= t <=
+    11  # if t > 1:  # a.py:14 in f (...) and a = alphas[t]  # a.py:11 in f (...)``) where its lower and its
+    upper bound were set. A place Dynamo says is its own specialisation, not the user's code, is left out."""
+    found = list(_PLACE.finditer(comment))
+    out, start = [], 0
+    for i, m in enumerate(found):
+        end = comment.rfind(") and ", m.end(), found[i + 1].start()) + 1 if i + 1 < len(found) else len(comment)
+        end = end or len(comment)
+        code = comment[start : m.start()].rpartition("  # ")[0].strip()
+        if _FRAMEWORK not in comment[m.end() : end]:
+            out.append((code, f"{m['file']}:{m['line']}"))
+        start = end + len(" and ") if end < len(comment) else end
+    return out
+
+
 def owner(where: str) -> str | None:
     """The package of the file at ``where`` (``file:line``, as Dynamo names it): ``USER`` for the user's
     own code, ``"torch"``, ``"transformers"``, ...; None where the file is not on this machine."""
@@ -53,7 +72,12 @@ def set_by(f: Failure) -> tuple[str, str]:
     if package != USER:
         return f" by a check inside {package} ({at}), not by your code", package
     code = whole_statement(f.code)
-    return f" by your code at {at}" + (f" ({code})" if code else ""), ""
+    more = "".join(  # a range's other bound, set at another line of the user's
+        f" and at {_short(w)}" + (f" ({whole_statement(c)})" if whole_statement(c) else "")
+        for c, w in f.also
+        if w != f.where and owner(w) == USER
+    )
+    return f" by your code at {at}" + (f" ({code})" if code else "") + more, ""
 
 
 def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
@@ -84,17 +108,26 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
 
 def condition_place(guard: str, places: Mapping[str, str]) -> str:
     """Where the code set ``guard`` (``places``: a guard's text -> Dynamo's comment on it, ``if alpha >
-    0:  # train.py:14 in mix``), in words: `` (from your line 14: if alpha > 0:)``, `` (a check inside
-    torch)``; '' where not known."""
-    comment = places.get(guard, "")
-    code, _, place = comment.partition("  # ")
-    m = _PLACE.search(place)
-    package = owner(f"{m['file']}:{m['line']}") if m else None
-    if m is None or package is None:
+    0:  # train.py:14 in mix``), in words: `` (from your line 14: if alpha > 0:)``, both lines of a range
+    whose bounds two lines set, `` (a check inside torch)``; '' where not known."""
+    said: list[str] = []
+    for code, where in slocs(places.get(guard, "")):
+        package = owner(where)
+        if package is None:
+            continue
+        line = where.rpartition(":")[2]
+        text = (
+            f"a check inside {package}"
+            if package != USER
+            else f"line {line}" + (f": {whole_statement(code)}" if whole_statement(code) else "")
+        )
+        if text not in said:
+            said.append(text)
+    if not said:
         return ""
-    if package != USER:
-        return f" (a check inside {package})"
-    return f" (from your line {m['line']}" + (f": {whole_statement(code)})" if whole_statement(code) else ")")
+    if not said[0].startswith("line "):
+        return f" ({said[0]})" if len(said) == 1 else f" ({' and '.join(said)})"
+    return f" (from your {' and '.join(said)})"
 
 
 def _short(where: str) -> str:

@@ -11,7 +11,7 @@ from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
-from tpu_lab.compile.causes.guard_places import set_by
+from tpu_lab.compile.causes.guard_places import set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, size_value_words, size_words
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
@@ -57,7 +57,7 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
         code, _, place = comment.partition("  # ")
         if not where and (m := _PLACE.search(place)):
             where = f"{m['file']}:{m['line']}"
-        out.append(Failure(graph, guard.strip(), code.strip(), where))
+        out.append(Failure(graph, guard.strip(), code.strip(), where, tuple(slocs(comment))))
     return out
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import listening
+from tpu_lab.compile.sources import dynamo_failures, listening
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
@@ -75,6 +75,8 @@ def _install() -> None:
 
     if _on_compile_start not in getattr(callback_handler, "start_callbacks", ()):
         callback_handler.register_start_callback(_on_compile_start)
+    if dynamo_failures.on_compile_end not in getattr(callback_handler, "end_callbacks", ()):
+        callback_handler.register_end_callback(dynamo_failures.on_compile_end)  # a failure's whole stack
     clear = callback_handler.clear
     if not getattr(clear, "_tpu_lab", False):  # reset() clears every callback: keep ours, and count it
 
@@ -84,7 +86,9 @@ def _install() -> None:
             resets += 1
             _last_seen.clear()
             _graphs.clear()
+            dynamo_failures.forget()
             callback_handler.register_start_callback(_on_compile_start)
+            callback_handler.register_end_callback(dynamo_failures.on_compile_end)
 
         clear_keeping_ours._tpu_lab = True  # type: ignore[attr-defined]
         try:

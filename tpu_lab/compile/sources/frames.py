@@ -5,12 +5,13 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.sources.packages import USER, package_of, short_path
+from tpu_lab.compile.sources.packages import USER, package_of, short_path, torch_folder
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
@@ -151,19 +152,35 @@ def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
     return text
 
 
-def break_location(stack: list[Any]) -> tuple[str, int, str]:
-    """Where a graph break is, from its stack (``traceback.FrameSummary``s): the user's innermost file
-    and line, and file:line of the break itself when that is library code (torch, site-packages)."""
+def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
+    """Where a graph break (or a failed compile) is, from its stack (``traceback.FrameSummary``s): the user's
+    innermost file and line, and file:line of the break itself when that is library code, never Dynamo's
+    own (its polyfills stand in for builtins the user's line calls: ``operator.index``)."""
     library = [package_of(s.filename) not in (USER, "tpu_lab") for s in stack]
-    mine = [s for s, lib in zip(stack, library, strict=True) if not lib] or stack
+    mine = [s for s, lib in zip(stack, library, strict=True) if not lib]
+    below = list(stack)[list(stack).index(mine[-1]) + 1 :] if mine else list(stack)  # what the user's line called
+    mine = mine or list(stack)
     if not mine:
         return "", 0, ""
-    inner = stack[-1]
+    inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
     return (
         mine[-1].filename,
         int(mine[-1].lineno or 0),
-        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] else "",
+        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] and inner is not None else "",
     )
+
+
+def called_through(stack: Sequence[Any]) -> str:
+    """The library function the user's innermost line called on the way to a failure (``__getitem__``), ''
+    where the failure is in the user's own code."""
+    users = [i for i, s in enumerate(stack) if package_of(s.filename) in (USER, "tpu_lab")]
+    return str(stack[users[-1] + 1].name) if users and users[-1] + 1 < len(stack) else ""
+
+
+def _dynamo_own(filename: str) -> bool:
+    """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
+    folder = torch_folder()
+    return bool(folder) and os.path.realpath(filename).startswith(os.path.join(folder, "_dynamo") + os.sep)
 
 
 def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:

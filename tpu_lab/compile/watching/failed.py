@@ -4,6 +4,8 @@ run eagerly from now on; under ``fullgraph=True`` the call raised."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import linecache
 import re
 from collections.abc import Sequence
@@ -11,7 +13,9 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.sources import frames
+from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import is_library, short_path
 
@@ -45,9 +49,16 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     file = getattr(record, "fail_user_frame_filename", None) or ""
     line = int(getattr(record, "fail_user_frame_lineno", 0) or 0)
     library = f"{short_path(file)}:{line}" if file and is_library(file) else ""  # no edit to ask for there
-    cause = graph_break_words(reason, library, linecache.getline(file, line).strip() if file else "")
+    trace = failure_of(str(getattr(record, "compile_id", "") or cap.compile_id))
+    if trace is not None and trace.stack:  # the record keeps the innermost frame only: the user's line is above it
+        file, line, library = frames.break_location(trace.stack)
+    reason = _with_root(reason, trace)
+    code = linecache.getline(file, line).strip() if file else ""
+    cause = graph_break_words(reason, library, code, (file, line))
+    cause = _through(cause, frames.called_through(trace.stack) if trace else "", reason)
     where = frames.where_label(file, line) if file and not is_library(file) else ""
-    at = f" at {where}" if where else ""
+    at = f" at {where}" + (f" ({code})" if whole_statement(code) else "") if where else ""
+    at += _in_loop(reason, file, line)
     name = cap.function.label
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
         words = (
@@ -88,7 +99,11 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             f"for these inputs, and from now on every call of {name} that matches no compiled graph runs eagerly"
         )
     else:
-        words = f"not compiled: Dynamo gave up on {name}{at} ({cause.words}); it runs eagerly on every call"
+        eager = "it runs eagerly on every call"
+        if _in_loop(reason, file, line) and cap.function.resumes_at:  # the part after the break, loop included
+            fn = cap.function.label.split(" after ")[0]
+            eager += f": {fn} from line {cap.function.resumes_at} on, the loop included"
+        words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}; {eager}"
     fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
@@ -117,3 +132,58 @@ def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str] | None
     if m is None:
         return None
     return frames.renamed(local_name(m["source"]), cap.names), m["dim"], m["size"]
+
+
+_LOOP = "graph break in loop"
+_NESTED = "*** While handling this graph break, another graph break occurred: ***"
+
+
+def _with_root(reason: str, trace: FailureTrace | None) -> str:
+    """A "graph break in loop" record that lost the break behind it (capture_scalar_outputs=True: an error,
+    not a break, raised it) with that error put back as the inner break, as Dynamo words the nested case."""
+    if trace is None or len(trace.chain) < 2 or _NESTED in reason or not reason.startswith(_LOOP):
+        return reason
+    return f"{trace.chain[-1]}\n\n{_NESTED}\n\n{reason}"
+
+
+_DUNDER = {"__getitem__": "indexes", "__setitem__": "stores by index", "__iter__": "iterates over", "__len__": "sizes"}
+_NEEDS_NUMBER = ("Tensor.item()", "_local_scalar_dense", "data-dependent expression")
+
+
+def _through(cause: Cause, called: str, reason: str) -> Cause:
+    """A failure reached through the container protocol (``self.experts[e]`` -> ``__getitem__``) that needs a
+    tensor's value as a Python number: the user's line uses a tensor where the container needs an int."""
+    if called not in _DUNDER or not any(n in reason for n in _NEEDS_NUMBER):
+        return cause
+    words = (
+        f"your line {_DUNDER[called]} a container with a tensor (e.g. one element of a tensor it loops over): the "
+        f"container needs its value as a Python int, read from the tensor's data, which Dynamo cannot know while "
+        f"tracing; Dynamo's words: {cause.words}"
+    )
+    fix = (
+        "index with a Python int, not a tensor: loop over the container itself (for i, m in enumerate(...)) "
+        "and pick each one's rows with a mask that keeps shapes fixed (torch.where), or move the loop into a "
+        "torch.compiler.disable'd helper; capture_scalar_outputs=True only moves the failure to the index check"
+    )
+    return dataclasses.replace(cause, words=words, fix=fix)
+
+
+def _in_loop(reason: str, file: str, line: int) -> str:
+    """Where the failure is inside a loop Dynamo cannot resume in: the innermost for/while of the user's file
+    around the failing line (Dynamo's record names the frame it skipped, not the loop)."""
+    if _LOOP not in reason or not file or not line:
+        return ""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return ""
+    loops = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno < line <= (n.end_lineno or 0)
+    ]
+    if not loops:
+        return ""
+    number = max(n.lineno for n in loops)
+    code = linecache.getline(file, number).strip()
+    return f", inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "")
