@@ -70,3 +70,16 @@ def test_another_compile_call_with_options_names_each_option_whole(dynamo):
     check_against_dynamo(w, dynamo)
     (again,) = [c for r in w.table for c in r.causes if c.kind == "backend"]
     assert "with other options (options={'trace': True}, where the first call set no options)" in again.words
+
+
+def test_a_compiled_optimizer_step_through_its_decorator_shows_self_not_the_args_tuple(dynamo):
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01))
+    step = torch.compile(opt.step, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            step()
+    check_against_dynamo(w, dynamo)
+    (hooked,) = [r for r in w.table if r.function.startswith("Adam.step via @Optimizer.profile_hook_step")]
+    assert hooked.signature == "self: Adam"  # the wrapper's *args, by the step's own parameter name

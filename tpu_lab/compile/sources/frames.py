@@ -218,6 +218,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value) if _interesting(v)]
             elif value and any(isinstance(v, (list, tuple)) for v in value):  # *args holding a list: one level in
                 out += [(f"{name}[{i}]", _entry(v)) for i, v in enumerate(value) if isinstance(v, (list, tuple))]
+            elif value and code.co_flags & 4 and name == code.co_varnames[code.co_argcount + code.co_kwonlyargcount]:
+                out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value)]  # *args: each, to be named
             elif value:
                 out.append((name, f"{type(value).__name__} len={len(value)}"))
         else:
