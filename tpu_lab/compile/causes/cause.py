@@ -54,6 +54,7 @@ def local_name(source: str) -> str:
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"(?<![\w.])fn\.keywords\['([^']+)'\]", r"\1", s)  # anywhere: a guard's expression holds several
+    s = re.sub(r"^fn\.__self__(?=[.\[]|$)", "self", s)  # torch.compile(obj.method): the method's instance
     return re.sub(r"^fn(?=[.\[])", "self", s)
 
 

@@ -77,6 +77,8 @@ class FunctionKey(NamedTuple):
             fn, _, line = name[len(RESUME) :].rpartition("_at_")
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
             return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
+        if self.via.startswith("torch."):  # torch's grad-mode decorator: what the graph runs under, always said
+            return self.through
         return f"{self.name} ({where})"
 
     @property
@@ -137,6 +139,9 @@ class Capture(NamedTuple):
     """What the objects behind the failed guards that are not inputs are now (``self.act``: ``SiLU (train)``)."""
     flags: tuple[tuple[str, str], ...] = ()
     """The call's boolean arguments (``flag_inputs``), by the user's names."""
+    compared: tuple[tuple[str, str], ...] = ()
+    """(compile id, whose) of the graphs Dynamo checked that were compiled for another instance of the same
+    class (``another instance of ModelEmaV3``) or another function through one shared wrapper (its name)."""
 
     @property
     def shown(self) -> Signature:
