@@ -219,6 +219,25 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     return tuple(out)
 
 
+def layout_of(shape: Sequence[int], stride: Sequence[int]) -> str:
+    """A tensor's memory layout by name: ``contiguous`` (row-major), ``channels_last`` (4-D, NHWC in memory),
+    ``channels_last_3d`` (5-D), else ``non-contiguous`` (a transposed, sliced or expanded view)."""
+    n = len(shape)
+    for name, order in (
+        ("contiguous", range(n)),
+        ("channels_last", (0, 2, 3, 1)),
+        ("channels_last_3d", (0, 2, 3, 4, 1)),
+    ):
+        if len(order) != n:
+            continue
+        want, step = [0] * n, 1
+        for i in reversed(order):  # innermost first: each stride the product of the sizes inside it
+            want[i], step = step, step * max(shape[i], 1)
+        if all(shape[i] <= 1 or stride[i] == want[i] for i in range(n)):  # a size-1 dimension's stride is free
+            return name
+    return "non-contiguous"
+
+
 def tensor_text(dtype: str, shape: Sequence[Any], requires_grad: bool) -> str:
     """A tensor as a row shows it: ``f32[2, 8] requires_grad`` (a live tensor's, or one a log described)."""
     dtype = dtype.removeprefix("torch.")
@@ -277,6 +296,8 @@ def describe(value: Any) -> str:
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
+        layout = layout_of(value.shape, value.stride()) if value.layout == torch.strided else "contiguous"
+        extra += "" if layout == "contiguous" else f" {layout}"  # each layout is a graph of its own
         return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
     if isinstance(value, bool) or value is None:
         return repr(value)
