@@ -44,7 +44,7 @@ Listener = Callable[[Capture], None]
 _lock = threading.Lock()
 _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled function
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
-_owners: dict[str, tuple[str, int] | None] = {}  # compile id -> (class, id) of the instance it ran on (bounded)
+_owners: dict[str, tuple[str, Any] | None] = {}  # compile id -> (class, weakref) of the instance it ran on (bounded)
 resets = 0
 """torch._dynamo.reset() calls seen since tpu_lab first listened."""
 _filtering = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import weakref
 from typing import Any
 
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
@@ -103,9 +104,10 @@ def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], 
     return ()
 
 
-def instance_of(code: Any, values: dict[str, Any]) -> tuple[str, int] | None:
-    """(class name, id) of the object whose method or forward this frame runs (torch.compile(ema.update)'s bound
-    method, torch.compile(model)'s module, a method's ``self``): its instances share the code's graphs."""
+def instance_of(code: Any, values: dict[str, Any]) -> tuple[str, Any] | None:
+    """(class name, weak reference) of the object whose method or forward this frame runs (torch.compile(ema.update)'s
+    bound method, torch.compile(model)'s module, a method's ``self``): its instances share the code's graphs. Weak:
+    an id is reused once its object is freed, and a freed one is another instance than any live one."""
     import torch
 
     fn = values.get("fn") if code.co_name == "inner" else None
@@ -116,11 +118,14 @@ def instance_of(code: Any, values: dict[str, Any]) -> tuple[str, int] | None:
         owner = args[0] if cls and cls in [k.__qualname__ for k in type(args[0]).__mro__] else owner
     if owner is None or isinstance(owner, type) or inspect.ismodule(owner):
         return None
-    return type(owner).__name__, id(owner)
+    try:
+        return type(owner).__name__, weakref.ref(owner)
+    except TypeError:  # an object without weak references: which instance it was is not known
+        return None
 
 
 def compared(
-    key: FunctionKey, owner: tuple[str, int] | None, reasons: tuple[str, ...], graphs: dict, owners: dict
+    key: FunctionKey, owner: tuple[str, Any] | None, reasons: tuple[str, ...], graphs: dict, owners: dict
 ) -> tuple[tuple[str, str], ...]:
     """(compile id, whose) of the graphs Dynamo checked (``reasons``) that another callable compiled (one code
     reached through a shared wrapper, torch.compile's ``inner``), or another instance of the same class (a
@@ -130,7 +135,7 @@ def compared(
         other, was = graphs[i][0] if i in graphs else key, owners.get(i)
         if other != key:
             out.append((i, str(other)))
-        elif owner and was and was[0] == owner[0] and was[1] != owner[1]:
+        elif owner and was and was[0] == owner[0] and was[1]() is not owner[1]():
             out.append((i, f"another instance of {owner[0]}"))
     return tuple(out)
 
