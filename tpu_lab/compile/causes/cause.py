@@ -53,9 +53,11 @@ def local_name(source: str) -> str:
     s = re.sub(r"L\['([^']+)'\]", r"\1", s)
     s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
+    s = re.sub(r"(?<![\w.])__import_(\w+)", lambda m: m[1].replace("_dot_", "."), s)  # Dynamo's alias of a module
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"(?<![\w.])fn\.keywords\['([^']+)'\]", r"\1", s)  # anywhere: a guard's expression holds several
+    s = re.sub(r"^fn\.__self__(?=[.\[]|$)", "self", s)  # torch.compile(obj.method): the method's instance
     return re.sub(r"^fn(?=[.\[])", "self", s)
 
 

@@ -76,6 +76,7 @@ def causes_of(
     subjects: tuple[tuple[str, str], ...] = (),
     pipeline: bool = False,
     baked: frozenset[str] = frozenset(),
+    compared: Sequence[tuple[str, str]] = (),
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
@@ -84,7 +85,8 @@ def causes_of(
     ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function;
     ``dynamic``: Python numbers (by Dynamo's source) that automatic dynamic shapes made symbolic in the
     new graph; ``limit``: the recompile limit, for numbers whose every value is a graph; ``pipeline``: called
-    from inside a transformers pipeline; ``baked``: numbers made dynamic whose computed values the new graph pins."""
+    from inside a transformers pipeline; ``baked``: numbers made dynamic whose computed values the new graph pins;
+    ``compared``: graphs compiled for another instance or callable (``Capture.compared``), said where picked."""
     failures = guard_words.parse(reasons)
     if not failures:
         return []
@@ -131,7 +133,25 @@ def causes_of(
             order.index(g),
         ),
     )
-    return [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]]
+    return _whose([_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best))
+
+
+def _whose(causes: list[Cause], whose: str | None) -> list[Cause]:
+    """Causes found against a graph another instance or callable compiled, saying so: on an instance's
+    own attributes (``self.decay``) the change is that instance; against another callable's graph, whose."""
+    if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
+        causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
+    if not whose:
+        return causes
+    if not whose.startswith("another instance of "):  # the shared wrapper's last callable, or the graph's
+        held, n = re.subn(r"\(it last held [^)]*\)$", lambda _: f"(it last held {whose})", causes[0].words)
+        words = held if n else f"{causes[0].words} (compared with the graph of {whose})"
+        return [dataclasses.replace(causes[0], words=words), *causes[1:]]
+    note = f" ({whose} than the one the graph was compiled for: instances share the compiled code's graphs)"
+    return [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
+
+
+_SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:
@@ -273,6 +293,7 @@ def capture_causes(
         subjects=capture.subjects,
         pipeline=capture.pipeline,
         baked=baked,
+        compared=capture.compared,
     )
     return in_resumed_frame(found, capture.function) if capture.function.name.startswith(RESUME) else found
 

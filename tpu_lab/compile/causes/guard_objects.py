@@ -48,11 +48,11 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             "expected once per case; pass the same kind every call (always numbers, or always tensors)",
         )
     if (m := _TYPE_ID.search(g) or _OBJ.search(g)) and _shared_wrapper(m, at):
-        was = m["cls"].rsplit(".", 1)[-1] if "cls" in m.groupdict() and m["cls"] else "another callable"
+        was = f"a {m['cls'].rsplit('.', 1)[-1]}" if "cls" in m.groupdict() and m["cls"] else "another callable"
         return Cause(
             "shared_wrapper",
             f"the first compile of this callable: torch.compile wraps every non-module callable in one "
-            f"shared function, so Dynamo counts it as a recompile of that wrapper (it last held a {was})",
+            f"shared function, so Dynamo counts it as a recompile of that wrapper (it last held {was})",
             g,
             "none for this one; but those callables (partials, objects with __call__) share one recompile "
             "limit (torch._dynamo.config.recompile_limit): for many, compile the function they call once",
@@ -155,8 +155,11 @@ def _a(kind: str) -> str:
 
 def _shared_wrapper(m: re.Match, where: str) -> bool:
     """A guard on ``fn`` itself in torch.compile's wrapper (``external_utils.inner``): another callable."""
-    name = next((v for v in m.groups() if v), "")
-    return name.strip() == "fn" and (not where or "external_utils" in where)
+    name = next((v for v in m.groups() if v), "")  # fn itself, or the code it runs (a method's, its decorator's)
+    return _WRAPPED.fullmatch(name.strip()) is not None and (not where or "external_utils" in where)
+
+
+_WRAPPED = re.compile(r"fn(?:\.__func__)?(?:\.__code__|(?:\.__closure__\[\d+\]\.cell_contents)+(?:\.__code__)?)?")
 
 
 def _is_dtype(name: str) -> bool:

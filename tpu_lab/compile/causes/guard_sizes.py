@@ -207,3 +207,26 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
         "keep the size out of Python numbers (one op over the whole tensor instead of a loop over pieces)",
         at,
     )
+
+
+_LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")  # as a row describes a tensor (``frames.describe``)
+
+
+def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:
+    """A tensor's memory layout changed (a stride guard): named as it is now where the call's input is
+    described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""
+    layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
+    if layout == "non-contiguous":
+        words = f"{name}'s memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
+    elif layout:
+        words = f"{name}'s memory layout changed to {layout} ({detail})"
+    else:
+        words = f"{name}'s memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
+    fix = (
+        "expected once per memory format: convert the model once, before the first compiled call "
+        "(model.to(memory_format=torch.channels_last)), and leave it so"
+        if parameter
+        else "pass it in one memory format every call (always x.contiguous(), or always "
+        "x.to(memory_format=torch.channels_last))"
+    )
+    return Cause("stride", words, g, fix)

@@ -12,7 +12,7 @@ from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import set_by, slocs
-from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, size_value_words, size_words
+from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, layout_words, size_value_words, size_words
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
@@ -39,6 +39,9 @@ _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
 _SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]$")
+_STRIDE_IS_SIZE = re.compile(
+    r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\](?:\*(?P=name)\.size\(\)\[\d+\])*"
+)
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
 _IS = re.compile(r"^(?P<a>[\w\[\]'.]+) is (?!None$)(?P<b>[\w\[\]'.]+)$")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
@@ -101,16 +104,12 @@ def words(
         return (
             size_words(m, g, tpu, static, cache, caller)
             if m["what"] == "size"
-            else Cause(
-                "stride",
-                f"{local_name(m['name'])}'s memory layout changed (stride {m['i']}: {m['a']} -> {m['b']}; "
-                "a transposed, sliced or channels_last tensor)",
+            else layout_words(
+                local_name(m["name"]),
+                f"stride {m['i']}: {m['a']} -> {m['b']}",
                 g,
-                "expected once per memory format: convert the model once, before the first compiled call "
-                "(model.to(memory_format=torch.channels_last)), and leave it so"
-                if is_parameter(m["name"], g)
-                else "pass it in one memory format every call (always x.contiguous(), or always "
-                "x.to(memory_format=torch.channels_last))",
+                (inputs or {}).get(local_name(m["name"])),
+                is_parameter(m["name"], g),
             )
         )
     if m := _RANK.search(g):
@@ -244,16 +243,10 @@ def words(
             "expected once: leave it, or keep that size above 1; torch._dynamo.decorators.mark_unbacked("
             f"{name}, {m['i']}) before the first call shares one graph only where no code compares that size to a number",
         )
-    if m := re.fullmatch(r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\]", g.strip()):
-        name = local_name(m["name"])  # a dynamic graph's contiguity, seen through its symbolic strides
-        return Cause(
-            "stride",
-            f"{name}'s memory layout changed (the graph assumed stride {m['i']} equal to a size: a contiguous "
-            "tensor; a transposed, sliced or channels_last one is not)",
-            g,
-            "pass it in one memory format every call (always x.contiguous(), or always "
-            "x.to(memory_format=torch.channels_last))",
-        )
+    if m := _STRIDE_IS_SIZE.fullmatch(g.strip()):  # a dynamic graph's layout, seen through its symbolic strides
+        name = local_name(m["name"])
+        detail = f"the graph assumed stride {m['i']} equal to {'a size' if '*' not in g else 'a product of sizes'}"
+        return layout_words(name, detail, g, (inputs or {}).get(name), False)
     if _BOUND.search(g) and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
         return cause  # a number computed from a size, held to one value: each value is a graph
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):

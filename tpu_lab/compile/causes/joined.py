@@ -73,7 +73,7 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         groups.setdefault(key, []).append((name, cause))
     out = []
     for same in groups.values():
-        first, names = same[0][1], list(dict.fromkeys(n for n, _ in same))
+        first, names = same[0][1], list(dict.fromkeys(n for n, _ in same if n)) or [""]  # a relation: no one input
         guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
         if first.kind == "derived":
             out.append(derived_joined([c for _, c in same]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tpu_lab.compile.sources import dynamo_source
-from tpu_lab.compile.sources.frames import break_location
+from tpu_lab.compile.sources.stack_place import break_location
 
 
 class GraphBreak(NamedTuple):

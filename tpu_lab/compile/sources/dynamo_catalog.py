@@ -148,3 +148,53 @@ def guard_kinds() -> tuple[str, ...]:
     except ImportError:
         return ()
     return tuple(n for n in vars(GuardBuilder) if n.isupper() and callable(getattr(GuardBuilder, n)))
+
+
+@functools.cache
+def _reraised() -> tuple[type, ...]:
+    """The exceptions Dynamo's compile lets through as they are; every other one it wraps as
+    InternalTorchDynamoError (its own bug). Read from ``convert_frame._compile``'s ``isinstance(e, (...))``
+    before that rewrap; empty where the source reads otherwise."""
+    try:
+        import torch._dynamo.convert_frame as convert_frame
+
+        tree = ast.parse(Path(convert_frame.__file__).read_text())
+    except Exception:  # another torch, or no source: no claim
+        return ()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Call) and node.orelse):
+            continue
+        args = node.test.args
+        wraps = any("InternalTorchDynamoError" in ast.unparse(n) for n in node.orelse)
+        if getattr(node.test.func, "id", "") == "isinstance" and len(args) == 2 and wraps:
+            found = [_resolve(convert_frame, ast.unparse(n)) for n in getattr(args[1], "elts", [])]
+            return tuple(c for c in found if isinstance(c, type))
+    return ()
+
+
+def _resolve(module: object, dotted: str) -> object:
+    """A name in ``module``'s source (``IndexError``, ``unittest.SkipTest``): its globals, else a builtin."""
+    import builtins
+
+    head, *rest = dotted.split(".")
+    obj = getattr(module, head, getattr(builtins, head, None))
+    for part in rest:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def internal_error(fail_type: str) -> bool:
+    """Whether a failed compile's ``fail_type`` (the exception Dynamo caught) is one its compile re-raised as
+    InternalTorchDynamoError: an error in Dynamo itself, not an unsupported construct or the user's error."""
+    if fail_type == "InternalTorchDynamoError":
+        return True
+    kept = _reraised()
+    if not kept or not fail_type.isidentifier():
+        return False
+    import builtins
+
+    import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.exc as exc
+
+    cls = next((c for m in (exc, builtins, convert_frame) if isinstance(c := getattr(m, fail_type, None), type)), None)
+    return cls is not None and issubclass(cls, BaseException) and not issubclass(cls, kept)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
+from tpu_lab.compile.sources.frames import layout_of
+
 # an accessor that raised: a changed input's part is missing (the change itself is a failure already); a
 # number Dynamo made dynamic, now of another type (None): its symbolic check raised, its type guard says why
 _CONSEQUENCES = re.compile(
@@ -258,26 +260,31 @@ def tensor_differences(check: str, value: Any) -> list[str]:
     out += [f"tensor '{name}' size mismatch at index {i}. expected {a}, actual {b}" for i, a, b in grown]
     stride = [x.strip() for x in m["stride"].split(",") if x.strip()]
     if len(stride) == value.dim() and "None" not in stride + size:
-        # a new size moves a contiguous tensor's strides with it: only a change of layout is its own change
-        was_contiguous = [int(x) for x in stride] == _contiguous([int(x) for x in size])
-        if not grown or was_contiguous != value.is_contiguous():
-            usual = _contiguous(list(value.shape))
-            moved = [
-                (i, a, b)
-                for i, (a, b) in enumerate(zip(stride, value.stride(), strict=True))
-                if int(a) != b and (not grown or b != usual[i])
-            ]
+        # a new size moves a tensor's strides with it: only a change of layout is its own change (contiguous to
+        # channels_last or transposed, or back), said at every stride that differs
+        was, now = ([int(x) for x in size], [int(x) for x in stride]), (list(value.shape), list(value.stride()))
+        big = [i for i, (a, b) in enumerate(zip(was[0], now[0], strict=True)) if a > 1 and b > 1]
+        if not grown or _layout_key(*was, big) != _layout_key(*now, big):
+            kept = _in_order(now[0], was[1])  # the strides the old layout would have at the new size
+            moved = [(i, a, b) for i, (a, b) in enumerate(zip(stride, now[1], strict=True)) if int(a) != b]
+            moved = [x for x in moved if not grown or now[1][x[0]] != kept[x[0]]] or moved
             out += [f"tensor '{name}' stride mismatch at index {i}. expected {a}, actual {b}" for i, a, b in moved]
     return out
 
 
-def _contiguous(shape: list[int]) -> list[int]:
-    """The strides of a contiguous (row-major) tensor of this shape."""
-    out, step = [], 1
-    for n in reversed(shape):
-        out.append(step)
-        step *= max(n, 1)
-    return out[::-1]
+def _layout_key(shape: list[int], stride: list[int], big: list[int]) -> tuple[str, tuple[int, ...]]:
+    """A layout by name and the order in memory of the dimensions ``big`` (above 1 in both tensors compared:
+    a size-1 dimension's stride is free), outermost first."""
+    order = sorted(big, key=lambda i: -stride[i])
+    return layout_of(shape, stride), tuple(order)
+
+
+def _in_order(shape: list[int], stride: list[int]) -> list[int]:
+    """Dense strides for ``shape`` with the dimensions in the memory order ``stride`` has."""
+    out, step = [0] * len(shape), 1
+    for i in sorted(range(len(shape)), key=lambda i: (stride[i], -i)):  # innermost first
+        out[i], step = step, step * max(shape[i], 1)
+    return out
 
 
 def _scalar(dtype: Any) -> str:

@@ -33,7 +33,7 @@ from tpu_lab.compile.sources.frames import (
 )
 from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
-from tpu_lab.compile.sources.wrappers import closure_names, function_key, user_names
+from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
 
 LIMIT_TRIGGER = (
     "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled, or raises
@@ -44,6 +44,7 @@ Listener = Callable[[Capture], None]
 _lock = threading.Lock()
 _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled function
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
+_owners: dict[str, tuple[str, Any] | None] = {}  # compile id -> (class, weakref) of the instance it ran on (bounded)
 resets = 0
 """torch._dynamo.reset() calls seen since tpu_lab first listened."""
 _filtering = False
@@ -87,6 +88,7 @@ def _install() -> None:
             _last_seen.clear()
             _graphs.clear()
             dynamo_failures.forget()
+            _owners.clear()
             callback_handler.register_start_callback(_on_compile_start)
             callback_handler.register_end_callback(dynamo_failures.on_compile_end)
 
@@ -146,9 +148,11 @@ def _on_compile_start(args: Any) -> None:
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()
         _graphs.clear()
+        _owners.clear()
     if frame is not None:
         _last_seen[key] = signature
         _graphs[compile_id] = (key, signature)
+        _owners[compile_id] = instance_of(frame.f_code, frame.f_locals)
     for listener in listeners:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
 
@@ -194,6 +198,9 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         pipeline=pipeline,
         subjects=now,
         flags=tuple((renamed(n, names), v) for n, v in flag_inputs(frame.f_code, frame.f_locals)) if frame else (),
+        compared=compared(key, instance_of(frame.f_code, frame.f_locals), reasons, _graphs, _owners)
+        if frame is not None and heard
+        else (),
     )
 
 

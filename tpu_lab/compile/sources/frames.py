@@ -5,13 +5,10 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
-
-from tpu_lab.compile.sources.packages import USER, package_of, short_path, torch_folder
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
@@ -78,6 +75,8 @@ class FunctionKey(NamedTuple):
             fn, _, line = name[len(RESUME) :].rpartition("_at_")
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
             return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
+        if self.via.startswith("torch."):  # torch's grad-mode decorator: what the graph runs under, always said
+            return self.through
         return f"{self.name} ({where})"
 
     @property
@@ -138,6 +137,9 @@ class Capture(NamedTuple):
     """What the objects behind the failed guards that are not inputs are now (``self.act``: ``SiLU (train)``)."""
     flags: tuple[tuple[str, str], ...] = ()
     """The call's boolean arguments (``flag_inputs``), by the user's names."""
+    compared: tuple[tuple[str, str], ...] = ()
+    """(compile id, whose) of the graphs Dynamo checked that were compiled for another instance of the same
+    class (``another instance of ModelEmaV3``) or another function through one shared wrapper (its name)."""
 
     @property
     def shown(self) -> Signature:
@@ -150,37 +152,6 @@ def renamed(text: str, names: Sequence[tuple[str, str]]) -> str:
     for raw, user in names:
         text = re.sub(re.escape(raw) + r"(?![\w(])", user, text)
     return text
-
-
-def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
-    """Where a graph break (or a failed compile) is, from its stack (``traceback.FrameSummary``s): the user's
-    innermost file and line, and file:line of the break itself when that is library code, never Dynamo's
-    own (its polyfills stand in for builtins the user's line calls: ``operator.index``)."""
-    library = [package_of(s.filename) not in (USER, "tpu_lab") for s in stack]
-    mine = [s for s, lib in zip(stack, library, strict=True) if not lib]
-    below = list(stack)[list(stack).index(mine[-1]) + 1 :] if mine else list(stack)  # what the user's line called
-    mine = mine or list(stack)
-    if not mine:
-        return "", 0, ""
-    inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
-    return (
-        mine[-1].filename,
-        int(mine[-1].lineno or 0),
-        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] and inner is not None else "",
-    )
-
-
-def called_through(stack: Sequence[Any]) -> str:
-    """The library function the user's innermost line called on the way to a failure (``__getitem__``), ''
-    where the failure is in the user's own code."""
-    users = [i for i, s in enumerate(stack) if package_of(s.filename) in (USER, "tpu_lab")]
-    return str(stack[users[-1] + 1].name) if users and users[-1] + 1 < len(stack) else ""
-
-
-def _dynamo_own(filename: str) -> bool:
-    """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
-    folder = torch_folder()
-    return bool(folder) and os.path.realpath(filename).startswith(os.path.join(folder, "_dynamo") + os.sep)
 
 
 def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -231,6 +202,25 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     if not torch.is_grad_enabled():  # outside the cap: always said, last
         out.append(("grad mode", "off"))
     return tuple(out)
+
+
+def layout_of(shape: Sequence[int], stride: Sequence[int]) -> str:
+    """A tensor's memory layout by name: ``contiguous`` (row-major), ``channels_last`` (4-D, NHWC in memory),
+    ``channels_last_3d`` (5-D), else ``non-contiguous`` (a transposed, sliced or expanded view)."""
+    n = len(shape)
+    for name, order in (
+        ("contiguous", range(n)),
+        ("channels_last", (0, 2, 3, 1)),
+        ("channels_last_3d", (0, 2, 3, 4, 1)),
+    ):
+        if len(order) != n:
+            continue
+        want, step = [0] * n, 1
+        for i in reversed(order):  # innermost first: each stride the product of the sizes inside it
+            want[i], step = step, step * max(shape[i], 1)
+        if all(shape[i] <= 1 or stride[i] == want[i] for i in range(n)):  # a size-1 dimension's stride is free
+            return name
+    return "non-contiguous"
 
 
 def tensor_text(dtype: str, shape: Sequence[Any], requires_grad: bool) -> str:
@@ -291,6 +281,8 @@ def describe(value: Any) -> str:
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
+        layout = layout_of(value.shape, value.stride()) if value.layout == torch.strided else "contiguous"
+        extra += "" if layout == "contiguous" else f" {layout}"  # each layout is a graph of its own
         return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
     if isinstance(value, bool) or value is None:
         return repr(value)

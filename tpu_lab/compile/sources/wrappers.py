@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import weakref
 from typing import Any
 
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
@@ -18,6 +19,8 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
     decorators, torch.compile's own) is named after the model's class."""
     import torch
 
+    if code.co_name == "inner" and _routine(values.get("fn")):  # torch.compile(ema.update), a decorated method
+        return _routine_key(values["fn"]) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
     if code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or code.co_name.startswith(
         "tpu_lab_forward_"
     ):
@@ -29,7 +32,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         if isinstance(first, torch.nn.Module):
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:  # a decorator's wrapper is a frame of its own beside the forward's (via)
-                via = "" if code is fwd or code.co_name.startswith("tpu_lab_forward_") else _decorator(code)
+                via = "" if code is fwd or code.co_name.startswith("tpu_lab_forward_") else decorator_name(code, values)
                 return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno, via=via)
         elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
             return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
@@ -48,6 +51,8 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     wrapper = code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward")
     if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
         return _wrapped_names(code, values)
+    if code.co_name == "inner" and _routine(values.get("fn")):  # its signature, less a bound method's self
+        return _partial_names(values["fn"], args, kwargs)
     module, skip = getattr(values.get("fn"), "__self__", values.get("fn")), 0  # the session's is a bound forward
     if isinstance(values.get("fn"), functools.partial):  # torch.compile(partial(f, ...)): f's free parameters
         return _partial_names(values["fn"], args, kwargs)
@@ -100,6 +105,42 @@ def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], 
     return ()
 
 
+def instance_of(code: Any, values: dict[str, Any]) -> tuple[str, Any] | None:
+    """(class name, weak reference) of the object whose method or forward this frame runs (torch.compile(ema.update)'s
+    bound method, torch.compile(model)'s module, a method's ``self``): its instances share the code's graphs. Weak:
+    an id is reused once its object is freed, and a freed one is another instance than any live one."""
+    import torch
+
+    fn = values.get("fn") if code.co_name == "inner" else None
+    owner = fn.__self__ if inspect.ismethod(fn) else fn if isinstance(fn, torch.nn.Module) else values.get("self")
+    args = values.get("args")
+    if inspect.isfunction(fn) and isinstance(args, tuple) and args:  # torch.compile(Class.method): args[0] is self
+        cls = getattr(inspect.unwrap(fn), "__qualname__", "").rsplit("<locals>.", 1)[-1].rpartition(".")[0]
+        owner = args[0] if cls and cls in [k.__qualname__ for k in type(args[0]).__mro__] else owner
+    if owner is None or isinstance(owner, type) or inspect.ismodule(owner):
+        return None
+    try:
+        return type(owner).__name__, weakref.ref(owner)
+    except TypeError:  # an object without weak references: which instance it was is not known
+        return None
+
+
+def compared(
+    key: FunctionKey, owner: tuple[str, Any] | None, reasons: tuple[str, ...], graphs: dict, owners: dict
+) -> tuple[tuple[str, str], ...]:
+    """(compile id, whose) of the graphs Dynamo checked (``reasons``) that another callable compiled (one code
+    reached through a shared wrapper, torch.compile's ``inner``), or another instance of the same class (a
+    method's graphs are shared by its instances); ``graphs``/``owners``: by compile id, the function and instance."""
+    out = []
+    for i in dict.fromkeys(r.split(":", 1)[0] for r in reasons):
+        other, was = graphs[i][0] if i in graphs else key, owners.get(i)
+        if other != key:
+            out.append((i, str(other)))
+        elif owner and was and was[0] == owner[0] and was[1]() is not owner[1]():
+            out.append((i, f"another instance of {owner[0]}"))
+    return tuple(out)
+
+
 def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     """A ``*args``/``**kwargs`` decorator (``functools.wraps``' wrappers: transformers' ``deprecate_kwarg``,
     gradient checkpointing's forward, ``torch.func.vmap``) named after the function it wraps, as the user's
@@ -120,12 +161,51 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     owner = values.get(code.co_varnames[0]) if code.co_argcount else None
     if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
         name = f"{type(owner).__name__}.{fn.__name__}"
-    return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=_decorator(code))
+    return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=decorator_name(code, values))
 
 
-def _decorator(code: Any) -> str:
-    """The decorator a wrapper's code belongs to: ``def timed(fn): def wrapper...`` -> ``timed``."""
-    return getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
+_CALLS = ("forward", "__call__", "_call_impl", "_wrapped_call_impl")  # a module's call: named after its class
+
+
+def _routine(fn: Any) -> bool:
+    """A function or bound method torch.compile wrapped in its own ``inner`` (one it cannot trace as a frame
+    of its own: a method decorated with ``@torch.no_grad()``, whose wrapper lives in torch), not a module's call."""
+    return (inspect.isfunction(fn) or inspect.ismethod(fn)) and getattr(fn, "__name__", "") not in _CALLS
+
+
+def _routine_key(fn: Any) -> FunctionKey | None:
+    """By the function it runs (a bound method by its instance's class: ``ModelEmaV3.update``), through
+    the decorator whose wrapper it is (``via``)."""
+    wrapper = getattr(fn, "__func__", fn)
+    target = inspect.unwrap(wrapper)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return None
+    name = getattr(target, "__qualname__", target.__name__).rsplit("<locals>.", 1)[-1]
+    if inspect.ismethod(fn) and not isinstance(fn.__self__, type):
+        name = f"{type(fn.__self__).__name__}.{target.__name__}"
+    closure = dict(
+        zip(wrapper.__code__.co_freevars, (c.cell_contents for c in wrapper.__closure__ or ()), strict=False)
+    )
+    via = decorator_name(wrapper.__code__, closure) if target is not wrapper else ""
+    return FunctionKey(name, code.co_filename, code.co_firstlineno, via=via)
+
+
+def decorator_name(code: Any, values: dict[str, Any]) -> str:
+    """The decorator whose wrapper ``code`` is, as the user's code spells it: ``timed`` (``def timed(fn): def
+    wrapper...``); torch's context-manager decorators by their public name (``torch.no_grad``: the wrapper's
+    ``ctx_factory`` is a method of the context manager)."""
+    name = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
+    if not code.co_filename.replace("\\", "/").endswith("torch/utils/_contextlib.py"):
+        return name
+    import torch
+
+    manager = getattr(values.get("ctx_factory"), "__self__", None)
+    kind = type(manager) if manager is not None else None
+    if kind is not None:
+        name = kind.__name__
+    public = kind is None or getattr(torch, name, None) is kind
+    return f"torch.{name}" if public else f"{kind.__module__}.{name}"
 
 
 def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], ...]:

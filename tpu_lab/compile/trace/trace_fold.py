@@ -21,6 +21,7 @@ from tpu_lab.compile.sources.frames import (
     FunctionKey,
     Signature,
     carried_name,
+    layout_of,
     tensor_text,
     where_label,
 )
@@ -173,7 +174,11 @@ def _inputs(c: CompileLog) -> Signature:
 
 
 def _tensor(t: dict[str, Any]) -> str:
-    return tensor_text(str(t.get("dtype") or ""), t.get("size") or (), bool(t.get("requires_grad")))
+    text = tensor_text(str(t.get("dtype") or ""), t.get("size") or (), bool(t.get("requires_grad")))
+    size, stride = t.get("size") or [], t.get("stride") or []
+    known = len(size) == len(stride) and all(isinstance(n, int) for n in [*size, *stride])
+    layout = layout_of(size, stride) if known else "contiguous"  # as the live watch describes a tensor
+    return text if layout == "contiguous" else f"{text} {layout}"
 
 
 def _value(c: CompileLog, source: str) -> str:

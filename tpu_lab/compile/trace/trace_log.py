@@ -278,6 +278,7 @@ class _Reader:
                 "dtype": value.get("dtype"),
                 "size": value.get("size"),
                 "requires_grad": value.get("requires_grad", False),
+                "stride": value.get("stride"),
             }
         elif kind == "describe_source":
             described = self.described.get((c.compile_id, value["describer_id"], value["id"]))

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
-from tpu_lab.compile.sources import frames
+from tpu_lab.compile.sources import frames, stack_place
+from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import is_library, short_path
@@ -51,11 +52,11 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     library = f"{short_path(file)}:{line}" if file and is_library(file) else ""  # no edit to ask for there
     trace = failure_of(str(getattr(record, "compile_id", "") or cap.compile_id))
     if trace is not None and trace.stack:  # the record keeps the innermost frame only: the user's line is above it
-        file, line, library = frames.break_location(trace.stack)
+        file, line, library = stack_place.break_location(trace.stack)
     reason = _with_root(reason, trace)
     code = linecache.getline(file, line).strip() if file else ""
     cause = graph_break_words(reason, library, code, (file, line))
-    cause = _through(cause, frames.called_through(trace.stack) if trace else "", reason)
+    cause = _through(cause, stack_place.called_through(trace.stack) if trace else "", reason)
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" + (f" ({code})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
@@ -70,6 +71,8 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
         )
         return FailedCompile(words, "", fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
+    if kind not in _FALLS_BACK and internal_error(kind):  # Dynamo's own bug, whatever the code or fullgraph
+        return _internal(cap, record, kind, reason, where or library, recompile)
     if cap.fullgraph:
         words = (
             f"refused: torch.compile(fullgraph=True) allows no graph break, and {name} has one{at} "
@@ -110,6 +113,28 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
     return FailedCompile(words, guard, fix, cause, break_at)
+
+
+def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recompile: Sequence[Cause]) -> FailedCompile:
+    """Dynamo failed on its own error (it raised InternalTorchDynamoError): nothing in the code to change
+    but where it compiles; the call raised, unless suppress_errors ran it eagerly."""
+    name, first = cap.function.label, reason.strip().splitlines()[0] if reason.strip() else kind
+    short = first if kind == "InternalTorchDynamoError" or first.startswith(kind) else f"{kind}: {first}"
+    short = short if len(short) <= 120 else short[:117] + "..."
+    after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
+    words = f"Dynamo failed internally ({short}) compiling {name}{f' at {at}' if at else ''}{after}: an error in Dynamo"
+    if _suppressed(record):
+        words += f" itself; suppress_errors is on, so {name} runs eagerly on these inputs from now on"
+    else:
+        words += (
+            f" itself; the call raised InternalTorchDynamoError, and so does every call of {name} that needs a new graph "
+            "(nothing runs eagerly unless torch._dynamo.config.suppress_errors = True)"
+        )
+    fix = (
+        f"wrap {name} (or the line{f' at {at}' if at else ''}) in torch.compiler.disable so it runs eagerly, and report "
+        "it to PyTorch (https://github.com/pytorch/pytorch/issues) with the stack TORCHDYNAMO_VERBOSE=1 prints"
+    )
+    return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, Cause("internal", words), "")
 
 
 # torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do

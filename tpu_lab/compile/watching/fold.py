@@ -93,7 +93,7 @@ class Fold:
         dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
-        causes = what_next.bounded(causes, guards, cap.names, places or {})
+        causes = what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {}))
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
         row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))

@@ -208,3 +208,26 @@ def bounded(
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+_LAYOUT = re.compile(r"^(?P<name>.+?)(?:, .+?)?(?:'s|: their) memory layout changed(?: to (?P<layout>[\w-]+))?")
+
+
+def in_layout(causes: list[RowCause]) -> list[RowCause]:
+    """Causes saying later sizes or values reuse this graph, where the same compile changed an input's memory
+    layout: they reuse it only in that layout (the graph's stride guards hold it; another layout, even the one
+    before, is a graph of its own)."""
+    found = next((m for c in causes if c.kind == "stride" and (m := _LAYOUT.match(c.words))), None)
+    if found is None:
+        return causes
+    layout = found["layout"] if found["layout"] != "non-contiguous" else ""  # views differ among themselves
+    held = f"{found['name']} stays {layout}" if layout else f"{found['name']} keeps this memory layout"
+    said = f"reuse this graph only while {held}"
+    return [
+        dataclasses.replace(
+            c, words=c.words.replace("reuse this graph", said, 1), fix=c.fix.replace("reuse this graph", said, 1)
+        )
+        if c.kind != "stride"
+        else c
+        for c in causes
+    ]

@@ -1,0 +1,42 @@
+"""Where on a stack a graph break or a failed compile is: the user's innermost line, the library line
+below it (never Dynamo's own polyfills, which stand in for builtins), and the library function it called.
+Stacks are Dynamo's ``traceback.FrameSummary`` lists; files are told apart by package location."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_lab.compile.sources.packages import USER, package_of, short_path, torch_folder
+
+
+def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
+    """Where a graph break (or a failed compile) is, from its stack (``traceback.FrameSummary``s): the user's
+    innermost file and line, and file:line of the break itself when that is library code, never Dynamo's
+    own (its polyfills stand in for builtins the user's line calls: ``operator.index``)."""
+    library = [package_of(s.filename) not in (USER, "tpu_lab") for s in stack]
+    mine = [s for s, lib in zip(stack, library, strict=True) if not lib]
+    below = list(stack)[list(stack).index(mine[-1]) + 1 :] if mine else list(stack)  # what the user's line called
+    mine = mine or list(stack)
+    if not mine:
+        return "", 0, ""
+    inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
+    return (
+        mine[-1].filename,
+        int(mine[-1].lineno or 0),
+        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] and inner is not None else "",
+    )
+
+
+def called_through(stack: Sequence[Any]) -> str:
+    """The library function the user's innermost line called on the way to a failure (``__getitem__``), ''
+    where the failure is in the user's own code."""
+    users = [i for i, s in enumerate(stack) if package_of(s.filename) in (USER, "tpu_lab")]
+    return str(stack[users[-1] + 1].name) if users and users[-1] + 1 < len(stack) else ""
+
+
+def _dynamo_own(filename: str) -> bool:
+    """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
+    folder = torch_folder()
+    return bool(folder) and os.path.realpath(filename).startswith(os.path.join(folder, "_dynamo") + os.sep)
