@@ -186,7 +186,18 @@ def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, a
     if earlier is None or not (cell.startswith("cell ") and before.startswith("cell ")):
         return "first compile"
     name = function.name
+    if _run_count(cell) < _run_count(before):  # the older definition, still called, compiling after the newer one
+        return (
+            f"first compile: the {name} defined in {cell}, an older definition than the {name} in {before} "
+            f"(defined again there): each definition compiles graphs of its own, neither reuses the other's"
+        )
     return f"first compile: {name} was defined again in {cell} (a re-run cell), so its graphs are new; those of the {name} in {before} are not reused"
+
+
+def _run_count(cell: str) -> int:
+    """IPython's execution count in a cell's label (``cell In[4]`` -> 4); 0 where it shows none."""
+    m = re.search(r"\[(\d+)\]", cell)
+    return int(m[1]) if m else 0
 
 
 _BAKED = "; its value is baked into the graph)"

@@ -143,6 +143,7 @@ def _on_compile_start(args: Any) -> None:
         _last_seen.clear()
         _graphs.clear()
     if frame is not None:
+        capture = capture._replace(earlier=defined_before(key))  # now: not a definition that compiles later
         _last_seen[key] = signature
         _graphs[compile_id] = (key, signature)
     for listener in listeners:
