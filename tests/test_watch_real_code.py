@@ -267,6 +267,7 @@ def test_recompile_error_is_one_clean_sentence(dynamo):
 def test_notebook_cell_functions_are_named_by_cell():
     from IPython.core.interactiveshell import InteractiveShell
 
+    shared = InteractiveShell.initialized()  # the session's shell (the ipython_shell fixture): keep it for later tests
     shell = InteractiveShell.instance()
     try:
         shell.run_cell("import torch, tpu_lab as tl\nw = tl.watch()", store_history=True)
@@ -274,7 +275,8 @@ def test_notebook_cell_functions_are_named_by_cell():
         shell.run_cell("with w:\n    torch.compile(cellfn, backend='eager')(torch.ones(2))", store_history=True)
         name = shell.user_ns["w"].table.rows[0].function
     finally:
-        InteractiveShell.clear_instance()
+        if not shared:
+            InteractiveShell.clear_instance()
     assert name.startswith("cellfn (cell In[") and ", line 1)" in name, name
 
 

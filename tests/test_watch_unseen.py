@@ -244,7 +244,9 @@ def test_graph_breaks_from_seed_print_nonzero_and_tolist(dynamo):
     check_against_dynamo(w, dynamo)
     assert len(w.table.breaks) == 4 and all(b.where.startswith("test_watch_unseen.py:") for b in w.table.breaks)
     assert all(b.fix for b in w.table.breaks)  # Dynamo's hint for each
-    assert "manual_seed" in str(w.table) and "reorderable_logging_functions" in str(w.table)
+    # print("shape", x.shape): a torch.Size, which reorderable_logging_functions refuses (can_reorder_logs)
+    assert "manual_seed" in str(w.table) and "reorderable_logging_functions" not in str(w.table)
+    assert "if not torch.compiler.is_compiling(): print(...)" in str(w.table)
     assert "capture_dynamic_output_shape_ops" in str(w.table) and any("tolist()" in b.words for b in w.table.breaks)
 
 

@@ -73,7 +73,26 @@ def usable_hints(hints: list[str], reason: str = "") -> list[str]:
     left out."""
     usable = (h for h in hints if not re.search(r"\{[\w.()\[\]]+\}", h))  # a template Dynamo never filled in
     usable = (h for h in usable if not (h.startswith("If the HOP is") and "checkpoint" not in reason.lower()))
+    usable = (h for h in usable if "reorderable_logging_functions" not in h or _reorderable(reason))
     return [clean(h) for h in usable if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
+
+
+_ARG_TYPES = re.compile(r"argument types \[([^\]]*)\] \(has_kwargs (\w+)\)")
+_REORDERABLE = {"Tensor", "Parameter", "str", "int", "float", "bool", "NoneType", "complex"}
+LOGGING_FIX = (
+    "print outside the compiled function (before or after the call), or only while not compiling: "
+    "if not torch.compiler.is_compiling(): print(...) (Dynamo drops it from the graph; it runs when called eagerly)"
+)
+
+
+def _reorderable(reason: str) -> bool:
+    """Dynamo reorders a logging call past the graph only when every argument is a tensor, a constant or a
+    string formatter, without keywords (``can_reorder_logs``): a ``torch.Size`` or another object still breaks."""
+    m = _ARG_TYPES.search(reason)
+    if m is None:
+        return "can't actually be reordered" not in reason
+    types = {t.strip().strip("'\"") for t in m[1].split(",") if t.strip()}
+    return m[2] == "False" and types <= _REORDERABLE
 
 
 _SCOPE_FIX = (
@@ -123,6 +142,8 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
         fix = "; ".join(usable_hints(hints, said)[:2]) or (_NUMPY_FIX if "torch._numpy" in inner else "")
+        if re.search(r"builtin operator `print`|reorder a debugging function", inner) and not _reorderable(inner):
+            fix = LOGGING_FIX  # Dynamo's own hints point at reorderable_logging_functions, which refuses these
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
         cause = Cause("graph_break", words or clean(first), first, fix)
         drawn_at, drawn = random_origin(code, *at) if "_local_scalar_dense" in inner else (0, "")

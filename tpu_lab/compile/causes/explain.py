@@ -15,6 +15,7 @@ from tpu_lab.compile.causes.guard_sizes import (
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed, static_number_fix
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
+from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
 from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, FunctionKey, renamed, where_label
@@ -118,21 +119,8 @@ def causes_of(
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
         for i in said[1:]:
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
-    inputs, order = dict(graphs), list(per_graph)
-    far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
-    best = min(
-        order,
-        key=lambda g: (
-            # a graph compiled for inputs that look the same as now is nearest: what differs from it is
-            # what the table cannot show (a string's value, a list's order), not what another graph names
-            g not in inputs or _distance(inputs[g], signature) > 0,
-            sum(_changes(c) for c in _distinct(per_graph[g])),
-            _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
-            if g in inputs
-            else far,
-            order.index(g),
-        ),
-    )
+    inputs = dict(graphs)
+    best = nearest(per_graph, inputs, signature, failures)
     return _whose([_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best))
 
 
@@ -160,19 +148,6 @@ def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_wo
     if not any("GLOBAL_STATE" in c.guard and "grad_mode" in c.guard for _, c in found):
         return found
     return [(f, c) for f, c in found if not (c.kind == "requires_grad" and c.words.endswith("changed True -> False"))]
-
-
-def _distinct(causes: list[Cause]) -> list[Cause]:
-    """One cause per change: the same change named once per input (``input_ids dimension 0 is now 1``,
-    ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads."""
-    return list({(c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes}.values())
-
-
-def _changes(cause: Cause) -> int:
-    """How many changes a cause stands for: one, or each piece of global state one guard found changed
-    (``GLOBAL_STATE changed: grad_mode autocast``: two), so a graph that differs in grad mode alone is nearer."""
-    state = cause.guard.partition("GLOBAL_STATE changed:")[2]
-    return max(1, len(state.split()))
 
 
 def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
@@ -212,7 +187,18 @@ def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, a
     if earlier is None or not (cell.startswith("cell ") and before.startswith("cell ")):
         return "first compile"
     name = function.name
+    if _run_count(cell) < _run_count(before):  # the older definition, still called, compiling after the newer one
+        return (
+            f"first compile: the {name} defined in {cell}, an older definition than the {name} in {before} "
+            f"(defined again there): each definition compiles graphs of its own, neither reuses the other's"
+        )
     return f"first compile: {name} was defined again in {cell} (a re-run cell), so its graphs are new; those of the {name} in {before} are not reused"
+
+
+def _run_count(cell: str) -> int:
+    """IPython's execution count in a cell's label (``cell In[4]`` -> 4); 0 where it shows none."""
+    m = re.search(r"\[(\d+)\]", cell)
+    return int(m[1]) if m else 0
 
 
 _BAKED = "; its value is baked into the graph)"
@@ -296,36 +282,3 @@ def capture_causes(
         compared=capture.compared,
     )
     return in_resumed_frame(found, capture.function) if capture.function.name.startswith(RESUME) else found
-
-
-def _covered(old: Signature, new: Signature, failed: Sequence[str]) -> Signature:
-    """A graph's inputs, each that none of its ``failed`` guards names taken as the new call's: its guards
-    passed, so the graph covers it (a dimension it made dynamic, 9 then 6 tokens), however it looks."""
-    now = dict(new)
-    text = "\n".join(failed)
-
-    def named(n: str) -> bool:
-        return n in (MORE, "grad mode") or re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text) is not None
-
-    return tuple((n, d if n not in now or named(n) else now[n]) for n, d in old)
-
-
-def _distance(old: Signature, new: Signature) -> float:
-    """How many shape, dtype and value tokens differ between two input signatures; among numbers that
-    differ, nearer ones count a little less (a prompt of 96 is nearer the graph for 48 than for 1)."""
-    a, b = dict(old), dict(new)
-    total = 0.0
-    for name in a.keys() | b.keys():
-        ta, tb = re.findall(r"[\w.?-]+", a.get(name, "")), re.findall(r"[\w.?-]+", b.get(name, ""))
-        total += abs(len(ta) - len(tb))
-        for x, y in zip(ta, tb, strict=False):
-            if x != y:
-                near = x.isdigit() and y.isdigit() and max(int(x), int(y)) > 0
-                total += 1 - (min(int(x), int(y)) / max(int(x), int(y))) * 0.5 if near else 1
-    return total
-
-
-def signature_changes(old: Signature, new: Signature) -> list[str]:
-    """Inputs that differ between two signatures (``x: f32[4] -> f32[8]``): evidence beside a cause."""
-    before, after = dict(old), dict(new)
-    return [f"{n}: {before.get(n)} -> {d}" for n, d in after.items() if n in before and before[n] != d]

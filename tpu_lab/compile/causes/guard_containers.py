@@ -11,7 +11,8 @@ from tpu_lab.compile.causes.guard_loops import iterator_words
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
-_CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+?), (?P<name>.+?)\)")
+# the key may be a tuple ((4, 8): a cache keyed by sizes), so the dict is what follows the last ", "
+_CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+), (?P<name>[LG]\[.+?\](?:\S*?)|[\w.\[\]']+)\)")
 _NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
 _MISSING = re.compile(r"^KeyError on (?P<name>.+?)\[(?P<key>'[^']*'|\d+)\]$")  # the key the graph read is gone
 
@@ -48,6 +49,13 @@ def container_words(
         )
     if m := _NOT.match(g):  # truthiness: the graph was compiled while the container was empty
         name = local_name(m["name"])
+        if _global_dict(m["name"], inputs):
+            return Cause(
+                "length",
+                f"{name}{GLOBAL_DICT} holds items now; the graph was compiled while it was empty",
+                g,
+                _not_passed_fix(name),
+            )
         what = "positional arguments were passed" if name == "args" else f"{name} holds items now"
         return Cause(
             "length",
@@ -99,7 +107,7 @@ def container_words(
             g,
             "expected once per model depth; add or remove layers before the first compiled call",
         )
-    if m and "!=" in g:  # Dynamo words a dict's length with !=
+    if m and "!=" in g and not _global_dict(m["name"], inputs):  # Dynamo words a dict's length with !=
         name = local_name(m["name"])
         keys = [n[len(name) + 1 : -1] for n in (inputs or {}) if n.startswith(f"{name}[")]
         return Cause(
@@ -111,7 +119,7 @@ def container_words(
     if m:
         return Cause(
             "length",
-            f"{local_name(m['name'])} has a different length (was {m['n']})",
+            f"{local_name(m['name'])}{GLOBAL_DICT if _global_dict(m['name'], inputs) else ''} has a different length (was {m['n']})",
             g,
             _not_passed_fix(local_name(m["name"]))
             if m["name"].startswith("G[") or local_name(m["name"]).startswith("self.")
@@ -119,11 +127,11 @@ def container_words(
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
         now = "gained" if g.lstrip().startswith("not ") else "lost"
+        name = local_name(m["name"])
+        if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
+            return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         return Cause(
-            "dict_keys",
-            f"dict {local_name(m['name'])} {now} the key {m['key']}",
-            g,
-            "pass the dict with the same keys every call",
+            "dict_keys", f"dict {name} {now} the key {m['key']}", g, "pass the dict with the same keys every call"
         )
     if m := _KEY.search(g):
         return Cause(
@@ -133,6 +141,27 @@ def container_words(
             "pass the dict with the same keys in the same order every call",
         )
     return None
+
+
+GLOBAL_DICT = " (a global dict)"
+
+
+def _global_dict(source: str, inputs: Mapping[str, str] | None) -> bool:
+    """A dict the compiled code reads from the module's globals (``G['_rope_cache']``), as it is now."""
+    return source.startswith("G[") and (inputs or {}).get(local_name(source)) == "dict"
+
+
+CACHE = "a cache filled on a miss"
+CACHE_WORDS = (
+    f" (absent when this graph was compiled): {CACHE} gains one key per new size, and each key "
+    "is a graph of its own, up to the recompile limit"
+)
+CACHE_FIX = (
+    "keep the cached values in one tensor computed for the longest size outside the compiled function and slice "
+    "it inside by the size (t[:n]): from the second size on, one graph serves every size; or fill the cache outside, before "
+    "the first compiled call, for every key (no misses then, but each key read is still a graph of its own), or "
+    "pad to a few sizes"
+)
 
 
 def _not_passed_fix(name: str) -> str:

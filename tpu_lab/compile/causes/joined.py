@@ -93,7 +93,10 @@ _TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
 
 def _dict_or_tensor(guard: str) -> str:
     """The dict or tensor a key-order or stride guard is about."""
-    m = re.search(r"dict\.keys\((.+?)\)|___dict_contains\(.+?, (.+?)\)|tensor '(.+?)'|^(\S+)\.stride\(\)", guard)
+    m = re.search(
+        r"dict\.keys\((.+?)\)|___dict_contains\(.+, ([LG]\[[^\]]+\]\S*?|[\w.]+)\)|tensor '(.+?)'|^(\S+)\.stride\(\)",
+        guard,
+    )
     return next((g for g in m.groups() if g), guard) if m else guard
 
 

@@ -150,6 +150,7 @@ def _on_compile_start(args: Any) -> None:
         _graphs.clear()
         _owners.clear()
     if frame is not None:
+        capture = capture._replace(earlier=defined_before(key))  # now: not a definition that compiles later
         _last_seen[key] = signature
         _graphs[compile_id] = (key, signature)
         _owners[compile_id] = instance_of(frame.f_code, frame.f_locals)

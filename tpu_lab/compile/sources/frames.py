@@ -133,6 +133,8 @@ class Capture(NamedTuple):
     uncompiled: the setting that made it an error (``fullgraph=True``, or Dynamo's config)."""
     code: Any = None
     """The code object compiled, to read the new graph's own guards once it exists."""
+    earlier: FunctionKey | None = None
+    """Another definition of the same function seen compiling before this compile began (a re-run cell's)."""
     subjects: tuple[tuple[str, str], ...] = ()
     """What the objects behind the failed guards that are not inputs are now (``self.act``: ``SiLU (train)``)."""
     flags: tuple[tuple[str, str], ...] = ()

@@ -12,7 +12,10 @@ from typing import Any
 from tpu_lab.compile.sources.frames import describe
 
 _SOURCE = r"(?:[LG]\['\w+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*"
-_SUBJECT = re.compile(rf"___check_(?:type|obj)_id\((?P<a>{_SOURCE}), \d+\)|^(?P<b>{_SOURCE}) (?:is|==|!=) ")
+_SUBJECT = re.compile(
+    rf"___check_(?:type|obj)_id\((?P<a>{_SOURCE}), \d+\)|^(?P<b>{_SOURCE}) (?:is|==|!=) "
+    rf"|^len\((?P<e>{_SOURCE})\) (?:==|!=) |^not (?P<f>{_SOURCE})$"  # a container's length: is it a dict?
+)
 _STEP = re.compile(r"\.(\w+)|\['([^']*)'\]|\[(\d+)\]")
 
 
@@ -24,7 +27,7 @@ def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
     for reason in reasons:
         for guard in reason.split(":", 1)[-1].split("\n"):
             m = _SUBJECT.search(guard.strip())
-            source = m and (m["a"] or m["b"])
+            source = m and (m["a"] or m["b"] or m["e"] or m["f"])
             if source and re.fullmatch(r"L\['\w+'\]|\w+", source) is None and source not in out:
                 try:
                     value = _value_at(source, frame)

@@ -94,6 +94,8 @@ class Fold:
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
         causes = what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {}))
+        for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
+            self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
         row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))
@@ -140,7 +142,10 @@ class Fold:
         row = self.row(cap.function, cap.shown)
         row.limit_hit = True
         row.refused += 1
-        last = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
+        said = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
+        last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
+        last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
+        last = what_next.at_limit(last, self.pinned.get(cap.function, set()))
         fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
         if cap.raises:
             self.raising.add(cap.function)
@@ -159,6 +164,23 @@ class Fold:
     def add_break(self, cause: Cause, where: str) -> None:
         entry = self.breaks.setdefault((cause.words, where), [cause, 0])
         entry[1] += 1
+
+    def _unmark(self, function: FunctionKey, name: str, dim: str) -> None:
+        """Rows of ``function``'s other parts (before or after a graph break) that said to mark ``name`` dim
+        ``dim`` dynamic, told that ``function`` uses it as a dict key."""
+        base = (
+            function.name.removeprefix(RESUME).rpartition("_at_")[0]
+            if function.name.startswith(RESUME)
+            else function.name
+        )
+        where = "the code after the graph break" if function.name.startswith(RESUME) else f"{base}"
+        for (k, _), row in self.rows.items():
+            if (
+                k != function
+                and k.filename == function.filename
+                and (k.name == base or k.name.startswith(f"{RESUME}{base}_at_"))
+            ):
+                row.causes = [what_next.unmarked(c, name, dim, where) for c in row.causes]
 
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         if nones := [n for n, d in signature if d == "None"]:

@@ -159,7 +159,7 @@ class Watch:
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         baked = baked_scalars(record, guards) if cap.reasons else frozenset()
         places = guard_places(cap.code, cap.compile_id) if guards else {}
-        return self._fold.compiled(cap, record, guards, scalars, dynamo.defined_before(cap.function), baked, places)
+        return self._fold.compiled(cap, record, guards, scalars, cap.earlier, baked, places)
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:
         self._handled.add(cap.compile_id)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import with_note
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
@@ -63,17 +64,33 @@ _LENGTH = re.compile(r"^(?P<name>.+?) (?:has a different length \(was (?P<n>\d+)
 
 def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None) -> list[RowCause]:
     """Length causes of a container whose length only went up from compile to compile (``lengths``: the
-    function's lengths so far, by container, updated here) named as growing: appended to every step."""
+    function's lengths so far, by container, updated here) named as growing: appended to every step. A global
+    dict that grows is a cache filled on a miss; its length said beside the key it gained is one change."""
     out = []
+    at_most = f", at most {limit}" if limit else ""
+    keyed = {c.words.split(GLOBAL_DICT)[0] for c in causes if c.kind == "dict_keys" and CACHE in c.words}
+    lens = [c for c in causes if c.kind == "length" and (m := _LENGTH.match(c.words))]
+    told = {m["name"].removesuffix(GLOBAL_DICT): c for c in lens if (m := _LENGTH.match(c.words))}
     for c in causes:
         m = _LENGTH.match(c.words) if c.kind == "length" else None
-        seen = lengths.setdefault(m["name"], []) if m else []
+        name = m["name"].removesuffix(GLOBAL_DICT) if m else ""
+        seen = lengths.setdefault(name, []) if m else []
         if m:
             seen.append(int(m["n"] or 0))  # "holds items now": it was empty
-        if m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)):
-            at_most = f", at most {limit}" if limit else ""
+        if m and name in keyed:
+            continue  # the key it gained says it
+        if c.kind == "dict_keys" and CACHE in c.words:
+            words = c.words.replace("up to the recompile limit", f"at most {limit}") if limit else c.words
+            same = told.get(c.words.split(GLOBAL_DICT)[0])  # its length's guard, kept beside the key's
+            guard = "\n".join(filter(None, [c.guard, same.guard if same else ""]))
+            shown = "\n".join(filter(None, [c.shown_guard, same.shown_guard if same else ""]))
+            c = dataclasses.replace(c, words=words, guard=guard, shown_guard=shown)
+        elif m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)):
             words = f"{m['name']} grows at every compile (was {m['n'] or 0}): each new length compiles a graph of its own{at_most}"
             fix = "keep what grows out of the compiled function (append outside it, or keep a running tensor), or pass a fixed-size tensor"
+            if m["name"] != name:  # a global dict that gains a key per compile: a cache the code fills on a miss
+                words = f"{name} (a global dict: {CACHE}) grows at every compile (was {m['n'] or 0}): each new key compiles a graph of its own{at_most}"
+                fix = CACHE_FIX
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
@@ -136,6 +153,12 @@ def settled(
     once, the reason is not known (a Python number, or an input of fixed size it meets); pinned again, the
     code fixes the size: every size is a graph, and mark_dynamic would raise."""
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
+    gained = [
+        c.words.split(" the key ", 1)[1].split(" (absent")[0]
+        for c in causes
+        if c.kind == "dict_keys" and CACHE in c.words
+    ]
+    keys = {int(n) for key in gained for n in re.findall(r"\d+", key)}  # sizes a cache is keyed by
     fixed = set(tried.split(", ")) - set(shapes.split(", ")) if tried and not tpu else set()
     before = set() if before is None else before
     out = []
@@ -145,17 +168,69 @@ def settled(
         if m and dim in dims and c.kind == "size":
             fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
+        elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
+            c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
+            fixed.add(f"{d[0]} dim {d[1]}")
         elif m and dim in fixed and dim in before:
             c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(m[1], m[2])), fix=_FIXED_FIX)
         elif m and dim in fixed:
             c = dataclasses.replace(
                 c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=_PINNED_FIX.format(m[1], m[2])
             )
+        elif not m and (d := _dim_of(c)) and f"{d[0]} dim {d[1]}" in before:  # a resumed frame: no mark to give
+            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(*d)), fix=_FIXED_FIX)
         out.append(c)
     before |= fixed
     return out
 
 
+def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
+    """The causes of a refusal at the recompile limit, with what the function's graphs showed: a dimension a
+    graph pinned to one size though Dynamo traced it dynamic (``pinned``) is fixed by the code, so marking it
+    dynamic would raise (ConstraintViolationError); the fix is the one its compiles gave, never mark_dynamic."""
+    out = []
+    for c in causes:
+        d = _dim_of(c)
+        if d and f"{d[0]} dim {d[1]}" in pinned:
+            c = dataclasses.replace(c, fix=_FIXED_FIX)
+        out.append(c)
+    return out
+
+
+def _dim_of(c: RowCause) -> tuple[str, str] | None:
+    """(input, dimension) a size cause is about: as its fix marks it, else as its words name it (a resumed
+    frame's fix says to remove the break instead)."""
+    if c.kind not in ("size", "size_one"):
+        return None
+    m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) or re.match(
+        r"(\S+) dimension (\d+) changed", c.words
+    )
+    return (m[1], m[2]) if m else None
+
+
+def keyed(causes: Iterable[RowCause]) -> list[tuple[str, str]]:
+    """(input, dimension) that these causes found used as a dict key (each size its own graph)."""
+    return re.findall(r"the code uses (\S+)\.shape\[(\d+)\] as a dict key", " ".join(c.words for c in causes))
+
+
+def unmarked(c: RowCause, name: str, dim: str, where: str) -> RowCause:
+    """A cause that told to mark ``name`` dim ``dim`` dynamic, once ``where`` (another part of the function)
+    showed the code uses that size as a dict key: marking it would raise there (ConstraintViolationError)."""
+    if f"mark_dynamic({name}, {dim})" not in c.fix and f"mark {name} dim {dim} dynamic" not in c.fix:
+        return c
+    why = (
+        f"{where} uses {name}.shape[{dim}] as a dict key, so marking it dynamic would raise (ConstraintViolationError)"
+    )
+    if c.fix.startswith("none needed"):
+        return dataclasses.replace(c, fix=f"{c.fix.split('; to skip even this one')[0]}; {why}")
+    return dataclasses.replace(c, fix=f"{_FIXED_FIX}; {why}")
+
+
+_EXPECTED = re.compile(r"size mismatch at index \d+\. expected (\d+)")
+_KEYED = (
+    "the graph pins {0} dim {1} to one size: the code uses {0}.shape[{1}] as a dict key (the key the cache gained "
+    "holds it), so every size is its own graph"
+)
 _PINNED = (
     "Dynamo traced {0} dim {1} as dynamic, but the graph pins it to this size: the code either uses {0}.shape[{1}] as a "
     "plain Python number (int({0}.shape[{1}]), a loop over range({0}.shape[{1}])), or combines {0} with another "

@@ -1,0 +1,76 @@
+"""Which compiled graph a recompile is told against: Dynamo checks every graph of a function, and each
+failed some guard; the one nearest the new call (fewest changes, then the inputs nearest in size) gives
+the causes, as a reader comparing the two calls would name them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.sources.frames import MORE
+
+Signature = Sequence[tuple[str, str]]
+
+
+def nearest(
+    per_graph: dict[Any, list[Cause]], inputs: dict[Any, Signature], signature: Signature, failures: Sequence[Any]
+) -> Any:
+    """The graph (a key of ``per_graph``, its causes) nearest the call with ``signature``: ``inputs`` holds
+    the inputs each graph was compiled for, where this process saw them; ``failures`` each graph's failed guards."""
+    order = list(per_graph)
+    far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
+    return min(
+        order,
+        key=lambda g: (
+            # a graph compiled for inputs that look the same as now is nearest: what differs from it is
+            # what the table cannot show (a string's value, a list's order), not what another graph names
+            g not in inputs or _distance(inputs[g], signature) > 0,
+            sum(_changes(c) for c in _distinct(per_graph[g])),
+            _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
+            if g in inputs
+            else far,
+            order.index(g),
+        ),
+    )
+
+
+def _distinct(causes: list[Cause]) -> list[Cause]:
+    """One cause per change: the same change named once per input (``input_ids dimension 0 is now 1``,
+    ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads."""
+    return list({(c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes}.values())
+
+
+def _changes(cause: Cause) -> int:
+    """How many changes a cause stands for: one, or each piece of global state one guard found changed
+    (``GLOBAL_STATE changed: grad_mode autocast``: two), so a graph that differs in grad mode alone is nearer."""
+    state = cause.guard.partition("GLOBAL_STATE changed:")[2]
+    return max(1, len(state.split()))
+
+
+def _covered(old: Signature, new: Signature, failed: Sequence[str]) -> Signature:
+    """A graph's inputs, each that none of its ``failed`` guards names taken as the new call's: its guards
+    passed, so the graph covers it (a dimension it made dynamic, 9 then 6 tokens), however it looks."""
+    now = dict(new)
+    text = "\n".join(failed)
+
+    def named(n: str) -> bool:
+        return n in (MORE, "grad mode") or re.search(rf"(?<![\w.]){re.escape(n)}(?!\w)", text) is not None
+
+    return tuple((n, d if n not in now or named(n) else now[n]) for n, d in old)
+
+
+def _distance(old: Signature, new: Signature) -> float:
+    """How many shape, dtype and value tokens differ between two input signatures; among numbers that
+    differ, nearer ones count a little less (a prompt of 96 is nearer the graph for 48 than for 1)."""
+    a, b = dict(old), dict(new)
+    total = 0.0
+    for name in a.keys() | b.keys():
+        ta, tb = re.findall(r"[\w.?-]+", a.get(name, "")), re.findall(r"[\w.?-]+", b.get(name, ""))
+        total += abs(len(ta) - len(tb))
+        for x, y in zip(ta, tb, strict=False):
+            if x != y:
+                near = x.isdigit() and y.isdigit() and max(int(x), int(y)) > 0
+                total += 1 - (min(int(x), int(y)) / max(int(x), int(y))) * 0.5 if near else 1
+    return total
