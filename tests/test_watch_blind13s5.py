@@ -74,7 +74,9 @@ def test_another_callable_through_the_shared_wrapper_says_whose_graph_it_was_com
         w,
         dynamo,
         also=[
-            "___check_obj_id(fn.__code__",  # the other method's code (Dynamo logs the wrapper's first guard)
+            # the other method's code (Dynamo logs the wrapper's first guard); torch 2.13 guards the code its
+            # decorator's closure holds
+            "___check_obj_id(fn.__code__" if torch.__version__ >= "2.14" else "___check_obj_id(fn.__closure__",
             "size mismatch at index 0. expected 4, actual 8",  # each parameter of the wider model
         ],
     )

@@ -154,9 +154,14 @@ def _a(kind: str) -> str:
 
 
 def _shared_wrapper(m: re.Match, where: str) -> bool:
-    """A guard on ``fn`` itself in torch.compile's wrapper (``external_utils.inner``): another callable."""
+    """A guard on ``fn`` itself in torch.compile's wrapper (``external_utils.inner``): another callable. Its
+    place is torch's own code (the wrapper, or a torch decorator it runs: ``@torch.no_grad``'s), never the user's."""
+    from tpu_lab.compile.sources.packages import package_of
+
     name = next((v for v in m.groups() if v), "")  # fn itself, or the code it runs (a method's, its decorator's)
-    return _WRAPPED.fullmatch(name.strip()) is not None and (not where or "external_utils" in where)
+    return _WRAPPED.fullmatch(name.strip()) is not None and (
+        not where or package_of(where.rsplit(":", 1)[0]) == "torch"
+    )
 
 
 _WRAPPED = re.compile(r"fn(?:\.__func__)?(?:\.__code__|(?:\.__closure__\[\d+\]\.cell_contents)+(?:\.__code__)?)?")
