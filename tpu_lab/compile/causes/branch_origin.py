@@ -6,6 +6,7 @@ draw behind a data-dependent operator (a drawn number used as a size). Text and 
 
 from __future__ import annotations
 
+import ast
 import linecache
 import re
 
@@ -40,6 +41,33 @@ def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
         if a and a["name"] in names and _RANDOM.search(a["expr"]):
             return n, text
     return 0, ""
+
+
+def enclosing_loop(file: str, line: int) -> tuple[int, str]:
+    """(line, code) of the innermost for/while of the user's file around ``line`` (its header excluded);
+    (0, '') where there is none or the file cannot be read."""
+    if not (file and line):
+        return 0, ""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return 0, ""
+    loops = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno < line <= (n.end_lineno or 0)
+    ]
+    return (max(loops), linecache.getline(file, max(loops)).strip()) if loops else (0, "")
+
+
+_ON_VALUES = re.compile(r"^(?:(?:el)?if|while)\b|^for\b.*\bin\b.*\.(?:tolist|item|nonzero|unique)\(")
+
+
+def controls_python(code: str, file: str = "", line: int = 0) -> bool:
+    """The user's line is Python control flow on a tensor's values (an if/while on one, a for over
+    ``.tolist()``), or sits inside a loop over a tensor's values: a number Dynamo would capture
+    (capture_scalar_outputs) still decides the Python control, so the break only moves on."""
+    return bool(_ON_VALUES.match(code)) or bool(_ON_VALUES.match(enclosing_loop(file, line)[1]))
 
 
 def draws_random(code: str) -> bool:

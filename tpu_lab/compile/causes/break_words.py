@@ -11,6 +11,7 @@ from tpu_lab.compile.causes.branch_origin import (
     RANDOM_BRANCH_FIX,
     RANDOM_VALUE_FIX,
     branch_origin,
+    controls_python,
     draws_random,
     random_origin,
 )
@@ -105,9 +106,6 @@ _NUMPY_FIX = (
 )
 
 
-_BRANCH = re.compile(r"^(?:while|if|elif)\b")
-
-
 def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0)) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
@@ -174,12 +172,16 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             "function) if the split costs time, else accept the break",
         )
     if (
-        _BRANCH.match(code)
-        and cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
-        and (".item()" in reason or "data-dependent" in reason.lower())
+        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
+        and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|data-dependent", reason, re.I)
+        and controls_python(code, *at)
     ):
         # capture_scalar_outputs would only move the break to the branch on the value
-        fix = "the value decides a loop or branch: compile the body instead, or use torch.cond / torch.while_loop"
+        fix = (
+            "the value decides Python control flow (a loop or branch): capture_scalar_outputs only moves the break "
+            "there; keep it in tensors (masks, torch.where, torch.cond / torch.while_loop), or compile only the "
+            "tensor work and run the Python bookkeeping outside the compiled function"
+        )
         cause = dataclasses.replace(cause, fix=fix)
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)

@@ -4,13 +4,13 @@ run eagerly from now on; under ``fullgraph=True`` the call raised."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import linecache
 import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
@@ -196,19 +196,9 @@ def _through(cause: Cause, called: str, reason: str) -> Cause:
 def _in_loop(reason: str, file: str, line: int) -> str:
     """Where the failure is inside a loop Dynamo cannot resume in: the innermost for/while of the user's file
     around the failing line (Dynamo's record names the frame it skipped, not the loop)."""
-    if _LOOP not in reason or not file or not line:
+    if _LOOP not in reason:
         return ""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
+    number, code = enclosing_loop(file, line)
+    if not number:
         return ""
-    loops = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) and n.lineno < line <= (n.end_lineno or 0)
-    ]
-    if not loops:
-        return ""
-    number = max(n.lineno for n in loops)
-    code = linecache.getline(file, number).strip()
     return f", inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "")

@@ -1,0 +1,44 @@
+"""tl.watch() checked blind, fifteenth round: a hand-written beam search step (fairseq-style) walks the
+candidates with ``for t in token.tolist()`` and records finished beams with ``.item()``. Dynamo's hint,
+capture_scalar_outputs, only moves the break to the branch on those values (the reviewer applied it: the
+whole function then ran eagerly), so it must not be the fix. Checked against Dynamo's own records too."""
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+EOS = 2
+
+
+def beam_step(lprobs, beam_scores, num_beams, finished):
+    vocab = lprobs.size(-1)
+    scores = (lprobs + beam_scores.unsqueeze(-1)).view(-1)
+    top_scores, top_idx = torch.topk(scores, 2 * num_beams)
+    beam_idx, token = top_idx // vocab, top_idx % vocab
+    keep = []
+    for i, t in enumerate(token.tolist()):  # Python control flow on the tensor's values
+        if t == EOS:
+            finished.append((beam_idx[i].item(), top_scores[i].item()))
+        elif len(keep) < num_beams:
+            keep.append(i)
+    keep = torch.tensor(keep)
+    return top_scores[keep], beam_idx[keep], token[keep]
+
+
+def test_a_value_that_drives_python_control_flow_is_not_told_to_use_capture_scalar_outputs(dynamo):
+    step = torch.compile(beam_step, backend=BACKEND)
+    torch.manual_seed(0)
+    with tl.watch() as w:
+        scores = torch.zeros(3)
+        for _ in range(3):
+            scores = step(torch.log_softmax(torch.randn(3, 8), -1), scores, 3, [])[0]
+    check_against_dynamo(w, dynamo)
+    loop = beam_step.__code__.co_firstlineno + 6
+    texts = [(b.where, b.fix) for b in w.table.breaks]
+    texts += [(r.function, c.fix) for r in w.table for c in r.causes if c.kind == "failed"]
+    assert texts and any(where.endswith(f":{loop}") for where, _ in texts)  # the .tolist() loop's break
+    for _, fix in texts:
+        assert "capture_scalar_outputs = True" not in fix and "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS" not in fix
+        assert fix.startswith("the value decides Python control flow (a loop or branch)")
