@@ -3,6 +3,9 @@ candidates with ``for t in token.tolist()`` and records finished beams with ``.i
 capture_scalar_outputs, only moves the break to the branch on those values (the reviewer applied it: the
 whole function then ran eagerly), so it must not be the fix. Checked against Dynamo's own records too."""
 
+import functools
+
+import numpy as np
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -42,3 +45,23 @@ def test_a_value_that_drives_python_control_flow_is_not_told_to_use_capture_scal
     for _, fix in texts:
         assert "capture_scalar_outputs = True" not in fix and "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS" not in fix
         assert fix.startswith("the value decides Python control flow (a loop or branch)")
+
+
+@functools.cache
+def mel_filters(n_mels):  # whisper's audio.mel_filters: a cached filterbank loaded through NumPy
+    f = np.random.RandomState(n_mels).rand(n_mels, 9).astype(np.float32)
+    return torch.from_numpy(f)
+
+
+def log_mel(magnitudes, n_mels=4):
+    return (mel_filters(n_mels) @ magnitudes).clamp(min=1e-10).log10()
+
+
+def test_a_numpy_array_read_as_a_tensor_is_named_by_its_own_name(dynamo):
+    f = torch.compile(log_mel, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.rand(9, 3))
+        f(torch.rand(9, 3), n_mels=6)  # large-v3's 128 mel bins after 80
+    check_against_dynamo(w, dynamo)  # its invariants: no internal name (___from_numpy) in any cause or fix
+    sized = [c for r in w.table for c in r.causes if "___from_numpy" in c.guard]
+    assert sized and all(c.words.startswith("f ") for c in sized)

@@ -51,6 +51,7 @@ def local_name(source: str) -> str:
     functools.partial): its attributes read as ``self.weight``, a partial's bound keyword as ``k``."""
     s = _dict_sources(source.strip())
     s = re.sub(r"L\['([^']+)'\]", r"\1", s)
+    s = re.sub(r"\b___from_numpy\(([^()]+)\)", r"\1", s)  # a NumPy array Dynamo reads as a tensor: by its name
     s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"(?<![\w.])__import_(\w+)", lambda m: m[1].replace("_dot_", "."), s)  # Dynamo's alias of a module
