@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 import torch
-from _dynamo_oracle import check_against_dynamo
+from _dynamo_oracle import check_against_dynamo, only_causes
 
 import tpu_lab as tl
 
@@ -65,3 +65,22 @@ def test_a_numpy_array_read_as_a_tensor_is_named_by_its_own_name(dynamo):
     check_against_dynamo(w, dynamo)  # its invariants: no internal name (___from_numpy) in any cause or fix
     sized = [c for r in w.table for c in r.causes if "___from_numpy" in c.guard]
     assert sized and all(c.words.startswith("f ") for c in sized)
+
+
+def test_autocast_switched_off_and_its_dtype_changed_are_two_causes_each_on_its_compile(dynamo):
+    # timm's validate() under amp_autocast (bfloat16), a float16 benchmark, then validation without amp
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    f = torch.compile(model, backend=BACKEND)
+    x = torch.randn(2, 4)
+    with tl.watch() as w, torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            f(x)
+        with torch.autocast("cpu", dtype=torch.float16):
+            f(x)
+        f(x)
+    check_against_dynamo(w, dynamo)
+    said = sorted(c.words for c in only_causes(w, "Sequential.forward"))
+    assert said == [
+        "autocast on cpu was switched on or off (torch.autocast around the call)",
+        "autocast's dtype on cpu changed (torch.autocast(..., dtype=...) around the call)",
+    ]

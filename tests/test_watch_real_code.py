@@ -315,7 +315,7 @@ def test_forward_hooks_added_and_removed(dynamo):
 @pytest.mark.parametrize(
     ("switch", "words"),
     [
-        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "autocast was switched on or off"),
+        (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "autocast on cpu was switched on or off"),
         (lambda: torch._dynamo.config.patch(), None),  # nothing changes: no recompile, no cause
     ],
 )

@@ -129,10 +129,23 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
 
 def state_words(g: str) -> Cause:
     fields = g.split("GLOBAL_STATE changed:", 1)[-1].split()
-    said = [next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
+    said = [_autocast(f) or next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
     if not fields or None in said:
         return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
     return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
+
+
+def _autocast(field: str) -> tuple[str, str] | None:
+    """``autocast(cpu)_enabled`` / ``autocast(cuda)_dtype``: which of autocast's settings changed, on which device."""
+    m = re.fullmatch(r"autocast\((?P<device>\w+)\)_(?P<what>enabled|dtype)", field)
+    if m is None:
+        return None
+    words = (
+        f"autocast on {m['device']} was switched on or off (torch.autocast around the call)"
+        if m["what"] == "enabled"
+        else f"autocast's dtype on {m['device']} changed (torch.autocast(..., dtype=...) around the call)"
+    )
+    return words, _STATE["autocast"][1]
 
 
 def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
