@@ -4,6 +4,7 @@ capture_scalar_outputs, only moves the break to the branch on those values (the 
 whole function then ran eagerly), so it must not be the fix. Checked against Dynamo's own records too."""
 
 import functools
+import re
 
 import numpy as np
 import torch
@@ -84,3 +85,28 @@ def test_autocast_switched_off_and_its_dtype_changed_are_two_causes_each_on_its_
         "autocast on cpu was switched on or off (torch.autocast around the call)",
         "autocast's dtype on cpu changed (torch.autocast(..., dtype=...) around the call)",
     ]
+
+
+class BoxPostprocess(torch.nn.Module):  # torchvision's RoIHeads.postprocess_detections, its thresholding
+    def __init__(self):
+        super().__init__()
+        self.cls_score = torch.nn.Linear(16, 5)
+
+    def forward(self, box_features):
+        scores = torch.softmax(self.cls_score(box_features), -1)[:, 1:].reshape(-1)
+        inds = torch.where(scores > 0.05)[0]
+        scores = scores[inds]
+        keep = torch.where(scores > 0.2)[0]
+        return scores[keep]
+
+
+def test_an_index_tensor_made_by_torch_where_is_named_by_its_variable_and_not_told_to_drop_a_batch(dynamo):
+    f = torch.compile(BoxPostprocess(), backend=BACKEND)
+    torch.manual_seed(0)
+    with tl.watch() as w:
+        for n in (20, 31, 12):  # proposals per image after the RPN's NMS
+            f(torch.randn(n, 16))
+    check_against_dynamo(w, dynamo, also=("___stack0[0]",))  # the carried index changes with scores: said too
+    made = [c for r in w.table for c in r.causes if "___stack0[0]" in c.guard and c.kind == "size"]
+    assert made and all(re.match(r"(inds|keep) dimension 0 changed", c.words) for c in made)
+    assert not any("drop_last" in c.fix or "or pad to a few sizes" in c.fix for c in made)

@@ -159,6 +159,8 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         )
     if tpu:
         fix = bucket
+    elif dynamic.startswith("nothing to mark"):  # made inside: no batch of the user's to pad or drop
+        fix = dynamic
     elif i == "0" and int(b) < int(a) and not caller:
         fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:

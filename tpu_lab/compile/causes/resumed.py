@@ -15,18 +15,21 @@ _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)\[(\d+)\
 _CARRIED_WHOLE = re.compile(r"\bthe carried value(?![\[\w]| \d)")
 
 
-def _break_line(function: FunctionKey) -> tuple[str, str, str, list[str]]:
+def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[int, str]]:
     """The break's line of a resumed frame: (its number, its code, the one name it assigns or '', the names a
     tuple assignment unpacks into: ``a, b = f()``, where the carried value is f()'s)."""
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
     unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
-    return line, code, target[1] if target else "", [n.strip() for n in unpacked[1].split(",")] if unpacked else []
+    items = dict(enumerate(n.strip() for n in unpacked[1].split(","))) if unpacked else {}
+    if target and (picked := re.search(r"\)\[(\d+)\]\s*(?:#.*)?$", code)):  # inds = torch.where(m)[0]: the
+        return line, code, "", {int(picked[1]): target[1]}  # carried value is the call's tuple, its item the name
+    return line, code, target[1] if target else "", items
 
 
-def _items_named(text: str, items: list[str]) -> str:
-    return _CARRIED_ITEM.sub(lambda m: items[int(m[1])] if int(m[1]) < len(items) else m[0], text)
+def _items_named(text: str, items: dict[int, str]) -> str:
+    return _CARRIED_ITEM.sub(lambda m: items.get(int(m[1]), m[0]), text)
 
 
 def carried_named(text: str, function: FunctionKey) -> str:
