@@ -110,3 +110,20 @@ def test_an_index_tensor_made_by_torch_where_is_named_by_its_variable_and_not_to
     made = [c for r in w.table for c in r.causes if "___stack0[0]" in c.guard and c.kind == "size"]
     assert made and all(re.match(r"(inds|keep) dimension 0 changed", c.words) for c in made)
     assert not any("drop_last" in c.fix or "or pad to a few sizes" in c.fix for c in made)
+
+
+def recurrent_mask(inputs_embeds, attention_mask):  # transformers' create_recurrent_attention_mask, its shape
+    if attention_mask is None:
+        return None
+    return attention_mask[:, None, :] * inputs_embeds.new_ones(1)
+
+
+def test_a_recompile_dynamo_then_skips_shows_the_guard_that_failed(dynamo):
+    f = torch.compile(recurrent_mask, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(1, 5, 4), torch.ones(1, 5))
+        f(torch.randn(1, 5, 4), None)  # no tensor work on this path: Dynamo skips the recompile
+    check_against_dynamo(w, dynamo)  # every recompile Dynamo logged has its guard shown
+    (skipped,) = [c for r in w.table for c in r.causes if c.kind == "failed"]
+    assert "(on these inputs: attention_mask is now None, was a tensor) and skipped it" in skipped.words
+    assert "attention_mask" in skipped.guard

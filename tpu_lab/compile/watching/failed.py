@@ -62,14 +62,17 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     at += _in_loop(reason, file, line)
     name = cap.function.label
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
+        changed = "; ".join(re.sub(r"\s*\([^()]*\)$", "", c.words) for c in recompile)  # a recompile's, asides cut
         words = (
-            f"not compiled: Dynamo found no tensor operation to trace in {name} (on these inputs) and skipped it: "
-            "it runs eagerly from now on, for every input"
+            f"not compiled: Dynamo found no tensor operation to trace in {name} (on these inputs"
+            + (f": {changed}" if changed else "")
+            + ") and skipped "
+            "it: it runs eagerly from now on, for every input"
         )
         fix = (
             f"none needed if {name} really has no tensor work; else make sure its inputs hold tensors at the first call"
         )
-        return FailedCompile(words, "", fix, cause, "")
+        return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
     if kind not in _FALLS_BACK and internal_error(kind):  # Dynamo's own bug, whatever the code or fullgraph
         return _internal(cap, record, kind, reason, where or library, recompile)
