@@ -3,6 +3,7 @@ import shutil
 import warnings
 
 import pytest
+from _kernels_range import declared_kernels_range
 
 import tpu_lab as tl
 from tpu_lab.errors import (
@@ -14,6 +15,7 @@ from tpu_lab.errors import (
     TpuLabWarning,
 )
 from tpu_lab.host.probe import device_choices
+from tpu_lab.host.versions import kernels_status
 from tpu_lab.models.loading import check_kernels
 from tpu_lab.models.placement import inspect_placement
 
@@ -211,21 +213,39 @@ def test_kernel_still_usable_after_errors():
     assert tl.load_model("tiny:qwen3").report.ok
 
 
-def test_use_kernels_without_kernels_installed():
+def test_use_kernels_without_kernels_installed(monkeypatch):
+    # transformers 5.25 requires kernels, so a fresh install has it: hide it as `pip uninstall kernels` would.
+    import tpu_lab.host.versions as versions
+
+    real = versions.installed_versions
+    monkeypatch.setattr(versions, "installed_versions", lambda: {**real(), "kernels": None})
     with pytest.raises(KernelsUnavailable, match="needs kernels, which is not installed") as e:
         tl.load_model("tiny:qwen3", use_kernels=True)
     assert e.value.fix.startswith('pip install "kernels')
 
 
+def test_use_kernels_with_what_is_installed():
+    status = kernels_status()
+    if status.missing or status.mismatch:
+        with pytest.raises(KernelsUnavailable, match="kernels"):
+            tl.load_model("tiny:qwen3", use_kernels=True)
+    else:  # on CPU no jax is needed, and the tiny model has no Hub kernel to fetch
+        assert tl.load_model("tiny:qwen3", use_kernels=True).report.ok
+
+
 def test_kernels_checks():
     with pytest.raises(KernelsUnavailable, match="needs kernels and jax"):
         check_kernels("tpu", versions={"kernels": None, "jax": None})
-    # transformers 5.24 wants kernels>=0.18.2,<0.19 while PyPI's newest is 0.17.2 (FACTS.md)
-    with pytest.raises(KernelsUnavailable, match=r"kernels 0\.17\.2 is installed but transformers") as e:
-        check_kernels("tpu", versions={"kernels": "0.17.2", "jax": "0.10.2"})
-    assert "use_kernels=False" in e.value.fix
-    check_kernels("tpu", versions={"kernels": "0.18.3", "jax": "0.10.2"})  # no error
-    check_kernels("cpu", versions={"kernels": "0.18.3", "jax": None})  # jax only needed on TPU
+    declared = declared_kernels_range()
+    if declared is None:  # this transformers declares no range: any kernels passes
+        check_kernels("tpu", versions={"kernels": "0.0.1", "jax": "0.10.2"})
+        return
+    spec, inside, outside = declared
+    with pytest.raises(KernelsUnavailable, match=rf"kernels {outside} is installed but transformers") as e:
+        check_kernels("tpu", versions={"kernels": outside, "jax": "0.10.2"})
+    assert "use_kernels=False" in e.value.fix and f'pip install "kernels{spec}"' in e.value.fix
+    check_kernels("tpu", versions={"kernels": inside, "jax": "0.10.2"})  # no error
+    check_kernels("cpu", versions={"kernels": inside, "jax": None})  # jax only needed on TPU
 
 
 def test_device_choices_from_reports(tmp_path):

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from _kernels_range import declared_kernels_range
 
 import tpu_lab as tl
 from tpu_lab.host.findings import diagnose
@@ -73,11 +74,16 @@ def test_torch_outside_torch_tpu_range(tmp_path, torch_v, outside):
 
 
 def test_kernels_outside_transformers_range(tmp_path):
-    # transformers 5.24 requires kernels>=0.18.2,<0.19; PyPI's newest is 0.17.2 (FACTS.md).
-    report = tl.probe(sysfs_root=tmp_path, versions={"kernels": "0.17.2"}, accelerator=NO_GPU, environ={})
+    declared = declared_kernels_range()
+    if declared is None:  # this transformers declares no range: no kernels version is outside it
+        report = tl.probe(sysfs_root=tmp_path, versions={"kernels": "0.0.1"}, accelerator=NO_GPU, environ={})
+        assert "kernels-version-mismatch" not in codes(report)
+        return
+    spec, inside, outside = declared
+    report = tl.probe(sysfs_root=tmp_path, versions={"kernels": outside}, accelerator=NO_GPU, environ={})
     finding = next(f for f in report.findings if f.code == "kernels-version-mismatch")
-    assert "0.17.2" in finding.message and "<0.19" in finding.fix
-    ok = tl.probe(sysfs_root=tmp_path, versions={"kernels": "0.18.5"}, accelerator=NO_GPU, environ={})
+    assert outside in finding.message and f'"kernels{spec}"' in finding.fix
+    ok = tl.probe(sysfs_root=tmp_path, versions={"kernels": inside}, accelerator=NO_GPU, environ={})
     assert "kernels-version-mismatch" not in codes(ok)
 
 
