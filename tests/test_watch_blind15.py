@@ -68,6 +68,21 @@ def test_a_numpy_array_read_as_a_tensor_is_named_by_its_own_name(dynamo):
     assert sized and all(c.words.startswith("f ") for c in sized)
 
 
+def test_a_class_dynamo_cannot_construct_is_named_as_the_line_writes_it_not_by_dynamos_polyfill(dynamo):
+    # Dynamo's hint was "Avoid calling `type.__new__` in your code": its own polyfill's call, not the user's
+    f = torch.compile(log_mel, backend=BACKEND)
+    mel_filters.cache_clear()
+    with tl.watch() as w:
+        f(torch.rand(9, 3))
+    check_against_dynamo(w, dynamo)
+    texts = [f"{b.words} {b.fix}" for b in w.table.breaks]
+    assert texts and not any("__new__" in t for t in texts)
+    made = next(b for b in w.table.breaks if "creating" in b.words)
+    assert "np.random.RandomState" in made.words and made.fix.startswith("create the RandomState outside")
+    rand = next(b for b in w.table.breaks if "`rand`" in b.words)
+    assert rand.fix.startswith("call `RandomState.rand` outside the compiled function")
+
+
 def test_autocast_switched_off_and_its_dtype_changed_are_two_causes_each_on_its_compile(dynamo):
     # timm's validate() under amp_autocast (bfloat16), a float16 benchmark, then validation without amp
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
@@ -127,3 +142,38 @@ def test_a_recompile_dynamo_then_skips_shows_the_guard_that_failed(dynamo):
     (skipped,) = [c for r in w.table for c in r.causes if c.kind == "failed"]
     assert "(on these inputs: attention_mask is now None, was a tensor) and skipped it" in skipped.words
     assert "attention_mask" in skipped.guard
+
+
+class CachedAttention(torch.nn.Module):  # minGPT-style incremental decoding: past=None, then torch.cat
+    def __init__(self, d=16, h=2):
+        super().__init__()
+        self.qkv, self.h = torch.nn.Linear(d, 3 * d), h
+
+    def forward(self, x, past=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        present = (k, v)
+        q, k, v = (t.view(B, -1, self.h, C // self.h).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=past is None)
+        return y.transpose(1, 2).reshape(B, T, C), present
+
+
+def test_a_cache_that_was_none_counts_the_compile_and_the_size_change_with_it_is_not_told_to_mark(dynamo):
+    # the reviewer applied mark_unbacked(x, 1) as told: still 3 compiles (past None -> a value forces one)
+    step = torch.compile(CachedAttention().eval(), backend=BACKEND)
+    with tl.watch() as w, torch.no_grad():
+        _, past = step(torch.randn(1, 5, 16))  # the prompt, no cache
+        for _ in range(3):
+            _, past = step(torch.randn(1, 1, 16), past)
+    check_against_dynamo(w, dynamo, also=("past is None", "'past[1]' size mismatch", "stride mismatch"))
+    second = [c for c in w.table.rows[1].causes if c.kind not in ("first", "dynamic")]
+    assert second[0].kind == "none" and second[0].count == 1 and second[0].words.startswith("past is now")
+    size = next(c for c in second if c.kind == "size")
+    assert size.count == 0 and "mark" not in size.fix and size.fix.startswith("none for this compile: past is now")
+    layout = [c for r in w.table for c in r.causes if c.kind == "stride"]
+    assert layout and all("x." not in c.fix and "channels_last" not in c.fix for c in layout)  # 3-D, named past[i]
+    assert {"past[0].contiguous()", "past[1].contiguous()"} <= {
+        re.search(r"past\[\d\]\.contiguous\(\)", c.fix)[0] for c in layout
+    }

@@ -106,6 +106,34 @@ _NUMPY_FIX = (
 )
 
 
+_AVOID = re.compile(r"Avoid calling `(?:[\w.]+\.)?(\w+)` in your code\.?")
+_CONSTRUCTED = re.compile(r"call_method UserDefinedClassVariable\(<class '([\w.]+)'>\) __new__")
+
+
+def _on_the_line(hint: str, code: str) -> str:
+    """Dynamo's "Avoid calling `RandomState.rand` in your code" as something to do; "" when the user's line
+    does not make that call (``type.__new__`` from Dynamo's own polyfill for ``RandomState(n)``)."""
+    m = _AVOID.fullmatch(hint.strip())
+    if m is None or not code:
+        return hint
+    if not re.search(rf"\b{re.escape(m[1])}\b", code):
+        return ""
+    name = hint.split("`")[1]
+    return f"call `{name}` outside the compiled function and pass its result in (Dynamo cannot trace it)"
+
+
+def _constructor_words(qualname: str, code: str) -> tuple[str, str]:
+    """A class Dynamo cannot instantiate (one written in C, numpy's ``RandomState``): words and fix, naming
+    the class as the user's line writes it (``np.random.RandomState``, not ``numpy.random.mtrand...``)."""
+    short = qualname.rsplit(".", 1)[-1]
+    written = re.search(rf"[\w.]*\b{re.escape(short)}\b", code)
+    words = f"Dynamo cannot trace creating a {written[0] if written else qualname}: its constructor is not Python code"
+    fix = f"create the {short} outside the compiled function and pass it (or what you make with it) in"
+    if qualname.startswith("numpy.random"):
+        fix += "; for random numbers inside the graph use torch (torch.rand, with a torch.Generator for a seed)"
+    return words, fix
+
+
 def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0)) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
@@ -139,7 +167,11 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         if re.fullmatch(r"[a-z]+(?:_[a-z]+)+", words or clean(first)):  # an internal name (step_unsupported)
             words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
-        fix = "; ".join(usable_hints(hints, said)[:2]) or (_NUMPY_FIX if "torch._numpy" in inner else "")
+        hints = [_on_the_line(h, code) for h in hints]
+        fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (_NUMPY_FIX if "torch._numpy" in inner else "")
+        made = _CONSTRUCTED.search(inner)
+        if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
+            words, fix = _constructor_words(made[1], code)
         if re.search(r"builtin operator `print`|reorder a debugging function", inner) and not _reorderable(inner):
             fix = LOGGING_FIX  # Dynamo's own hints point at reorderable_logging_functions, which refuses these
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")

@@ -172,9 +172,10 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         elif "mark_dynamic(" in dynamic:  # mark_dynamic raises where the code fixes the size: maybe_ does not
             fix = (
                 "pad to a few sizes, or mark the dimension dynamic where the code allows it: "
-                f"torch._dynamo.maybe_mark_dynamic({name}, {i}) before the first call (honoured with automatic "
-                "dynamic off too; where the code fixes that size, as a loop over it does, it keeps a graph per size "
-                "where mark_dynamic would raise), or compile with the default dynamic=None"
+                f"torch._dynamo.maybe_mark_dynamic({name}, {i}) on every tensor you pass there (honoured with "
+                "automatic dynamic off too, but only on the marked tensor: one made new each call, as a torch.cat "
+                "KV cache is, needs the mark each call; where the code fixes that size, as a loop over it does, it "
+                "keeps a graph per size where mark_dynamic would raise), or compile with the default dynamic=None"
             )
         else:
             fix = f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
@@ -224,11 +225,14 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
         words = f"{name}'s memory layout changed to {layout} ({detail})"
     else:
         words = f"{name}'s memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
+    dims = now.count(",") + 1 if now and "[" in now else 4  # channels_last is for 4-D tensors, _3d for 5-D
+    form = {4: "channels_last", 5: "channels_last_3d"}.get(dims)
+    who = name if re.fullmatch(r"[\w.]+(?:\[[\w'\"]+\])*", name) else "x"  # as the call names it: past[0]
+    other = f", or always {who}.to(memory_format=torch.{form})" if form else ""
     fix = (
         "expected once per memory format: convert the model once, before the first compiled call "
         "(model.to(memory_format=torch.channels_last)), and leave it so"
         if parameter
-        else "pass it in one memory format every call (always x.contiguous(), or always "
-        "x.to(memory_format=torch.channels_last))"
+        else f"pass it in one memory format every call (always {who}.contiguous(){other})"
     )
     return Cause("stride", words, g, fix)

@@ -51,6 +51,26 @@ def cache_first(causes: list[Cause]) -> list[Cause]:
     return [joined if c is cache else c for c in causes if c not in follows]
 
 
+OWN_GRAPH = "(each case is its own graph)"
+
+
+def own_graph_first(causes: list[Cause]) -> list[Cause]:
+    """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step) makes
+    a graph of its own whatever else changed: that cause comes first, so it counts the compile, and a size
+    change in the same compile is not told to mark or pad, which would save no compile."""
+    case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
+    if case is None or len(causes) == 1:
+        return causes
+    said = case.words.replace(OWN_GRAPH, "").strip()
+    moot = f"none for this compile: {said}, which needs a graph of its own whatever the sizes"
+    rest = [
+        dataclasses.replace(c, fix=moot) if c.kind == "size" and not c.fix.startswith("none") else c
+        for c in causes
+        if c is not case
+    ]
+    return [case, *rest]
+
+
 def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     """Causes that differ only in the input they name, as one (``batch['a'], batch['b'] dimension 0
     changed 2 -> 4``): several inputs failing the same way is one change; their guards are kept, one

@@ -18,6 +18,7 @@ from tpu_lab.compile.causes.explain import (
     first_compile_words,
     limit_raised,
 )
+from tpu_lab.compile.causes.joined import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
@@ -93,7 +94,7 @@ class Fold:
         dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
-        causes = what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {}))
+        causes = own_graph_first(what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {})))
         for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
