@@ -168,7 +168,9 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
         hints = [_on_the_line(h, code) for h in hints]
-        fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (_NUMPY_FIX if "torch._numpy" in inner else "")
+        fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (
+            _NUMPY_FIX if "torch._numpy" in inner else ""
+        )
         made = _CONSTRUCTED.search(inner)
         if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
             words, fix = _constructor_words(made[1], code)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import derived_joined, derived_key
@@ -54,7 +55,17 @@ def cache_first(causes: list[Cause]) -> list[Cause]:
 OWN_GRAPH = "(each case is its own graph)"
 
 
-def own_graph_first(causes: list[Cause]) -> list[Cause]:
+class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    kind: str
+    words: str
+    fix: str
+
+
+_C = TypeVar("_C", bound=_Said)
+
+
+def own_graph_first(causes: list[_C]) -> list[_C]:
     """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step) makes
     a graph of its own whatever else changed: that cause comes first, so it counts the compile, and a size
     change in the same compile is not told to mark or pad, which would save no compile."""
