@@ -177,3 +177,23 @@ def test_a_cache_that_was_none_counts_the_compile_and_the_size_change_with_it_is
     assert {"past[0].contiguous()", "past[1].contiguous()"} <= {
         re.search(r"past\[\d\]\.contiguous\(\)", c.fix)[0] for c in layout
     }
+
+
+def test_a_cache_marked_each_step_under_dynamic_false_is_said_marked_and_its_view_offset_is_translated(dynamo):
+    # the prompt step's cache is a view from split() (offset > 0); later ones come from torch.cat (offset 0)
+    step = torch.compile(CachedAttention().eval(), backend=BACKEND, dynamic=False)
+    with tl.watch() as w, torch.no_grad():
+        _, past = step(torch.randn(1, 5, 16))
+        for _ in range(4):
+            for t in past:
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+            _, past = step(torch.randn(1, 1, 16), past)
+    check_against_dynamo(w, dynamo, also=("past is None", "storage_offset()"))
+    causes = [c for r in w.table for c in r.causes]
+    marked = [c for c in causes if c.kind == "dynamic"]
+    assert marked and all("as your code marked them" in c.words and "automatic" not in c.fix for c in marked)
+    (offset,) = [c for c in causes if c.kind == "offset"]  # past[0] and past[1]: one change
+    assert offset.words.startswith(
+        "the storage offset of past[0], past[1] changed (the graph assumed offset 2 or more)"
+    )
+    assert ".clone() it" in offset.fix and not any(c.kind == "verbatim" for c in causes)

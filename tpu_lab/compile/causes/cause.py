@@ -117,6 +117,7 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
 KIND_LABELS = {
     "size": "a tensor size changed",
     "stride": "a tensor's memory layout changed",
+    "offset": "a tensor's storage offset changed (a view vs a tensor of its own)",
     "rank": "a tensor's number of dimensions changed",
     "dtype": "a dtype changed",
     "device": "a device changed",

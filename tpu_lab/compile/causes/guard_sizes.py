@@ -236,3 +236,24 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
         else f"pass it in one memory format every call (always {who}.contiguous(){other})"
     )
     return Cause("stride", words, g, fix)
+
+
+_OFFSET = re.compile(r"^(?:(?P<lo>\d+) <= )?(?P<name>.+?)\.storage_offset\(\)(?: (?P<op>[<>=!]=?) (?P<n>\d+))?$")
+
+
+def offset_words(g: str) -> Cause | None:
+    """A storage-offset guard (``2 <= past[0].storage_offset()``): a dynamic graph built for a view into a
+    larger tensor (split, chunk, slicing) met a tensor of its own, or the other way round."""
+    m = _OFFSET.match(g.strip())
+    if m is None:
+        return None
+    name = local_name(m["name"])
+    held = f"offset {m['lo']} or more" if m["lo"] else f"offset {m['op']} {m['n']}" if m["op"] else "another offset"
+    return Cause(
+        "offset",
+        f"the storage offset of {name} changed (the graph assumed {held}): a view into a larger tensor (from "
+        "split, chunk or slicing) and a tensor of its own are graphs of their own",
+        g,
+        f"pass {name} the same way every call: where it is made as a view, .clone() it (every call then passes a "
+        "tensor of its own), or always pass a view",
+    )

@@ -12,7 +12,14 @@ from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import set_by, slocs
-from tpu_lab.compile.causes.guard_sizes import DROP_LAST, is_parameter, layout_words, size_value_words, size_words
+from tpu_lab.compile.causes.guard_sizes import (
+    DROP_LAST,
+    is_parameter,
+    layout_words,
+    offset_words,
+    size_value_words,
+    size_words,
+)
 from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
@@ -64,9 +71,12 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
     return out
 
 
+_OFFSET_OF = re.compile(r"(?P<name>\S+)\.storage_offset\(\)")
+
+
 def subject(f: Failure) -> str:
     """The input a tensor or value guard is about, as its words name it ('' for other guards)."""
-    m = re.match(r"tensor '(?P<name>.+?)' ", f.guard) or _VALUE.match(f.guard)
+    m = re.match(r"tensor '(?P<name>.+?)' ", f.guard) or _VALUE.match(f.guard) or _OFFSET_OF.search(f.guard)
     return local_name(m["name"]) if m else ""
 
 
@@ -247,6 +257,8 @@ def words(
         name = local_name(m["name"])
         detail = f"the graph assumed stride {m['i']} equal to {'a size' if '*' not in g else 'a product of sizes'}"
         return layout_words(name, detail, g, (inputs or {}).get(name), False)
+    if (cause := offset_words(g)) is not None:
+        return cause
     if _BOUND.search(g) and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
         return cause  # a number computed from a size, held to one value: each value is a graph
     if _BOUND.search(g) and re.search(r"[<>]=?|==", g):

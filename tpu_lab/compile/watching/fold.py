@@ -91,7 +91,9 @@ class Fold:
             causes[0].kind == "first",
             told_dynamic(scalars, said, shapes),
         )
-        dynamic, note, self.dynamic[cap.function] = dynamic_note(shapes, told, seen, first=first, tpu=self.tpu)
+        dynamic, note, self.dynamic[cap.function] = dynamic_note(
+            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static
+        )
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
         causes = own_graph_first(what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {})))
