@@ -197,3 +197,58 @@ def test_a_cache_marked_each_step_under_dynamic_false_is_said_marked_and_its_vie
         "the storage offset of past[0], past[1] changed (the graph assumed offset 2 or more)"
     )
     assert ".clone() it" in offset.fix and not any(c.kind == "verbatim" for c in causes)
+
+
+def test_two_breaks_on_one_line_resume_at_the_call_left_there_and_carry_values_named_by_their_call(dynamo):
+    f = torch.compile(log_mel, backend=BACKEND)
+    mel_filters.cache_clear()
+    with tl.watch() as w:
+        f(torch.rand(9, 3))
+    check_against_dynamo(w, dynamo)
+    line = (
+        mel_filters.__wrapped__.__code__.co_firstlineno + 2
+    )  # (its decorator first) np.random.RandomState(n_mels).rand(...).astype(...)
+    resumed = {r.function.split(" (")[0]: r.signature for r in w.table if r.function.startswith("mel_filters after")}
+    assert resumed == {
+        f"mel_filters after the graph break at line {line}, resuming at .rand(...) in line {line}": (
+            "np.random.RandomState(n_mels): RandomState, n_mels: int 4"
+        ),
+        f"mel_filters after the graph break at line {line}, resuming at .astype(...) in line {line}": (
+            "np.random.RandomState(n_mels).rand(n_mels, 9): ndarray"
+        ),
+    }
+
+
+def test_a_break_in_a_loop_header_resumes_in_that_header_and_its_list_is_named_by_the_call(dynamo):
+    step = torch.compile(beam_step, backend=BACKEND)
+    torch.manual_seed(0)  # an EOS among the candidates: the .item() that Dynamo gives up on inside the loop
+    with tl.watch() as w:
+        step(torch.log_softmax(torch.randn(3, 8), -1), torch.zeros(3), 3, [])
+    check_against_dynamo(w, dynamo)
+    loop = beam_step.__code__.co_firstlineno + 6
+    (row,) = [r for r in w.table if "after the graph break" in r.function]
+    assert f"after the graph break at line {loop}, resuming in the for loop's header at line {loop}" in row.function
+    assert "token.tolist()[0]: int" in row.signature and "carried value" not in row.signature
+    (failed,) = [c for c in row.causes if c.kind == "failed"]
+    assert failed.words.endswith(f"beam_step from line {loop} on, the loop included")
+
+
+def test_contract_dynamo_keeps_each_resume_functions_original_code():
+    """The private read behind the carried values' names (sources/resume_code.py), checked for its shape."""
+    from torch._dynamo.resume_execution import ContinueExecutionCache
+
+    from tpu_lab.compile.sources.resume_code import carried_slots
+
+    torch._dynamo.reset()
+    torch.compile(mel_filters.__wrapped__, backend=BACKEND)(4)
+    resumed = (getattr(v, "__code__", v) for k, v in globals().items() if k.startswith("__resume"))
+    made = [c for c in resumed if c.co_name.startswith("torch_dynamo_resume_in_mel_filters")]
+    assert made, f"torch {torch.__version__}: Dynamo's resume functions are no longer globals of their module"
+    metadata = ContinueExecutionCache.generated_code_metadata
+    assert all(metadata.get(c) is not None for c in made), f"torch {torch.__version__}: generated_code_metadata moved"
+    originals = {metadata.get(c).code for c in made}
+    assert originals == {mel_filters.__wrapped__.__code__}, f"torch {torch.__version__}: the resume metadata's code"
+    assert {carried_slots(c, {})["___stack0"] for c in made} == {
+        "np.random.RandomState(n_mels)",
+        "np.random.RandomState(n_mels).rand(n_mels, 9)",
+    }

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.sources.resume_code import carried_slots
+
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
 """The name of a cut signature's entry for the inputs past MAX_ENTRIES (``2 more (v[4], v[5])``)."""
@@ -58,6 +60,8 @@ class FunctionKey(NamedTuple):
     via: str = ""
     """The decorator whose wrapper Dynamo compiled for this function (``profile_hook_step``), where the
     function is named through it: the wrapper and the function itself are two frames, two rows."""
+    resumes_in: str = ""
+    """Where on the break's own line it resumes, where work is left there (``at .rand(...) in line``)."""
 
     @property
     def label(self) -> str:
@@ -74,6 +78,7 @@ class FunctionKey(NamedTuple):
             name, backward = _backward(self.name)
             fn, _, line = name[len(RESUME) :].rpartition("_at_")
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
+            at = f", resuming {self.resumes_in} {self.resumes_at}" if self.resumes_in else at
             return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
         if self.via.startswith("torch."):  # torch's grad-mode decorator: what the graph runs under, always said
             return self.through
@@ -166,11 +171,12 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         n for n in values if not n.startswith("__")
     ]
     out: list[tuple[str, str]] = []
+    slots = carried_slots(code, values) if code.co_name.startswith(RESUME) else {}
     for name in names:
         if name not in values:
             continue
         value = values[name]
-        name = carried_name(name)
+        name = slots.get(name) or carried_name(name)
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):

@@ -12,6 +12,7 @@ import weakref
 from typing import Any
 
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
+from tpu_lab.compile.sources.resume_code import resume_point
 
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
@@ -37,7 +38,8 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
             return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
-        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, resume_line(code))
+        line, rest = resume_point(code)
+        return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, line, resumes_in=rest)
     return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
 
 
@@ -230,38 +232,6 @@ def _wrapped_key(fn: Any) -> FunctionKey | None:
         call = inspect.unwrap(type(fn).__call__)
         code, name = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__"
     return FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno) if code else None
-
-
-def resume_line(code: Any) -> int:
-    """The line a resume function really continues at: its prologue jumps to the instruction after the
-    break; from there, following unconditional jumps (the end of an if-branch jumps over its else), the first
-    instruction on another line than the break's. 0 where it cannot be read."""
-    import dis
-
-    try:
-        instructions = list(dis.get_instructions(code))
-    except Exception:  # another Python's bytecode: no claim
-        return 0
-    at = {ins.offset: i for i, ins in enumerate(instructions)}
-    jump = next((ins for ins in instructions if ins.opname.startswith("JUMP")), None)
-    i = at.get(jump.argval) if jump is not None and isinstance(jump.argval, int) else None
-    seen, back = set(), False
-    while i is not None and i < len(instructions) and i not in seen:
-        seen.add(i)
-        ins = instructions[i]
-        line = ins.positions.lineno if ins.positions else None
-        # a line above the break is where the code continues only through a loop's jump back; else it is a
-        # `with` the break was inside, which the resume function enters again before it goes on
-        if line and line != code.co_firstlineno and (line > code.co_firstlineno or back):
-            return line
-        if ins.opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and isinstance(ins.argval, int):
-            back = back or ins.opname == "JUMP_BACKWARD" or ins.argval < ins.offset
-            i = at.get(ins.argval)
-        elif ins.opname.startswith("RETURN"):
-            return 0
-        else:
-            i += 1
-    return 0
 
 
 _CELL = re.compile(r"(?<![\w.])(?:[LG]\['(?P<quoted>\w+)'\]|(?P<plain>\w+))\.__closure__\[(?P<i>\d+)\]\.cell_contents")

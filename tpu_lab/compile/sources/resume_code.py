@@ -1,0 +1,123 @@
+"""A resume function's bytecode (the part of a function Dynamo runs after a graph break), read for what the
+user's code says: where it really continues, and what the values carried over the break are (the call that
+broke, a function it was about to call). Python's own ``dis``; no Dynamo internals."""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import linecache
+import re
+from typing import Any
+
+_STACK = re.compile(r"___stack(\d+)")
+
+
+def resume_point(code: Any) -> tuple[int, str]:
+    """Where a resume function really continues: its prologue jumps to the instruction after the break.
+    Work still to do on the break's own line (a chained call, a loop's header) is said as such: (that line,
+    ``at .rand(...) in line`` or ``in the for loop's header at line``). Else, following unconditional jumps (the end of an
+    if-branch jumps over its else), the first instruction on another line: (that line, ""). 0 where it
+    cannot be read."""
+    try:
+        instructions = list(dis.get_instructions(code))
+    except Exception:  # another Python's bytecode: no claim
+        return 0, ""
+    at = {ins.offset: i for i, ins in enumerate(instructions)}
+    jump = next((ins for ins in instructions if ins.opname.startswith("JUMP")), None)
+    i = at.get(jump.argval) if jump is not None and isinstance(jump.argval, int) else None
+    if i is not None and (rest := _rest_of_line(instructions[i:], code.co_firstlineno)):
+        return code.co_firstlineno, rest
+    seen, back = set(), False
+    while i is not None and i < len(instructions) and i not in seen:
+        seen.add(i)
+        ins = instructions[i]
+        line = ins.positions.lineno if ins.positions else None
+        # a line above the break is where the code continues only through a loop's jump back; else it is a
+        # `with` the break was inside, which the resume function enters again before it goes on
+        if line and line != code.co_firstlineno and (line > code.co_firstlineno or back):
+            return line, ""
+        if ins.opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_ABSOLUTE") and isinstance(ins.argval, int):
+            back = back or ins.opname == "JUMP_BACKWARD" or ins.argval < ins.offset
+            i = at.get(ins.argval)
+        elif ins.opname.startswith("RETURN"):
+            return 0, ""
+        else:
+            i += 1
+    return 0, ""
+
+
+def _rest_of_line(instructions: list[Any], line: int) -> str:
+    """The work left on the break's line after the break: the next method or function it calls, or the
+    for loop whose header it is ("" when only a store or a jump is left)."""
+    rest = []
+    for ins in instructions:
+        if ins.positions is not None and ins.positions.lineno not in (None, line):
+            break
+        rest.append(ins)
+    if any(ins.opname == "FOR_ITER" for ins in rest):
+        return "in the for loop's header at line"
+    if not any(ins.opname.startswith("CALL") for ins in rest):
+        return ""
+    loads = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME")
+    work = (*loads, "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP")  # an operator first: "at .clamp" would skip it
+    name = next((ins for ins in rest if ins.opname in work or ins.opname.startswith("CALL")), None)
+    if name is None or name.opname not in loads:
+        return "inside line"
+    call = f".{name.argval}" if name.opname in ("LOAD_ATTR", "LOAD_METHOD") else name.argval
+    return f"at {call}(...) in line"
+
+
+def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
+    """The carried values (``___stack0``, ...) by what the user's code calls them: the last one is the result
+    of the call that broke (``token.tolist()``), read from the line's source; one holding a function or class
+    the line was about to call is that function's name (``enumerate``)."""
+    slots = sorted((int(m[1]), n) for n in code.co_varnames[: code.co_argcount] if (m := _STACK.fullmatch(n)))
+    out = {}
+    for _, name in slots[:-1]:
+        value = values.get(name)
+        if isinstance(value, type) or inspect.isroutine(value):
+            out[name] = getattr(value, "__qualname__", "")
+    if slots and (call := _breaking_call(code)):
+        out[slots[-1][1]] = call
+    return {k: v for k, v in out.items() if v and v.isprintable()}
+
+
+def _breaking_call(code: Any) -> str:
+    """The source of the call the break stopped at. Dynamo's copy of the code before the resume point has
+    lost its columns, so the call is read in the original function's code, matched from the end (the code
+    after the break is copied unchanged); none where the two do not match."""
+    original = _original_code(code)
+    try:
+        instructions, before_break = list(dis.get_instructions(code)), list(dis.get_instructions(original))
+    except Exception:  # no original (another torch), or another Python's bytecode
+        return ""
+    jump = next((i for i, ins in enumerate(instructions) if ins.opname.startswith("JUMP")), None)
+    target = next(
+        (i for i, ins in enumerate(instructions) if jump is not None and ins.offset == instructions[jump].argval), 0
+    )
+    at = len(before_break) - (len(instructions) - target)  # the same instruction, counted from the end
+    if not 0 < at < len(before_break) or before_break[at].opname != instructions[target].opname:
+        return ""
+    call = before_break[at - 1]
+    where = call.positions if call.opname in _CALLS else None
+    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
+        return ""
+    line = linecache.getline(original.co_filename, where.lineno).encode()
+    text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
+    return text if 0 < len(text) <= 60 and text.isprintable() else ""
+
+
+def _original_code(code: Any) -> Any:
+    """The function a resume function was made from (private to Dynamo: ContinueExecutionCache's metadata;
+    ``tests/test_watch_blind15.py`` checks its shape)."""
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+
+        meta = ContinueExecutionCache.generated_code_metadata.get(code)
+    except Exception:
+        return None
+    return getattr(meta, "code", None)
+
+
+_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW")
