@@ -96,6 +96,10 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
     assert not (over := overcounted([r for r in table if "(backward)" not in r.function])), over
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
+    text = table.to_text()  # printed, nothing is lost: every cause and guard whole, in its row or under the table
+    assert not (
+        lost := [x for r in table for x in (*(c.words for c in r.causes), *r.shown_guard.splitlines()) if x not in text]
+    ), lost
     assert (found := text_violations(table, set(own))) == {"d_names": [], "e_apis": []}, (
         found
     )  # nothing unresolved or unreal

@@ -231,9 +231,17 @@ class WatchTable(CompileTableBase):
         cells = self._cells()
         w = max([8, *(len(c[0]) for c in cells)])
         lines = [f"{'function':<{w}} {'inputs':<36} {'calls':>5} {'compiles':>8}  why  [Dynamo's guard]"]
-        lines += [
-            f"{c[0]:<{w}} {c[1]:<36} {c[2]:>5} {c[3]:>8}  {c[5]}" + (f"  [{c[6]}]" if c[6] else "") for c in cells
-        ]
+        whole: list[str] = []  # a row whose why or guard was cut short: a number, and its whole text below
+        for r, c in zip(self.rows, cells, strict=True):
+            guards = r.shown_guard.splitlines()
+            note = ""
+            if c[5] != getattr(c[5], "full", c[5]) or len(guards) > 1 or (guards and c[6] != guards[0]):
+                n = sum(line.startswith("  (") for line in whole) + 1
+                note = f" ({n})"
+                whole += [f"  ({n}) why: {'; '.join(x.words for x in r.causes)}"]
+                whole += [f"      Dynamo's guard: {g}" for g in guards]
+            lines.append(f"{c[0]:<{w}} {c[1]:<36} {c[2]:>5} {c[3]:>8}  {c[5]}{note}" + (f"  [{c[6]}]" if c[6] else ""))
+        lines += ["in full, the rows cut short above:", *whole] if whole else []
         lines += self.summary()
         lines += [f"WARNING: {text}" for text in self.limit_texts()]
         return "\n".join(lines)
