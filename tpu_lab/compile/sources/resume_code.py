@@ -78,9 +78,23 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
         value = values.get(name)
         if isinstance(value, type) or inspect.isroutine(value):
             out[name] = getattr(value, "__qualname__", "")
-    if slots and (call := _breaking_call(code)):
+    if (
+        slots
+        and (call := _breaking_call(code))
+        and not _assigned(call, linecache.getline(code.co_filename, code.co_firstlineno))
+    ):
         out[slots[-1][1]] = call
     return {k: v for k, v in out.items() if v and v.isprintable()}
+
+
+_ASSIGNMENT = re.compile(r"^\s*\(?\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*,?\s*\)?\s*=(?!=)\s*(?P<value>.+?)\s*(?:#.*)?$")
+
+
+def _assigned(call: str, line: str) -> bool:
+    """The line assigns the call's result (or items of it) to names: the carried value is named by them
+    (``lam`` of ``mixed, y_a, y_b, lam = mixup(...)``, see ``causes/resumed.py``), not by the call."""
+    m = _ASSIGNMENT.match(line)
+    return bool(m) and re.fullmatch(re.escape(call) + r"(?:\[\d+\])*", m["value"]) is not None
 
 
 def _breaking_call(code: Any) -> str:
