@@ -252,3 +252,29 @@ def test_contract_dynamo_keeps_each_resume_functions_original_code():
         "np.random.RandomState(n_mels)",
         "np.random.RandomState(n_mels).rand(n_mels, 9)",
     }
+
+
+class Tagger(torch.nn.Module):  # run_ner.py's token classifier, as Trainer calls it: model(**batch)
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = torch.nn.Embedding(50, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask, labels):
+        logits = self.head(self.embed(input_ids) * attention_mask.unsqueeze(-1))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+
+def test_a_padded_training_batch_is_one_sequence_length_change_with_its_labels(dynamo):
+    f = torch.compile(Tagger(), backend=BACKEND)
+    with tl.watch() as w:
+        for length in (7, 11):  # DataCollatorForTokenClassification pads each batch to its longest
+            ids = torch.randint(1, 50, (2, length))
+            f(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.zeros_like(ids)).backward()
+    check_against_dynamo(w, dynamo, also=("input_ids", "attention_mask", "labels"))
+    (size,) = only_causes(w, "Tagger.forward")
+    said, _, names = size.words.partition(" in ")  # in the order Dynamo checked them
+    assert said == "sequence length changed 7 -> 11" and set(names.split(", ")) == {
+        "input_ids",
+        "attention_mask",
+        "labels",
+    }

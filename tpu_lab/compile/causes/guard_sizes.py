@@ -30,9 +30,12 @@ PREFILL_DECODE_FIX = (
 )
 
 
-def prompt_length_words(a: str, b: str, where: str = "") -> str:
+def prompt_length_words(a: str, b: str, where: str = "", training: bool = False) -> str:
     """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prompt after a
-    1-token graph, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``)."""
+    1-token graph, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``);
+    ``training``: a batch with labels, whose tokens are sequences, not prompts."""
+    if training:
+        return f"sequence length changed {a} -> {b}{where}"
     if b == "1" and a != "1":
         return f"a decode step (1 token per call){where}, where the graph held was compiled for a {a}-token prompt (prefill -> decode)"
     if a == "1" and b != "1":

@@ -119,7 +119,7 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
 
 
 _ONE_PER_INPUT = ("dict_keys", "stride")
-_TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position")
+_TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids", "labels")
 
 
 def _dict_or_tensor(guard: str) -> str:
@@ -164,7 +164,7 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
         words = f"batch size changed {a} -> {b} in {joined}"
     elif i != "0" and any("input_ids" in n for n in names):
-        words = prompt_length_words(a, b, f" in {joined}")
+        words = prompt_length_words(a, b, f" in {joined}", training=any("labels" in n for n in names))
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"
     return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
