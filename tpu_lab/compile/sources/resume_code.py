@@ -94,7 +94,7 @@ def _assigned(call: str, line: str) -> bool:
     """The line assigns the call's result (or items of it) to names: the carried value is named by them
     (``lam`` of ``mixed, y_a, y_b, lam = mixup(...)``, see ``causes/resumed.py``), not by the call."""
     m = _ASSIGNMENT.match(line)
-    return bool(m) and re.fullmatch(re.escape(call) + r"(?:\[\d+\])*", m["value"]) is not None
+    return m is not None and re.fullmatch(re.escape(call) + r"(?:\[\d+\])*", m["value"]) is not None
 
 
 def _breaking_call(code: Any) -> str:
