@@ -57,7 +57,7 @@ def test_a_moe_loop_failure_says_the_tensor_index_and_what_runs_eagerly(dynamo):
     (cause,) = [c for c in row.causes if c.kind == "failed"]
     assert "indexes a container with a tensor" in cause.words
     assert "inside the loop at line 28 (for e in idx.unique():)" in cause.words
-    assert "it runs eagerly on every call: forward from line 29 on, the loop included" in cause.words
+    assert "it runs eagerly on every call: forward from line 28 on, the loop included" in cause.words  # at unique()
     assert cause.fix.startswith("index with a Python int, not a tensor")
 
 

@@ -68,14 +68,16 @@ _C = TypeVar("_C", bound=_Said)
 def own_graph_first(causes: list[_C]) -> list[_C]:
     """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step) makes
     a graph of its own whatever else changed: that cause comes first, so it counts the compile, and a size
-    change in the same compile is not told to mark or pad, which would save no compile."""
+    change in the same compile is told that marking or padding saves no compile here, only later ones."""
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
     if case is None or len(causes) == 1:
         return causes
     said = case.words.replace(OWN_GRAPH, "").strip()
     moot = f"none for this compile: {said}, which needs a graph of its own whatever the sizes"
     rest = [
-        dataclasses.replace(c, fix=moot) if c.kind == "size" and not c.fix.startswith("none") else c
+        dataclasses.replace(c, fix=f"{moot}; if this size changes again later: {c.fix}")
+        if c.kind == "size" and not c.fix.startswith("none")
+        else c
         for c in causes
         if c is not case
     ]
