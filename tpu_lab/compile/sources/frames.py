@@ -177,6 +177,9 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             continue
         value = values[name]
         name = slots.get(name) or carried_name(name)
+        if isinstance(value, type) and name == value.__qualname__:  # a class the break line goes on to call
+            out.append((name, "class"))
+            continue
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
