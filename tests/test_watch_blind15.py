@@ -68,13 +68,18 @@ def test_a_numpy_array_read_as_a_tensor_is_named_by_its_own_name(dynamo):
     assert sized and all(c.words.startswith("f ") for c in sized)
 
 
-def test_a_class_dynamo_cannot_construct_is_named_as_the_line_writes_it_not_by_dynamos_polyfill(dynamo):
-    # Dynamo's hint was "Avoid calling `type.__new__` in your code": its own polyfill's call, not the user's
+def _log_mel_once(dynamo):
     f = torch.compile(log_mel, backend=BACKEND)
-    mel_filters.cache_clear()
+    mel_filters.cache_clear()  # a cached filterbank would skip the breaks
     with tl.watch() as w:
         f(torch.rand(9, 3))
     check_against_dynamo(w, dynamo)
+    return w
+
+
+def test_a_class_dynamo_cannot_construct_is_named_as_the_line_writes_it_not_by_dynamos_polyfill(dynamo):
+    # Dynamo's hint was "Avoid calling `type.__new__` in your code": its own polyfill's call, not the user's
+    w = _log_mel_once(dynamo)
     texts = [f"{b.words} {b.fix}" for b in w.table.breaks]
     assert texts and not any("__new__" in t for t in texts)
     made = next(b for b in w.table.breaks if "creating" in b.words)
@@ -201,11 +206,7 @@ def test_a_cache_marked_each_step_under_dynamic_false_is_said_marked_and_its_vie
 
 
 def test_two_breaks_on_one_line_resume_at_the_call_left_there_and_carry_values_named_by_their_call(dynamo):
-    f = torch.compile(log_mel, backend=BACKEND)
-    mel_filters.cache_clear()
-    with tl.watch() as w:
-        f(torch.rand(9, 3))
-    check_against_dynamo(w, dynamo)
+    w = _log_mel_once(dynamo)
     line = (
         mel_filters.__wrapped__.__code__.co_firstlineno + 2
     )  # (its decorator first) np.random.RandomState(n_mels).rand(...).astype(...)
