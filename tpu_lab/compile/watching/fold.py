@@ -18,7 +18,7 @@ from tpu_lab.compile.causes.explain import (
     first_compile_words,
     limit_raised,
 )
-from tpu_lab.compile.causes.joined import own_graph_first
+from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
@@ -97,6 +97,8 @@ class Fold:
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
         causes = own_graph_first(what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {})))
+        if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
+            causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
         for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
@@ -112,6 +114,11 @@ class Fold:
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))
         return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
+
+    def _broken(self, function: FunctionKey) -> bool:
+        """Whether a part of ``function`` after a graph break compiled in this watch (a resumed frame)."""
+        resumed = f"{RESUME}{function.name.rsplit('.', 1)[-1]}_at_"
+        return any(k.name.startswith(resumed) and k.filename == function.filename for k, _ in self.rows)
 
     def failed(self, cap: Capture, record: Any) -> CompileEvent:
         """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
