@@ -3,6 +3,8 @@ torch.compiler.disable (a graph break) was told to mark its input with mark_dyna
 adds that input to a fresh tensor of fixed size, so the mark raised ConstraintViolationError on the first call.
 Checked against Dynamo's own records too."""
 
+import math
+
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -42,3 +44,32 @@ def test_a_function_with_a_graph_break_is_told_maybe_mark_dynamic_and_that_fix_r
         x = torch.randn(batch, 8)
         torch._dynamo.maybe_mark_dynamic(x, 0)
         fixed(x).sum().backward()
+
+
+class ModelEMA:  # YOLOv5's utils/torch_utils.py: the decay ramps up with a Python int counter through math.exp
+    def __init__(self, model, decay=0.9999, tau=2000):
+        self.ema, self.updates = torch.nn.Linear(4, 4), 0
+        self.ema.load_state_dict(model.state_dict())
+        self.decay = lambda x: decay * (1 - math.exp(-x / tau))
+
+    def update(self, model):
+        self.updates += 1
+        d = self.decay(self.updates)
+        for e, m in zip(self.ema.parameters(), model.parameters(), strict=True):
+            e.detach().mul_(d).add_((1 - d) * m.detach())
+
+
+def test_a_counter_through_math_exp_is_said_baked_in_each_value_a_graph_never_reused(dynamo):
+    model = torch.nn.Linear(4, 4)
+    ema = ModelEMA(model)
+    update = torch.compile(ema.update, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(5):
+            update(model)
+    check_against_dynamo(w, dynamo)
+    causes = [c for r in w.table for c in r.causes if c.kind not in ("first",)]
+    assert len([c for c in causes if c.count]) == 4  # one graph per value: nothing is reused
+    assert not any("so later values reuse this graph" in c.words or "each side of it" in c.words for c in causes)
+    held = [c for c in causes if c.words.startswith("a value computed from self.updates is baked into this graph")]
+    assert held and all(c.words.endswith("each new value of self.updates compiles a graph of its own") for c in held)
+    assert all("math.exp" in c.fix and "outside the compiled function" in c.fix for c in causes if c.count)

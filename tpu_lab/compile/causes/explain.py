@@ -13,7 +13,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
 )
-from tpu_lab.compile.causes.guard_values import closures_unnamed, static_number_fix
+from tpu_lab.compile.causes.guard_values import closures_unnamed, held_fix, static_number_fix
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
@@ -239,10 +239,7 @@ def _next_values(
             f"): Dynamo made {name} dynamic, but a value computed from it is baked into this graph, so each new "
             f"value still compiles a graph of its own{at_most}"
         )
-        fix = (
-            f"hold {name} in a tensor (a buffer) and pass what is computed from it as a tensor where the op takes "
-            "one; else keep it to a few values"
-        )
+        fix = held_fix(name)
         return name, dataclasses.replace(cause, words=words, fix=fix)
     if source in {local_name(d) for d in dynamic}:
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"

@@ -236,3 +236,31 @@ def static_number_fix(name: str) -> str:
 def closures_unnamed(words: str) -> str:
     """A closure variable the inputs' names did not name (its function was not at hand) said as one."""
     return re.sub(r"the closure variable \S+\.__closure__\[\d+\]\.cell_contents", "a closure variable", words)
+
+
+def held_fix(name: str) -> str:
+    """A number made dynamic whose computed value the graph still holds to one value (``math.exp(-n / tau)``)."""
+    return (
+        f"compute what depends on {name} outside the compiled function and pass it in as a tensor (math on a "
+        f"Python number, math.exp or round, fixes the result into the graph), or compute it with torch ops on a "
+        f"tensor {name} (torch.exp); else keep it to a few values"
+    )
+
+
+def number_condition_words(g: str, numbers: str, line: str, library: str, at: str) -> Cause:
+    """A guard on Python numbers Dynamo made dynamic: a branch condition (each side its own graph), or an
+    expression held to one result (math on the number: each value its own graph)."""
+    if re.search(r"\) == \(?[-\d.e+]+\)?$", g.strip()):  # math on the number (math.exp), held to one result
+        words = f"a value computed from {numbers} is baked into this graph ({local_name(g)}), set{line}: each new "
+        return Cause("value", words + f"value of {numbers} compiles a graph of its own", g, held_fix(numbers), at)
+    return Cause(
+        "number_branch",
+        f"{numbers} crossed a condition the graph assumed ({local_name(g)}), set{line}: each side of it is a "
+        "graph of its own",
+        g,
+        "expected once per side of that condition; keep the value on one side of it where you can"
+        if library
+        else "expected once per side of that branch; if values cross it often, branch on a tensor instead "
+        "(torch.where, or torch.cond)",
+        at,
+    )

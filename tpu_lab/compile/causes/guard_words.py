@@ -20,7 +20,13 @@ from tpu_lab.compile.causes.guard_sizes import (
     size_value_words,
     size_words,
 )
-from tpu_lab.compile.causes.guard_values import dispatch_words, state_words, tensor_type_words, value_words
+from tpu_lab.compile.causes.guard_values import (
+    dispatch_words,
+    number_condition_words,
+    state_words,
+    tensor_type_words,
+    value_words,
+)
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
@@ -276,17 +282,7 @@ def words(
         )
     if (numbers := _numbers_compared(g, inputs or {})) and not _VALUE.match(g):
         line, library = set_by(f)
-        return Cause(
-            "number_branch",
-            f"{numbers} crossed a condition the graph assumed ({local_name(g)}), set{line}: each side of it is a "
-            "graph of its own",
-            g,
-            "expected once per side of that condition; keep the value on one side of it where you can"
-            if library
-            else "expected once per side of that branch; if values cross it often, branch on a tensor instead "
-            "(torch.where, or torch.cond)",
-            at,
-        )
+        return number_condition_words(g, numbers, line, library, at)
     if (cause := object_words(g, at, inputs)) is not None:
         return cause
     if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:
