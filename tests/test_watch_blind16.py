@@ -73,3 +73,16 @@ def test_a_counter_through_math_exp_is_said_baked_in_each_value_a_graph_never_re
     held = [c for c in causes if c.words.startswith("a value computed from self.updates is baked into this graph")]
     assert held and all(c.words.endswith("each new value of self.updates compiles a graph of its own") for c in held)
     assert all("math.exp" in c.fix and "outside the compiled function" in c.fix for c in causes if c.count)
+
+
+def test_a_size_the_users_assert_compares_is_never_told_mark_unbacked_once_the_bound_is_known(dynamo):
+    from test_watch_blind14b import TinyGPT  # nanoGPT's forward: assert t <= self.block_size
+
+    model = torch.compile(TinyGPT(), backend=BACKEND)
+    with tl.watch() as w:
+        for t in (16, 1, 2, 3):  # a training length, then generate()'s growing context from one token
+            model(torch.randint(0, 64, (1, t)))
+    check_against_dynamo(w, dynamo)
+    bounded = [c for r in w.table for c in r.causes if "from your line" in c.fix and "assert t <=" in c.fix]
+    assert bounded and all("mark_unbacked(" not in c.fix for c in bounded)  # it broke the graph at the assert
+    assert any("mark_unbacked is no way out here: your code compares that size" in c.fix for c in bounded)

@@ -256,6 +256,9 @@ _FIXED_FIX = (
 )
 
 
+_UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\([^)]*\) before the first call shares one graph"
+
+
 def bounded(
     causes: list[RowCause], guards: list[str] | None, names: Sequence[tuple[str, str]], places: Mapping[str, str]
 ) -> list[RowCause]:
@@ -283,6 +286,8 @@ def bounded(
                 c.fix,
                 count=1,
             )
+            if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
+                fix = re.sub(_UNBACKED, "mark_unbacked is no way out here: your code compares that size", fix)
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
