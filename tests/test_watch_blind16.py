@@ -86,3 +86,27 @@ def test_a_size_the_users_assert_compares_is_never_told_mark_unbacked_once_the_b
     bounded = [c for r in w.table for c in r.causes if "from your line" in c.fix and "assert t <=" in c.fix]
     assert bounded and all("mark_unbacked(" not in c.fix for c in bounded)  # it broke the graph at the assert
     assert any("mark_unbacked is no way out here: your code compares that size" in c.fix for c in bounded)
+
+
+class LanguageModel(torch.nn.Module):  # nanoGPT's forward: a loss when targets are given, else the last logits
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 4)
+
+    def forward(self, idx, targets=None):
+        logits = self.head(idx)
+        if targets is not None:
+            return (logits - targets).pow(2).mean()
+        return logits[:, -1]
+
+
+def test_targets_passed_in_training_and_none_in_generation_is_the_cause_that_counts(dynamo):
+    model = torch.compile(LanguageModel(), backend=BACKEND)
+    with tl.watch() as w:
+        model(torch.randn(4, 3, 4), torch.randn(4, 3, 4))
+        with torch.no_grad():  # sampling: one sequence, no targets
+            model(torch.randn(1, 1, 4))
+    check_against_dynamo(w, dynamo, also=("targets", "grad_mode", "'idx' size mismatch"))
+    second = [c for c in w.table.rows[1].causes if c.kind != "first"]
+    assert second[0].words == "targets is now None, was a tensor (each case is its own graph)" and second[0].count == 1
+    assert all(c.count == 0 for c in second[1:])  # grad mode and the sizes are said with it

@@ -245,6 +245,10 @@ def tensor_differences(check: str, value: Any) -> list[str]:
     import torch
 
     m = _CHECK_TENSOR.search(check)
+    if m is not None and not isinstance(value, torch.Tensor):  # None now (targets=None): in Dynamo's own words
+        cls = type(value)
+        found = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        return [f"expected type of '{m['name']}' to be a tensor type, ' but found <class '{found}'>"]
     if m is None or not isinstance(value, torch.Tensor) or type(value).__name__ != m["cls"]:
         return []  # another kind of tensor (a Parameter for a Tensor): that is the change, said by Dynamo
     name, out = m["name"], []
