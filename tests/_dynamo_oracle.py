@@ -6,7 +6,7 @@ import logging
 import pytest
 import torch
 
-from tpu_lab.compile.causes.joined import OWN_GRAPH
+from tpu_lab.compile.causes.joined import forces_own_graph
 from tpu_lab.testing.watch_invariants import overcounted, text_violations
 
 BACKEND = "eager"
@@ -83,7 +83,7 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
         c.count
         for r in table
         for c in r.causes
-        if OWN_GRAPH in c.words and not set(c.guard.splitlines()) & every
+        if forces_own_graph(c) and not set(c.guard.splitlines()) & every
         if any(not o.count and set(o.guard.splitlines()) & every for o in r.causes)
     )
     # a refusal at the limit is logged as a recompile too, each time (where it raises, every later call is one)

@@ -110,3 +110,30 @@ def test_targets_passed_in_training_and_none_in_generation_is_the_cause_that_cou
     second = [c for c in w.table.rows[1].causes if c.kind != "first"]
     assert second[0].words == "targets is now None, was a tensor (each case is its own graph)" and second[0].count == 1
     assert all(c.count == 0 for c in second[1:])  # grad mode and the sizes are said with it
+
+
+class LoraLinear(torch.nn.Module):  # PEFT's LoRA layer: disable_adapter() switches a flag on every layer
+    def __init__(self, d=8, r=2):
+        super().__init__()
+        self.base, self.a, self.b = torch.nn.Linear(d, d), torch.nn.Linear(d, r), torch.nn.Linear(r, d)
+        self.disable_adapters = False
+
+    def forward(self, x):
+        out = self.base(x)
+        return out if self.disable_adapters else out + self.b(self.a(x))
+
+
+def test_a_flag_switched_with_grad_mode_counts_the_compile_and_the_mode_fix_saves_none_here(dynamo):
+    layer = LoraLinear()
+    f = torch.compile(layer, backend=BACKEND)
+    with tl.watch() as w:
+        x = torch.randn(2, 8)
+        f(x)
+        layer.disable_adapters = True  # TRL's DPO: the reference pass, without adapters and without grad
+        with torch.no_grad():
+            f(x)
+    check_against_dynamo(w, dynamo, also=("disable_adapters", "grad_mode"))
+    second = [c for c in w.table.rows[1].causes if c.kind != "first"]
+    assert second[0].kind == "flag" and second[0].count == 1
+    mode = next(c for c in second if c.kind == "global_state")
+    assert mode.count == 0 and mode.fix.startswith("none for this compile, which needs a graph of its own anyway")

@@ -53,6 +53,7 @@ def cache_first(causes: list[Cause]) -> list[Cause]:
 
 
 OWN_GRAPH = "(each case is its own graph)"
+_OWN_VALUE = "(each value is its own graph)"
 
 
 class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
@@ -65,18 +66,25 @@ class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
 _C = TypeVar("_C", bound=_Said)
 
 
+def forces_own_graph(c: _Said) -> bool:
+    """A cause that makes a graph of its own whatever else changed: None vs a value, a flag's new value."""
+    return (c.kind in ("none", "type") and OWN_GRAPH in c.words) or (c.kind == "flag" and _OWN_VALUE in c.words)
+
+
 def own_graph_first(causes: list[_C]) -> list[_C]:
-    """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step) makes
-    a graph of its own whatever else changed: that cause comes first, so it counts the compile, and a size
-    change in the same compile is told that marking or padding saves no compile here, only later ones."""
+    """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step), or a
+    flag with a new value (a PEFT adapter switched off), makes a graph of its own whatever else changed: that
+    cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
+    that its fix saves no compile here, only later ones."""
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
+    case = case or next((c for c in causes if forces_own_graph(c)), None)
     if case is None or len(causes) == 1:
         return causes
-    said = case.words.replace(OWN_GRAPH, "").strip()
-    moot = f"none for this compile: {said}, which needs a graph of its own whatever the sizes"
+    said = case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
+    moot = f"none for this compile, which needs a graph of its own anyway ({said})"
     rest = [
-        dataclasses.replace(c, fix=f"{moot}; if this size changes again later: {c.fix}")
-        if c.kind == "size" and not c.fix.startswith("none")
+        dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix}")
+        if c.kind in ("size", "global_state") and not c.fix.startswith("none")
         else c
         for c in causes
         if c is not case

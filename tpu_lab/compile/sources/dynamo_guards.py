@@ -51,10 +51,16 @@ def every_failure(frame: Any, first: tuple[str, ...]) -> tuple[str, ...]:
             continue
         for part in parts:
             reason = strip_local_scope(f"{graph}: {part}")
-            if not any(r.startswith(reason.split("  # ")[0]) for r in seen):
+            if not any(_said(r).startswith(_said(reason)) for r in seen):
                 seen.add(reason)
                 extra.append(reason)
     return tuple(_with_keywords(r, frame.f_locals) for r in first + tuple(extra))
+
+
+def _said(reason: str) -> str:
+    """A failure as said once: a type check worded apart by torch versions ("to be a tensor type" in 2.13,
+    "to be <class 'torch.Tensor'>" in 2.15) is one failure."""
+    return re.sub(r"(expected type of '.+?') to be .*", r"\1", reason.split("  # ")[0])
 
 
 def _with_keywords(reason: str, f_locals: dict[str, Any]) -> str:
@@ -248,7 +254,8 @@ def tensor_differences(check: str, value: Any) -> list[str]:
     if m is not None and not isinstance(value, torch.Tensor):  # None now (targets=None): in Dynamo's own words
         cls = type(value)
         found = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-        return [f"expected type of '{m['name']}' to be a tensor type, ' but found <class '{found}'>"]
+        want = "torch.Tensor" if m["cls"] == "Tensor" else f"torch.nn.parameter.{m['cls']}"
+        return [f"expected type of '{m['name']}' to be <class '{want}'>, but found <class '{found}'>"]
     if m is None or not isinstance(value, torch.Tensor) or type(value).__name__ != m["cls"]:
         return []  # another kind of tensor (a Parameter for a Tensor): that is the change, said by Dynamo
     name, out = m["name"], []
