@@ -137,3 +137,18 @@ def test_a_flag_switched_with_grad_mode_counts_the_compile_and_the_mode_fix_save
     assert second[0].kind == "flag" and second[0].count == 1
     mode = next(c for c in second if c.kind == "global_state")
     assert mode.count == 0 and mode.fix.startswith("none for this compile, which needs a graph of its own anyway")
+
+
+def add_optional(x, y=None):
+    return x * 2 if y is None else x + y
+
+
+def test_dims_of_a_later_graph_under_dynamic_true_are_said_dynamic_from_its_start_not_automatic(dynamo):
+    f = torch.compile(add_optional, backend=BACKEND, dynamic=True)
+    with tl.watch() as w:
+        f(torch.randn(4, 8))
+        f(torch.randn(4, 8), torch.randn(4, 8))  # a graph of its own (y None -> a tensor), dynamic throughout
+    check_against_dynamo(w, dynamo)
+    notes = [c.words for r in w.table for c in r.causes if c.kind == "dynamic"]
+    assert "y dim 0, y dim 1 dynamic from this graph's start (torch.compile(dynamic=True))" in notes
+    assert not any("automatic dynamic" in n for n in notes)

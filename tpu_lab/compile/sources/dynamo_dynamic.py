@@ -169,3 +169,17 @@ def guarded_dynamic(guards: list[str] | None) -> str:
         if name:
             out += [f"{name[1]} dim {d}" for d, n in enumerate(m["sizes"].split(",")) if n.strip() == "None"]
     return ", ".join(out)
+
+
+def automatic_dynamic_off() -> bool:
+    """Read while a frame compiles: torch.compile(dynamic=False) patches Dynamo's config around it."""
+    import torch._dynamo.config as config
+
+    return not getattr(config, "automatic_dynamic_shapes", True)
+
+
+def dynamic_from_the_start() -> bool:
+    """Read while a frame compiles: torch.compile(dynamic=True) makes every size dynamic in a new graph."""
+    import torch._dynamo.config as config
+
+    return not getattr(config, "assume_static_by_default", True)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpu_lab.compile.sources import dynamo_failures, listening
+from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
@@ -192,7 +193,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         _last_seen.get(key) if reasons and trigger != LIMIT_TRIGGER else None,  # no reason: no graph held yet
         reasons,
         _graphs_of(reasons),
-        _static(),
+        automatic_dynamic_off(),
         resets,
         names,
         caller,
@@ -202,6 +203,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         compared=compared(key, instance_of(frame.f_code, frame.f_locals), reasons, _graphs, _owners)
         if frame is not None and heard
         else (),
+        all_dynamic=dynamic_from_the_start(),
     )
 
 
@@ -226,12 +228,6 @@ def _graphs_of(reasons: tuple[str, ...]) -> tuple[tuple[str, Signature], ...]:
     """(compile id, inputs) of the graphs Dynamo checked, where this process saw them compile."""
     ids = [r.split(":", 1)[0] for r in reasons]
     return tuple((i, _graphs[i][1]) for i in ids if i in _graphs)
-
-
-def _static() -> bool:
-    import torch._dynamo.config as config  # torch.compile(dynamic=False) patches it around the compile
-
-    return not getattr(config, "automatic_dynamic_shapes", True)
 
 
 def defined_before(key: FunctionKey) -> FunctionKey | None:

@@ -147,6 +147,8 @@ class Capture(NamedTuple):
     compared: tuple[tuple[str, str], ...] = ()
     """(compile id, whose) of the graphs Dynamo checked that were compiled for another instance of the same
     class (``another instance of ModelEmaV3``) or another function through one shared wrapper (its name)."""
+    all_dynamic: bool = False
+    """Compiled with ``torch.compile(dynamic=True)``: every size is dynamic from the graph's start."""
 
     @property
     def shown(self) -> Signature:

@@ -92,7 +92,7 @@ class Fold:
             told_dynamic(scalars, said, shapes),
         )
         dynamic, note, self.dynamic[cap.function] = dynamic_note(
-            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static
+            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static, every=cap.all_dynamic
         )
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])

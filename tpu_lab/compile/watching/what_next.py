@@ -41,7 +41,7 @@ def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause], shapes: str = 
 
 
 def dynamic_note(
-    shapes: str, told: Iterable[str], seen: str, *, first: bool, tpu: bool, static: bool = False
+    shapes: str, told: Iterable[str], seen: str, *, first: bool, tpu: bool, static: bool = False, every: bool = False
 ) -> tuple[str, RowCause | None, str]:
     """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
     ``seen``: what was said for this function before. Returns (the row's dynamic field, the note to add
@@ -56,6 +56,8 @@ def dynamic_note(
     words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
     if first:  # automatic dynamic needs an earlier graph: this was asked for
         words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
+    elif every:  # torch.compile(dynamic=True): a new graph's sizes are dynamic from its start
+        words = f"{', '.join(new)} dynamic from this graph's start (torch.compile(dynamic=True))"
     elif static:  # automatic dynamic is off: only the user's marks make a dimension dynamic
         words = f"{', '.join(new)} dynamic, as your code marked them (automatic dynamic shapes are off)"
         fix = "none needed while every tensor passed there carries the mark (it stays with that tensor object)"
