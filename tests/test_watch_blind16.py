@@ -152,3 +152,23 @@ def test_dims_of_a_later_graph_under_dynamic_true_are_said_dynamic_from_its_star
     notes = [c.words for r in w.table for c in r.causes if c.kind == "dynamic"]
     assert "y dim 0, y dim 1 dynamic from this graph's start (torch.compile(dynamic=True))" in notes
     assert not any("automatic dynamic" in n for n in notes)
+
+
+class Schedule:  # diffusers' DDIMScheduler.step: the previous alpha picked with torch.where from a table
+    def __init__(self):
+        self.table, self.final = torch.linspace(1.0, 0.1, 10), torch.tensor(1.0)
+
+    def prev_alpha(self, t):
+        return torch.where(t > 0, self.table[t.item() - 1], self.final)  # .item(): a break inside the call
+
+
+def test_a_break_inside_a_calls_arguments_resumes_inside_its_line_not_at_an_attribute(dynamo):
+    schedule = Schedule()
+    f = torch.compile(schedule.prev_alpha, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.tensor(3))
+    check_against_dynamo(w, dynamo)
+    line = Schedule.prev_alpha.__code__.co_firstlineno + 1
+    (resumed,) = [r for r in w.table if "after the graph break" in r.function]
+    assert f"after the graph break at line {line}, resuming inside line {line} (" in resumed.function
+    assert resumed.signature.startswith("where: function")  # torch.where, about to be called

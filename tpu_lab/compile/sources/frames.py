@@ -5,6 +5,7 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -177,10 +178,10 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     for name in names:
         if name not in values:
             continue
-        value = values[name]
+        value, raw = values[name], name
         name = slots.get(name) or carried_name(name)
-        if isinstance(value, type) and name == value.__qualname__:  # a class the break line goes on to call
-            out.append((name, "class"))
+        if raw in slots and (isinstance(value, type) or inspect.isroutine(value)):  # a callable the line calls
+            out.append((name, "class" if isinstance(value, type) else "function"))
             continue
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table

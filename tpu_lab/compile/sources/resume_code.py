@@ -62,10 +62,12 @@ def _rest_of_line(instructions: list[Any], line: int) -> str:
     loads = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME")
     work = (*loads, "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP")  # an operator first: "at .clamp" would skip it
     name = next((ins for ins in rest if ins.opname in work or ins.opname.startswith("CALL")), None)
-    if name is None or name.opname not in loads:
-        return "inside line"
-    call = f".{name.argval}" if name.opname in ("LOAD_ATTR", "LOAD_METHOD") else name.argval
-    return f"at {call}(...) in line"
+    # only a method loaded to be called (3.11's LOAD_METHOD, 3.12's LOAD_ATTR with NULL|self) names the call:
+    # an attribute read first is an argument (torch.where(c, a, self.b)), a global may be a module (torch.where)
+    method = name is not None and (
+        name.opname == "LOAD_METHOD" or (name.opname == "LOAD_ATTR" and "NULL" in name.argrepr)
+    )
+    return f"at .{name.argval}(...) in line" if method and name is not None else "inside line"
 
 
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
@@ -76,8 +78,8 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     out = {}
     for _, name in slots[:-1]:
         value = values.get(name)
-        if isinstance(value, type) or inspect.isroutine(value):
-            out[name] = getattr(value, "__qualname__", "")
+        if isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
+            out[name] = getattr(value, "__qualname__" if isinstance(value, type) else "__name__", "")
     if (
         slots
         and (call := _breaking_call(code))
