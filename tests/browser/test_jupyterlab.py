@@ -223,8 +223,9 @@ def test_model_loader_reports_after_load(lab, browser):
     loader.wait_for(timeout=30_000)
     status = loader.locator(".tpu-lab-status")
     loader.locator("button", has_text="Load").click()
-    # "loading ..." first, then "ok: ..." (the notebook's own load already left a report on screen)
-    wait_until(lambda: text_of(status).startswith("ok:"), 60)
+    # "loading ..." first, then "ok: ..." (the notebook's own load already left a report on screen, and its
+    # "ok:" can still show before the click's "loading" does: wait until no load is under way)
+    wait_until(lambda: text_of(status).startswith("ok:") and "loading tiny" not in text_of(loader), 60)
     text = text_of(loader)
     assert "placement" in text and "cpu: 27" in text and "ok: tiny:qwen3 on cpu" in text, text
     assert clipped(loader) == []  # "Loading weights", "device", "tpu (unavailable)" all whole
