@@ -1,6 +1,7 @@
 """A resume function's bytecode (the part of a function Dynamo runs after a graph break), read for what the
 user's code says: where it really continues, and what the values carried over the break are (the call that
-broke, a function it was about to call). Python's own ``dis``; no Dynamo internals."""
+broke, a function it was about to call). Python's own ``dis``, and one private Dynamo read: the original code
+object Dynamo keeps for each resume function (``_original_code``, with a contract test)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import re
 from typing import Any
 
 _STACK = re.compile(r"___stack(\d+)")
+_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW")
 
 
 def resume_point(code: Any) -> tuple[int, str]:
@@ -134,6 +136,3 @@ def _original_code(code: Any) -> Any:
     except Exception:
         return None
     return getattr(meta, "code", None)
-
-
-_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW")

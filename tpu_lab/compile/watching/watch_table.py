@@ -232,11 +232,12 @@ class WatchTable(CompileTableBase):
         w = max([8, *(len(c[0]) for c in cells)])
         lines = [f"{'function':<{w}} {'inputs':<36} {'calls':>5} {'compiles':>8}  why  [Dynamo's guard]"]
         whole: list[str] = []  # a row whose why or guard was cut short: a number, and its whole text below
+        n = 0
         for r, c in zip(self.rows, cells, strict=True):
             guards = r.shown_guard.splitlines()
             note = ""
             if c[5] != getattr(c[5], "full", c[5]) or len(guards) > 1 or (guards and c[6] != guards[0]):
-                n = sum(line.startswith("  (") for line in whole) + 1
+                n += 1
                 note = f" ({n})"
                 whole += [f"  ({n}) why: {'; '.join(x.words for x in r.causes)}"]
                 whole += [f"      Dynamo's guard: {g}" for g in guards]
