@@ -70,6 +70,45 @@ def controls_python(code: str, file: str = "", line: int = 0) -> bool:
     return bool(_ON_VALUES.match(code)) or bool(_ON_VALUES.match(enclosing_loop(file, line)[1]))
 
 
+_SCALAR = re.compile(r"\.(?:item|tolist)\(\)")
+# calls that keep a number for the user (a logger, a list, a writer, a progress bar), never for tensors
+_KEEPS = re.compile(r"(?:^|_)(?:log\w*|print|append|extend|add\w*|write|update|record|info|debug|warn\w*|set_postfix)$")
+
+
+def feeds_bookkeeping(code: str) -> bool:
+    """The user's line hands a tensor's number (``.item()``, ``.tolist()``) straight to Python bookkeeping:
+    an argument of a logging or list call (``self.log("loss", loss.item())``, ``history.append(...)``), or
+    stored on an attribute or in a container (``self.total += x.item()``, ``stats["loss"] = x.item()``).
+    Captured as a graph value (capture_scalar_outputs) that bookkeeping is traced too: a list it grows is
+    guarded on its length, a graph per step."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            given = [*node.args, *(k.value for k in node.keywords)]
+            if _KEEPS.search(name) and any(_SCALAR.search(ast.unparse(a)) for a in given):
+                return True
+        if isinstance(node, (ast.Assign, ast.AugAssign)) and _SCALAR.search(ast.unparse(node.value)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets):
+                return True
+    return False
+
+
+def bookkeeping_fix(code: str) -> str:
+    """The fix for a number handed to Python bookkeeping, naming the tensor the line reads it from."""
+    m = re.search(r"([\w.\[\]'\"]+)\.(?:item|tolist)\(\)", code)
+    tensor = m[1] if m else "the tensor"
+    return (
+        f"keep {tensor} a tensor inside the compiled function (return it, or store {tensor}.detach()) and call "
+        ".item() outside, where the logging runs; capture_scalar_outputs=True would trace the bookkeeping too (a "
+        "list it grows is guarded on its length: a recompile at every logged step)"
+    )
+
+
 def draws_random(code: str) -> bool:
     """The line draws a Python (or NumPy) random number."""
     return bool(_RANDOM.search(code))

@@ -10,9 +10,11 @@ import re
 from tpu_lab.compile.causes.branch_origin import (
     RANDOM_BRANCH_FIX,
     RANDOM_VALUE_FIX,
+    bookkeeping_fix,
     branch_origin,
     controls_python,
     draws_random,
+    feeds_bookkeeping,
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
@@ -217,6 +219,12 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             "tensor work and run the Python bookkeeping outside the compiled function"
         )
         cause = dataclasses.replace(cause, fix=fix)
+    elif (
+        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
+        and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense", reason)
+        and feeds_bookkeeping(code)
+    ):
+        cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)

@@ -66,7 +66,14 @@ class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
 _C = TypeVar("_C", bound=_Said)
 
 
-def forces_own_graph(c: _Said) -> bool:
+class _Told(Protocol):  # read-only: a frozen Cause too
+    @property
+    def kind(self) -> str: ...
+    @property
+    def words(self) -> str: ...
+
+
+def forces_own_graph(c: _Told) -> bool:
     """A cause that makes a graph of its own whatever else changed: None vs a value, a flag's new value."""
     return (c.kind in ("none", "type") and OWN_GRAPH in c.words) or (c.kind == "flag" and _OWN_VALUE in c.words)
 

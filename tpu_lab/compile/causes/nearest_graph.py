@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.joined import forces_own_graph
 from tpu_lab.compile.sources.frames import MORE
 
 Signature = Sequence[tuple[str, str]]
@@ -27,6 +28,9 @@ def nearest(
             # a graph compiled for inputs that look the same as now is nearest: what differs from it is
             # what the table cannot show (a string's value, a list's order), not what another graph names
             g not in inputs or _distance(inputs[g], signature) > 0,
+            # a graph for another case (a flag's other value, None for a tensor) is another code path: the
+            # graph of this path, with its own failed guard, is what the call was meant to reuse
+            any(forces_own_graph(c) for c in per_graph[g]),
             sum(_changes(c) for c in _distinct(per_graph[g])),
             _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
             if g in inputs

@@ -5,6 +5,7 @@ object Dynamo keeps for each resume function (``_original_code``, with a contrac
 
 from __future__ import annotations
 
+import ast
 import dis
 import inspect
 import linecache
@@ -78,17 +79,60 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     the line was about to call is that function's name (``enumerate``)."""
     slots = sorted((int(m[1]), n) for n in code.co_varnames[: code.co_argcount] if (m := _STACK.fullmatch(n)))
     out = {}
-    for _, name in slots[:-1]:
+    line, call = linecache.getline(code.co_filename, code.co_firstlineno), _breaking_call(code) if slots else ""
+    pending = _pending(line, call)
+    for i, (_, name) in enumerate(slots[:-1]):
         value = values.get(name)
         if isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
             out[name] = getattr(value, "__qualname__" if isinstance(value, type) else "__name__", "")
-    if (
-        slots
-        and (call := _breaking_call(code))
-        and not _assigned(call, linecache.getline(code.co_filename, code.co_firstlineno))
-    ):
+        elif len(pending) == len(slots) - 1:  # what the line had evaluated when the call broke, in order
+            out[name] = pending[i]
+    if call and not _assigned(call, line):
         out[slots[-1][1]] = call
     return {k: v for k, v in out.items() if v and v.isprintable()}
+
+
+def _pending(line: str, call: str) -> list[str]:
+    """What the line had evaluated and left on Python's stack when ``call`` (a call inside it) broke, in
+    stack order, each as the code writes it: ``torch.where(t > 0, self.table[t.item() - 1], x)`` breaking at
+    ``t.item()`` holds ``torch.where``, ``t > 0``, ``self.table``. A constant is named as the argument it is
+    (``log's argument 1``). Empty where the line holds an expression whose stack this does not follow."""
+    try:
+        tree, wanted = ast.parse(line.strip()), ast.unparse(ast.parse(call, mode="eval").body)
+    except (SyntaxError, ValueError):
+        return []
+    path = next((p for p in _paths(tree) if ast.unparse(p[-1]) == wanted), None)
+    out: list[str] = []
+    for parent, child in zip(path or [], (path or [])[1:], strict=False):
+        if isinstance(parent, ast.Call) and child is not parent.func:
+            given = [*parent.args, *parent.keywords]
+            if any(isinstance(a, ast.Starred) or getattr(a, "arg", "") is None for a in given):
+                return []  # *args, **kwargs: Python builds a tuple or dict first
+            callee = ast.unparse(parent.func).rpartition(".")[2]
+            out.append(ast.unparse(parent.func))
+            for i, a in enumerate(given[: given.index(child)]):
+                value, which = (a.value, a.arg) if isinstance(a, ast.keyword) else (a, i + 1)
+                out.append(f"{callee}'s argument {which}" if isinstance(value, ast.Constant) else ast.unparse(value))
+        elif isinstance(parent, ast.BinOp) and child is parent.right:
+            out.append(ast.unparse(parent.left))
+        elif isinstance(parent, ast.Subscript) and child is parent.slice:
+            out.append(ast.unparse(parent.value))
+        elif isinstance(parent, (ast.Tuple, ast.List)):
+            out += [ast.unparse(e) for e in parent.elts[: [id(e) for e in parent.elts].index(id(child))]]
+        elif not isinstance(parent, _NOTHING_PENDING):
+            return []  # a comparison chain, a dict, a comprehension, an f-string: not followed here
+    return out
+
+
+# nothing is left on the stack on the way to these nodes' first (or only) child
+_NOTHING_PENDING: tuple[type[ast.AST], ...] = (ast.Module, ast.Expr, ast.Assign, ast.Return, ast.Attribute)
+_NOTHING_PENDING += (ast.keyword, ast.UnaryOp, ast.Call, ast.BinOp, ast.Subscript, ast.Tuple, ast.List)
+
+
+def _paths(node: ast.AST, above: tuple[ast.AST, ...] = ()) -> list[tuple[ast.AST, ...]]:
+    """Every node of ``node``'s tree with the nodes above it, outermost first."""
+    here = (*above, node)
+    return [here] + [p for child in ast.iter_child_nodes(node) for p in _paths(child, here)]
 
 
 _ASSIGNMENT = re.compile(r"^\s*\(?\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*,?\s*\)?\s*=(?!=)\s*(?P<value>.+?)\s*(?:#.*)?$")

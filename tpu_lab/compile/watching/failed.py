@@ -42,6 +42,8 @@ class FailedCompile(NamedTuple):
     """Dynamo's reason in words (the break that stopped it, from its registry)."""
     break_at: str
     """Where Dynamo logs it as a graph break too (TORCH_LOGS=graph_breaks), else ''."""
+    raises: bool = False
+    """The call raised (fullgraph's refusal, an error Dynamo re-raises) instead of running eagerly."""
 
 
 def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> FailedCompile:
@@ -82,23 +84,23 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
             f"({cause.words}); the call raised"
         )
     elif kind not in _FALLS_BACK and not _suppressed(record) and (marked := _marked_but_static(reason, cap)):
-        user, dim, size = marked
+        user, dim, size, fixed_at = marked
         words = (
             f"compile of {name} failed: {user} dimension {dim} was marked dynamic (mark_dynamic), but the code "
-            f"fixes it at {size}; the call raised {kind}"
+            f"fixes it at {size}{fixed_at}; the call raised {kind}"
         )
         fix = (
             f"remove the mark_dynamic on {user}, or use torch._dynamo.maybe_mark_dynamic({user}, {dim}): dynamic "
             "only where the code allows it"
         )
-        return FailedCompile(words, "", fix, cause, "")
+        return FailedCompile(words, "", fix, cause, "", raises=True)
     elif kind not in _FALLS_BACK and not _suppressed(record):  # an error, not a break: Dynamo re-raises it
         after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
         words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
         fix = _HOP_FIXES.get(next((k for k in _HOP_FIXES if k in reason), ""), fix)
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
-        return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
+        return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "", raises=True)
     elif recompile:
         words = (
             f"recompile failed{at} ({cause.words}) after {'; '.join(c.words for c in recompile)}: no graph "
@@ -115,7 +117,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
     logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
-    return FailedCompile(words, guard, fix, cause, break_at)
+    return FailedCompile(words, guard, fix, cause, break_at, raises=cap.fullgraph)
 
 
 def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recompile: Sequence[Cause]) -> FailedCompile:
@@ -137,7 +139,8 @@ def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recomp
         f"wrap {name} (or the line{f' at {at}' if at else ''}) in torch.compiler.disable so it runs eagerly, and report "
         "it to PyTorch (https://github.com/pytorch/pytorch/issues) with the stack TORCHDYNAMO_VERBOSE=1 prints"
     )
-    return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, Cause("internal", words), "")
+    guard = "\n".join(c.guard for c in recompile if c.guard)
+    return FailedCompile(words, guard, fix, Cause("internal", words), "", raises=not _suppressed(record))
 
 
 # torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
@@ -153,13 +156,22 @@ _MARKED = re.compile(
 )
 
 
-def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str] | None:
+def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] | None:
     """Dynamo's ConstraintViolationError for a dimension marked dynamic that the code fixes (vmap's batch,
-    a size used as a Python int): (the input by the user's name, the dimension, the size it is fixed at)."""
+    a size used as a Python int): (the input by the user's name, the dimension, the size it is fixed at, and
+    `` at line N (code)``: the user's line that fixes it, the last of the user stack Dynamo attaches)."""
     m = _MARKED.search(reason)
     if m is None:
         return None
-    return frames.renamed(local_name(m["source"]), cap.names), m["dim"], m["size"]
+    stack = [(f, int(n)) for f, n in _USER_FRAME.findall(reason.partition("User stack:")[2]) if not is_library(f)]
+    fixed_at = ""
+    if stack:
+        code = linecache.getline(stack[-1][0], stack[-1][1]).strip().rstrip(":")  # a loop header without its colon
+        fixed_at = f" at {frames.where_label(*stack[-1])}" + (f" ({code})" if code else "")
+    return frames.renamed(local_name(m["source"]), cap.names), m["dim"], m["size"], fixed_at
+
+
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 _LOOP = "graph break in loop"

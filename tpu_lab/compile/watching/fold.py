@@ -7,6 +7,7 @@ could read (Dynamo's record, the new graph's guards, the numbers made dynamic), 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from typing import Any
 
@@ -24,10 +25,12 @@ from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import what_next
+from tpu_lab.compile.watching import reuse_bounds, what_next
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
 from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
+
+_FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's value, in the user's words
 
 
 class Fold:
@@ -41,6 +44,8 @@ class Fold:
         self.raising: set[FunctionKey] = set()
         """Functions whose refusal at the limit raised (fullgraph=True): a later call past it raises too."""
         self.pinned: dict[FunctionKey, set[str]] = {}
+        self.compared: dict[FunctionKey, set[tuple[str, str]]] = {}
+        """Per function, the sizes (input, dim) its code compares: mark_unbacked is never offered on them."""
         """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
         self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
         self.flags: dict[FunctionKey, dict[str, str]] = {}
@@ -96,14 +101,26 @@ class Fold:
         )
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
-        causes = own_graph_first(what_next.in_layout(what_next.bounded(causes, guards, cap.names, places or {})))
+        causes = own_graph_first(what_next.in_layout(reuse_bounds.bounded(causes, guards, cap.names, places or {})))
+        compared = self.compared.setdefault(cap.function, set())
+        compared |= reuse_bounds.compared_sizes(causes)
+        if compared:  # the bound a later graph found withdraws mark_unbacked from the function's earlier causes too
+            causes = [reuse_bounds.without_unbacked(c, compared) for c in causes]
+            for (key, _), r in self.rows.items():
+                r.causes = (
+                    [reuse_bounds.without_unbacked(c, compared) for c in r.causes] if key == cap.function else r.causes
+                )
         if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
             causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
         for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
-        row = self.row(cap.function, with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, cap.flags))
+        # a flag this graph is guarded on has the value the graph was compiled for, though no cause names it
+        # (the graph it was told against had the same value: a PEFT adapter back on, its scaling changed)
+        compiled_for = [(m[1], m[2]) for g in guards or () if (m := _FLAG.fullmatch(readable_guard(g, cap.names)))]
+        shown = with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, [*compiled_for, *cap.flags])
+        row = self.row(cap.function, shown)
         row.compiles += 1
         row.compile_seconds += seconds
         counted = next((c for c in causes if c.kind != "dynamic"), None)
@@ -126,6 +143,7 @@ class Fold:
         failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu))
         row = self.row(cap.function, cap.shown)
         row.failed += 1
+        row.raised += failed.raises
         row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
         if failed.break_at:
             self.add_break(failed.cause, failed.break_at)

@@ -55,8 +55,8 @@ class WatchRow:
     refused: int = 0
     """Compiles Dynamo refused at the recompile limit (each a record of its own)."""
     raised: int = 0
-    """Of those, calls that raised FailOnRecompileLimitHit (fullgraph=True or Dynamo's config makes the limit an
-    error) instead of running uncompiled."""
+    """Calls that raised instead of running: at the recompile limit, FailOnRecompileLimitHit (fullgraph=True or
+    Dynamo's config makes the limit an error); or a failed compile whose error Dynamo re-raises."""
     failed: int = 0
     """Compiles Dynamo gave up on (no graph): that code runs eagerly, see the row's cause."""
     limit_hit: bool = False
@@ -183,7 +183,7 @@ class WatchTable(CompileTableBase):
             limit = next((c for r in rows for c in r.causes if c.kind == "limit" and c.guard), None)
             last = limit.words.replace(" (refused: recompile limit)", "") if limit else "unknown"
             counted = all(r.calls is not None for r in rows)
-            uncompiled, raised = sum(r.uncompiled for r in rows), sum(r.raised for r in rows)
+            uncompiled, raised = sum(r.uncompiled for r in rows), sum(r.raised for r in rows if r.limit_hit)
             lines.append(
                 f"recompile limit: {fn} stopped compiling; last cause: {last}"
                 + (
@@ -250,7 +250,7 @@ class WatchTable(CompileTableBase):
     def limit_texts(self) -> list[str]:
         """The recompile limit's warning: calls past it run uncompiled, or (fullgraph=True) raise; each said
         where some function met it so."""
-        raising = {r.function for r in self.rows if r.raised}
+        raising = {r.function for r in self.rows if r.raised and r.limit_hit}
         plain = any(r.limit_hit and r.function not in raising for r in self.rows)
         return [LIMIT_TEXT] * plain + [LIMIT_RAISED_TEXT] * bool(raising)
 

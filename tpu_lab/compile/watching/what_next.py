@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
-from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import with_note
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed, signature_text
@@ -256,43 +255,6 @@ _FIXED_FIX = (
     "pad to a few sizes (buckets), or keep the size out of Python control flow (where a loop runs over it, "
     "vectorise it); mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
 )
-
-
-_UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\([^)]*\) before the first call shares one graph"
-
-
-def bounded(
-    causes: list[RowCause], guards: list[str] | None, names: Sequence[tuple[str, str]], places: Mapping[str, str]
-) -> list[RowCause]:
-    """Causes saying later sizes or values reuse this graph, qualified where the graph's own ``guards`` hold
-    a condition on what was made dynamic (``alpha <= 0.0`` from ``if alpha > 0:``; ``x.size()[0] <= 15``
-    from torch's conv): they reuse it only while that holds. ``places``: Dynamo's comment per guard."""
-    conditions = held(guards, names)
-    out = []
-    for c in causes:
-        made = re.search(
-            r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from the first compile", f"{c.words} {c.fix}"
-        )
-        made = re.match(r"(.*)", (made[1] or made[2])) if made else None
-        found = [w for d in (made[1].split(", ") if made else []) for w in conditions.get(d, [])]
-        if found:
-            found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
-            every = list(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
-            said = " and ".join(every[:2]) + (f" (and {len(every) - 2} more conditions)" if len(every) > 2 else "")
-            words = c.words.replace(
-                "so later values reuse this graph", f"so later values reuse this graph while {said}"
-            )
-            fix = re.sub(
-                r"(later sizes|later values|new sizes and values) reuse this graph",
-                rf"\1 reuse this graph while {said}, others compile another graph",
-                c.fix,
-                count=1,
-            )
-            if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
-                fix = re.sub(_UNBACKED, "mark_unbacked is no way out here: your code compares that size", fix)
-            c = dataclasses.replace(c, words=words, fix=fix)
-        out.append(c)
-    return out
 
 
 _LAYOUT = re.compile(r"^(?P<name>.+?)(?:, .+?)?(?:'s|: their) memory layout changed(?: to (?P<layout>[\w-]+))?")

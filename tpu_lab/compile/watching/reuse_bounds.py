@@ -1,0 +1,71 @@
+"""How long a graph's reuse lasts: a size or value made dynamic reuses the graph only while the conditions the
+graph holds on it pass (``alpha <= 0.0`` from ``if alpha > 0:``, a size bounded by the user's own ``assert``),
+and mark_unbacked is never offered on a size the user's code compares (an unbacked size breaks the graph
+there), even by a cause told before a later graph found the comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from tpu_lab.compile.causes.guard_places import condition_place, held
+from tpu_lab.compile.watching.watch_table import RowCause
+
+_UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
+NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
+_MADE = re.compile(r"Dynamo made (.+?) dynamic")
+
+
+def compared_sizes(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
+    """(input, dim) of the sizes a cause found the user's own code compares (told ``NO_UNBACKED``)."""
+    return {
+        (n, d)
+        for c in causes
+        if NO_UNBACKED in c.fix
+        for m in _MADE.finditer(f"{c.words} {c.fix}")
+        for n, d in re.findall(r"([\w.\[\]']+) dim (\d+)", m[1])
+    }
+
+
+def without_unbacked(cause: RowCause, sizes: Iterable[tuple[str, str]]) -> RowCause:
+    """``cause`` with its mark_unbacked offer on each of ``sizes`` withdrawn: a later graph showed the user's
+    code compares that size, where an unbacked size breaks the graph (an earlier cause offered it unknowing)."""
+    fix = cause.fix
+    for n, d in sizes:
+        fix = re.sub(_UNBACKED.format(re.escape(f"{n}, {d}")), NO_UNBACKED, fix)
+    return cause if fix == cause.fix else dataclasses.replace(cause, fix=fix)
+
+
+def bounded(
+    causes: list[RowCause], guards: list[str] | None, names: Sequence[tuple[str, str]], places: Mapping[str, str]
+) -> list[RowCause]:
+    """Causes saying later sizes or values reuse this graph, qualified where the graph's own ``guards`` hold
+    a condition on what was made dynamic (``alpha <= 0.0`` from ``if alpha > 0:``; ``x.size()[0] <= 15``
+    from torch's conv): they reuse it only while that holds. ``places``: Dynamo's comment per guard."""
+    conditions = held(guards, names)
+    out = []
+    for c in causes:
+        made = re.search(
+            r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from the first compile", f"{c.words} {c.fix}"
+        )
+        made = re.match(r"(.*)", (made[1] or made[2])) if made else None
+        found = [w for d in (made[1].split(", ") if made else []) for w in conditions.get(d, [])]
+        if found:
+            found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
+            every = list(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
+            said = " and ".join(every[:2]) + (f" (and {len(every) - 2} more conditions)" if len(every) > 2 else "")
+            words = c.words.replace(
+                "so later values reuse this graph", f"so later values reuse this graph while {said}"
+            )
+            fix = re.sub(
+                r"(later sizes|later values|new sizes and values) reuse this graph",
+                rf"\1 reuse this graph while {said}, others compile another graph",
+                c.fix,
+                count=1,
+            )
+            if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
+                fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
+            c = dataclasses.replace(c, words=words, fix=fix)
+        out.append(c)
+    return out
