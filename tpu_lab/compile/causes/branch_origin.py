@@ -119,6 +119,12 @@ RANDOM_BRANCH_FIX = (
     "there and call the compiled function only for the branch that needs it); torch.cond does not fit a "
     "branch on a Python random draw"
 )
+RANDOM_LOOP_FIX = (
+    "make the branch branchless (keep = torch.rand(()) >= p, then h = torch.where(keep, layer(h), h): one graph, "
+    "every layer computed), or compile the loop's body (each layer) and keep the loop and its draws eager; "
+    "passing the draws in as arguments makes each combination of sides over the loop a graph of its own, soon "
+    "past the recompile limit"
+)
 RANDOM_VALUE_FIX = (
     "draw the random number outside the compiled function and pass it in as an argument (a Python int "
     "argument is a plain number to Dynamo, not a tensor)"

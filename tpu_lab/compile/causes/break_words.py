@@ -9,11 +9,13 @@ import re
 
 from tpu_lab.compile.causes.branch_origin import (
     RANDOM_BRANCH_FIX,
+    RANDOM_LOOP_FIX,
     RANDOM_VALUE_FIX,
     bookkeeping_fix,
     branch_origin,
     controls_python,
     draws_random,
+    enclosing_loop,
     feeds_bookkeeping,
     random_origin,
 )
@@ -136,6 +138,13 @@ def _constructor_words(qualname: str, code: str) -> tuple[str, str]:
     return words, fix
 
 
+TRAINING_STEP_FIX = (
+    "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
+    "the optimizer's step and zero_grad, and a GradScaler's scale/step/update outside the compiled function "
+    "(a compiled optimizer step is a function of its own: torch.compile(opt.step))"
+)
+
+
 def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0)) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
@@ -156,6 +165,7 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             drawn = ", a Python random draw Dynamo passes into the graph as a tensor" if draws_random(origin) else ""
             words = f"{cause.words}, computed from line {line}: {origin}{drawn}"
             fix = RANDOM_BRANCH_FIX if drawn else cause.fix
+            fix = RANDOM_LOOP_FIX if drawn and enclosing_loop(*at)[0] else fix  # a draw per layer: LayerDrop
             cause = dataclasses.replace(cause, words=words, fix=fix)
     else:
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
@@ -185,17 +195,28 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
             cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=RANDOM_VALUE_FIX)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
-    if skipped and ("torch/" in cause.words or "torch." in cause.words):
+    if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)
         fix = (
             "call it outside the compiled function where you can (before or after it): Dynamo skips this torch "
             "function on purpose and runs it eagerly, between two graphs; else accept the break"
         )
+        if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
+            fix = TRAINING_STEP_FIX
         if "lr_scheduler.py" in cause.words:  # the scheduler's counting wrapper around optimizer.step()
             fix = (
                 "usually none: an LR scheduler wraps optimizer.step() to count its calls; Dynamo runs that "
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
+    if "`Tensor.backward()`" in cause.words:
+        cause = dataclasses.replace(cause, fix=TRAINING_STEP_FIX)
+    if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
+        cause = dataclasses.replace(
+            cause,
+            words="a torch.Generator is passed to a torch function (generator=...): Dynamo cannot put one in a graph",
+            fix="seed the global generator outside the compiled function (torch.manual_seed) and drop generator=, "
+            "or draw the random tensor outside and pass it in",
+        )
     if found is not None and "torch.compiler.disable" in found.gb_type:  # the user's choice, not a mistake
         name = re.search(r"function `([^`]+)`", cause.words)
         what = f"{name[1]} is" if name else "the function called is"
@@ -208,7 +229,7 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             "function) if the split costs time, else accept the break",
         )
     if (
-        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
+        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
         and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|data-dependent", reason, re.I)
         and controls_python(code, *at)
     ):
@@ -220,7 +241,7 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         )
         cause = dataclasses.replace(cause, fix=fix)
     elif (
-        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_VALUE_FIX)
+        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
         and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense", reason)
         and feeds_bookkeeping(code)
     ):

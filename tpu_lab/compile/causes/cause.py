@@ -55,11 +55,12 @@ def local_name(source: str) -> str:
     s = re.sub(r"\b___stack\d+\b", CARRIED, s)  # a resumed frame's input
     s = re.sub(r"G\['([^']+)'\]", r"\1", s)
     s = re.sub(r"(?<![\w.])__import_(\w+)", lambda m: m[1].replace("_dot_", "."), s)  # Dynamo's alias of a module
+    s = re.sub(r"\.__dict__\['_(?:modules|parameters|buffers)'\]\['([^']+)'\]", r".\1", s)  # Dynamo reads them raw
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
     s = re.sub(r"(?<![\w.])fn\.keywords\['([^']+)'\]", r"\1", s)  # anywhere: a guard's expression holds several
-    s = re.sub(r"^fn\.__self__(?=[.\[]|$)", "self", s)  # torch.compile(obj.method): the method's instance
-    return re.sub(r"^fn(?=[.\[])", "self", s)
+    s = re.sub(r"^(['\"]?)fn\.__self__(?=[.\[']|$)", r"\1self", s)  # torch.compile(obj.method): its instance
+    return re.sub(r"^(['\"]?)fn(?=[.\[])", r"\1self", s)  # quoted too: a guard's "tensor 'fn.weight' ..."
 
 
 def bare(expr: str) -> str:
@@ -111,8 +112,15 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
     for raw, user in names:
         g = re.sub(re.escape(raw) + r"(?![\w(])", user, g)
     g = re.sub(r"\bkwargs\['(\w+)'\]", r"\1", g)  # a keyword passed through **kwargs: the user's own keyword
+    # Dynamo's hint to make parameters dynamic follows any failed guard on one; it is about sizes only
+    g = re.sub(r"(mismatch\. expected (?!size)[^\n]*?)\. Guard failed on a parameter, consider using [^\n]*", r"\1", g)
     return g.replace("GLOBAL_STATE changed", "global state changed")
 
+
+VERBATIM_FIX = (
+    "no advice for a guard shown as Dynamo wrote it: it names what changed; TORCH_LOGS=recompiles_verbose prints "
+    "every guard that failed"
+)
 
 KIND_LABELS = {
     "size": "a tensor size changed",

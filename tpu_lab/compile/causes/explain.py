@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import Cause, local_name
@@ -112,7 +112,7 @@ def causes_of(
                 c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
             )
             for c in calling_style(
-                cache_first(merged([_next_values(f, c, dynamic, limit, baked) for f, c in _grad(found)]))
+                cache_first(merged([_next_values(f, c, dynamic, limit, baked, now) for f, c in _grad(found)]))
             )
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
@@ -205,11 +205,17 @@ _BAKED = "; its value is baked into the graph)"
 
 
 def _next_values(
-    f: guard_words.Failure, cause: Cause, dynamic: frozenset[str], limit: int | None, baked: frozenset[str]
+    f: guard_words.Failure,
+    cause: Cause,
+    dynamic: frozenset[str],
+    limit: int | None,
+    baked: frozenset[str],
+    now: Mapping[str, str],
 ) -> tuple[str, Cause]:
     """(the input a guard is about, its cause) with what happens to the next values of a Python number:
     made dynamic by this recompile (later values reuse this graph), made dynamic while a value computed from
-    it stays baked in (each value still a graph), or one graph per value (up to the limit)."""
+    it stays baked in (each value still a graph), 0 or 1 (compiled apart from other values, always), or one
+    graph per value (up to the limit). ``now``: the inputs as the new call passed them."""
     name = guard_words.subject(f)
     at_most = f", at most {limit}" if limit else ""
     if cause.kind in ("derived", "loop_position"):
@@ -218,7 +224,10 @@ def _next_values(
     if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:
         was = re.search(r"\(was ([^;]+);", cause.words)
         words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"
-        fix = "none needed: later values reuse this graph (an lr held in a tensor, lr=torch.tensor(0.01), avoids even this one)"
+        fix = (
+            "none needed: later values reuse this graph (an lr held in a tensor, lr=torch.tensor(0.01), never "
+            "recompiles for a new value; it saves no compile where another change forces one anyway)"
+        )
         return name, dataclasses.replace(cause, words=words, fix=fix)
     if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
         m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
@@ -245,6 +254,15 @@ def _next_values(
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
+    # Dynamo's 0/1 specialisation of an argument (or its item), which automatic dynamic makes dynamic after it;
+    # a module's int attribute stays static, each value a graph (allow_unspec_int_on_nn_module aside)
+    if re.fullmatch(r"int [01]", now.get(name, "")) and re.fullmatch(r"[A-Za-z_]\w*(?:\[\d+\])*", name):
+        words = cause.words.removesuffix(_BAKED) + (
+            f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values, always; a later new value "
+            "is made dynamic and shares one graph)"
+        )
+        fix = "expected once: 0 and 1 always get graphs of their own (a one-token decode step, a batch of one)"
+        return name, dataclasses.replace(cause, words=words, fix=fix)
     if limit:
         words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"
         fix = cause.fix

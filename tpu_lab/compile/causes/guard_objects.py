@@ -66,6 +66,8 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             return Cause(
                 "type", f"{name} is now {now or 'a value'}, was {was} (each case is its own graph)", g, none_fix()
             )
+        if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
+            now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
         return Cause(
             "type",
             f"{name} is now {now or 'of another type'}, was {_a(was)}"

@@ -70,7 +70,12 @@ def set_by(f: Failure) -> tuple[str, str]:
     if package is None:
         return f" at {at}", ""
     if package != USER:
-        return f" by a check inside {package} ({at}), not by your code", package
+        # a range's other bound may be the user's own line (torch's 2 <= size, the user's size <= 16)
+        yours = next(((c, w) for c, w in f.also if owner(w) == USER), None)
+        if yours is None:
+            return f" by a check inside {package} ({at}), not by your code", package
+        said = whole_statement(yours[0])
+        return f" by your code at {_short(yours[1])}" + (f" ({said})" if said else "") + f" and inside {package}", ""
     code = whole_statement(f.code)
     more = "".join(  # a range's other bound, set at another line of the user's
         f" and at {_short(w)}" + (f" ({whole_statement(c)})" if whole_statement(c) else "")

@@ -64,7 +64,8 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
             f"{name}, a tensor the module keeps between calls, changed size (dimension {i}: {a} -> {b})",
             g,
             "the compiled code reads it from self, so its size is part of the graph: build it inside each call "
-            "instead of keeping it between calls, or pass it in as an argument",
+            "instead of keeping it between calls, pass it in as an argument, or (a cache that grows) allocate it "
+            "once at the largest size it will need",
         )
     bucket = "pad to a few bucket sizes (tl.recommend_buckets): torch_tpu rejects dynamic shapes"
     if name == CARRIED:  # computed before the break (boolean masking, nonzero, ...): nothing the user can mark

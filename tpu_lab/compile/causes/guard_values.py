@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_objects import none_fix
 
 _STATE = {
@@ -63,8 +64,9 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             "in as a tensor (torch.tensor(value)), or pass the number as an argument (a changing int argument is "
             "made dynamic after one recompile, though a value computed from it with math functions stays baked "
             "in); keep it fixed while the function runs compiled only where it is not meant to change"
-            if kind != "string"
-            else "expected once per value; keep it fixed while the function runs compiled",
+            if kind != "string" and value not in ("True", "False")
+            else "expected once per value (a switch that picks a code path: a graph for each); set it before the "
+            "first compiled call if it should not change while the function runs compiled",
         )
     if name.endswith(".is_initialized") and "cache" in name:
         return Cause(
@@ -131,7 +133,7 @@ def state_words(g: str) -> Cause:
     fields = g.split("GLOBAL_STATE changed:", 1)[-1].split()
     said = [_autocast(f) or next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
     if not fields or None in said:
-        return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
+        return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
     return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
 
 
@@ -245,6 +247,26 @@ def held_fix(name: str) -> str:
         f"Python number, math.exp or round, fixes the result into the graph), or compute it with torch ops on a "
         f"tensor {name} (torch.exp); else keep it to a few values"
     )
+
+
+_NUM = r"-?[\d.]+(?:e[-+]?\d+)?"
+_NAME = r"[A-Za-z_][\w.]*(?:\[[\w']+\][\w.]*)*"  # self.drop_path.drop_prob, draws[0]
+_ORDERED = re.compile(rf"(?:{_NUM} <=? )?(?P<name>{_NAME}) (?:<=?|>=?|!=) {_NUM}")
+
+
+def numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
+    """The Python numbers a guard compares (``(step % 2) != 0``, ``n <= 3``: a branch on a number Dynamo
+    made dynamic), by the user's names; '' when the guard is about anything else."""
+    text = local_name(g)
+    if not re.search(r"[<>]=?|[!=]=", text):
+        return ""
+    names = [n for n in dict.fromkeys(re.findall(_NAME, text)) if n not in ("and", "or", "not")]
+    numbers = [n for n in names if inputs.get(n, "").startswith(("int ", "float "))]
+    if not numbers and (m := _ORDERED.fullmatch(text.strip())) and ".size()" not in m["name"]:
+        # Dynamo guards a plain value by an order (<, >=, !=) only where it made it symbolic: a number it made
+        # dynamic that the inputs do not show (an attribute, self.drop_path.drop_prob)
+        return m["name"]
+    return ", ".join(numbers) if numbers and len(numbers) == len(names) else ""
 
 
 def number_condition_words(g: str, numbers: str, line: str, library: str, at: str) -> Cause:

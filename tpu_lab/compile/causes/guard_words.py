@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
@@ -23,6 +23,7 @@ from tpu_lab.compile.causes.guard_sizes import (
 from tpu_lab.compile.causes.guard_values import (
     dispatch_words,
     number_condition_words,
+    numbers_compared,
     state_words,
     tensor_type_words,
     value_words,
@@ -280,7 +281,7 @@ def words(
             "or express the branch with torch.cond",
             at,
         )
-    if (numbers := _numbers_compared(g, inputs or {})) and not _VALUE.match(g):
+    if (numbers := numbers_compared(g, inputs or {})) and not _VALUE.match(g):
         line, library = set_by(f)
         return number_condition_words(g, numbers, line, library, at)
     if (cause := object_words(g, at, inputs)) is not None:
@@ -291,18 +292,7 @@ def words(
         now = (inputs or {}).get(n := local_name(m["name"]), "")  # shown by its items now: a sequence
         now = now or ("sequence" if any(k.startswith(f"{n}[") for k in inputs or {}) else "")
         return value_words(m["name"], m["value"], g, tpu or static, now, caller)
-    return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g)
-
-
-def _numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
-    """The Python numbers a guard compares (``(step % 2) != 0``, ``n <= 3``: a branch on a number Dynamo
-    made dynamic), by the user's names; '' when the guard is about anything else."""
-    text = local_name(g)
-    if not re.search(r"[<>]=?|[!=]=", text):
-        return ""
-    names = [n for n in dict.fromkeys(re.findall(r"[A-Za-z_][\w.]*", text)) if n not in ("and", "or", "not")]
-    numbers = [n for n in names if inputs.get(n, "").startswith(("int ", "float "))]
-    return ", ".join(numbers) if numbers and len(numbers) == len(names) else ""
+    return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
 
 
 def _size_now(description: str, dim: int) -> str:

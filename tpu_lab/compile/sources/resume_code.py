@@ -89,6 +89,8 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
             out[name] = pending[i]
     if call and not _assigned(call, line):
         out[slots[-1][1]] = call
+    elif call and (one := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", line)):  # ptr = int(self.queue_ptr): by its name
+        out[slots[-1][1]] = one[1]
     return {k: v for k, v in out.items() if v and v.isprintable()}
 
 

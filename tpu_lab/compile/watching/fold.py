@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from tpu_lab.compile.causes.cause import Cause, readable_guard
+from tpu_lab.compile.causes.cause import CARRIED, Cause, readable_guard
 from tpu_lab.compile.causes.explain import (
     LIMIT_RAISED_TEXT,
     LIMIT_TEXT,
@@ -75,9 +75,7 @@ class Fold:
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
-        causes = [
-            RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=readable_guard(c.guard, cap.names)) for c in said
-        ]
+        causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
         causes = growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value)
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
@@ -131,6 +129,16 @@ class Fold:
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))
         return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
+
+    @staticmethod
+    def _shown(guard: str, cap: Capture) -> str:
+        """Dynamo's guard in the user's names; in a resumed frame, the carried value by the name its line
+        assigns (``ptr == 0`` for ``ptr = int(self.queue_ptr)``), as the causes name it."""
+        shown = readable_guard(guard, cap.names)
+        if not cap.function.name.startswith(RESUME):
+            return shown
+        named = carried_named(shown.replace(CARRIED, "the carried value"), cap.function)
+        return shown if "the carried value" in named else named
 
     def _broken(self, function: FunctionKey) -> bool:
         """Whether a part of ``function`` after a graph break compiled in this watch (a resumed frame)."""
