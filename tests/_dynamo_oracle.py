@@ -6,6 +6,7 @@ import logging
 import pytest
 import torch
 
+from tpu_lab.compile.causes.explain import INSTANCES_SHARE
 from tpu_lab.compile.causes.joined import forces_own_graph
 from tpu_lab.testing.watch_invariants import overcounted, text_violations
 
@@ -60,6 +61,11 @@ def dynamo():
     torch._logging.set_logs()
 
 
+def per_instance(c):
+    """A module's int attribute that differs per instance: the watch counts the compile on it."""
+    return c.kind == "value" and INSTANCES_SHARE in c.words
+
+
 def check_against_dynamo(w, log, also=(), own=frozenset()):
     """The watch's count equals Dynamo's records; every recompile Dynamo logged is explained by one of the
     guards it logged failing (the watch picks the graph nearest the new inputs, not always the first);
@@ -78,12 +84,12 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
     every = {f for failures in logged for f in failures}
     explained = sum(c.count for r in table for c in r.causes if c.kind != "limit" and set(c.guard.splitlines()) & every)
     # a None/value case counts the compile it forces even where Dynamo logged another guard of it first (a size
-    # change said with it, uncounted)
+    # change said with it, uncounted); so does an instance's own int (a layer's index: a graph per instance)
     explained += sum(
         c.count
         for r in table
         for c in r.causes
-        if forces_own_graph(c) and not set(c.guard.splitlines()) & every
+        if (forces_own_graph(c) or per_instance(c)) and not set(c.guard.splitlines()) & every
         if any(not o.count and set(o.guard.splitlines()) & every for o in r.causes)
     )
     # a refusal at the limit is logged as a recompile too, each time (where it raises, every later call is one)

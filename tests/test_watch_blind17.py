@@ -4,8 +4,10 @@ graph of its own code path (a PEFT adapter's flag matched, its scaling changed),
 list grows), and the values a line left pending when its call broke are named as the line writes them.
 Checked against Dynamo's own records too."""
 
+import math
 import random
 
+import pytest
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import check_against_dynamo
@@ -376,3 +378,108 @@ def test_a_random_skip_per_layer_is_told_branchless_not_to_pass_each_draw_in(dyn
     check_against_dynamo(w, dynamo)
     fixes = {b.fix for b in w.table.breaks} | {c.fix for r in w.table for c in r.causes if c.kind == "failed"}
     assert fixes and all(f.startswith("make the branch branchless (keep = torch.rand(()) >= p") for f in fixes)
+
+
+class PerLayerCache:  # HF's DynamicCache before 4.45: one list of keys, indexed by each layer's layer_idx
+    def __init__(self, n):
+        self.keys = [None] * n
+
+    def update(self, k, layer_idx):
+        if self.keys[layer_idx] is None:
+            self.keys[layer_idx] = k
+        else:
+            self.keys[layer_idx] = torch.cat([self.keys[layer_idx], k], dim=1)
+        return self.keys[layer_idx]
+
+
+class DecoderLayer(torch.nn.Module):
+    def __init__(self, layer_idx):
+        super().__init__()
+        self.layer_idx, self.k = layer_idx, torch.nn.Linear(4, 4)
+
+    def forward(self, hidden_states, past_key_values):
+        k = past_key_values.update(self.k(hidden_states), self.layer_idx)
+        return hidden_states + torch.softmax(hidden_states @ k.transpose(1, 2), -1) @ k
+
+
+def test_layers_compiled_one_by_one_are_told_a_graph_per_instance_by_their_own_index(dynamo):
+    layers = [torch.compile(DecoderLayer(i), backend=BACKEND) for i in range(4)]  # torchtitan-style per block
+    with tl.watch() as w, torch.no_grad():
+        cache, h = PerLayerCache(len(layers)), torch.randn(1, 3, 4)
+        for layer in layers:
+            h = layer(h, cache)
+    check_against_dynamo(w, dynamo, also=("layer_idx", "keys["))
+    counted = [c for r in w.table for c in r.causes if c.count and c.kind not in ("first", "dynamic")]
+    assert len(counted) == 3 and all("self.layer_idx" in c.words for c in counted), [c.words for c in counted]
+    assert all(
+        "raise torch._dynamo.config.recompile_limit to at least the number of DecoderLayer" in c.fix for c in counted
+    )
+
+
+def pad_images(images):  # torchvision's GeneralizedRCNNTransform.batch_images: sizes rounded up to 32
+    h = max(img.shape[1] for img in images)
+    h = int(math.ceil(float(h) / 32) * 32)
+    batched = images[0].new_full((len(images), 3, h), 0)
+    for i, img in enumerate(images):
+        batched[i, :, : img.shape[1]].copy_(img)
+    return batched
+
+
+def test_a_bound_from_arithmetic_on_sizes_is_said_in_words_and_a_list_of_images_told_to_batch_outside(dynamo):
+    f = torch.compile(pad_images, backend=BACKEND)
+    with tl.watch() as w:
+        for sizes in ((40, 50), (44, 50), (40, 50, 30)):
+            f([torch.rand(3, s) for s in sizes])
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    text = str(w.table)
+    assert "sym_float" not in text and "math.trunc" not in text and "sym_max" not in text
+    (length,) = {c.fix for r in w.table for c in r.causes if c.kind == "length"}
+    assert "batch them (pad and stack) outside the compiled function" in length
+
+
+class Generator(torch.nn.Module):  # HiFi-GAN: weight norm on its convolutions, removed for inference
+    def __init__(self):
+        super().__init__()
+        self.conv_pre = torch.nn.utils.weight_norm(torch.nn.Conv1d(2, 4, 3, padding=1))
+        self.conv_post = torch.nn.utils.weight_norm(torch.nn.Conv1d(4, 1, 3, padding=1))
+
+    def forward(self, x):
+        return torch.tanh(self.conv_post(torch.relu(self.conv_pre(x))))
+
+
+@pytest.mark.filterwarnings("ignore:.*weight_norm.*is deprecated:FutureWarning")
+def test_weight_norm_removed_is_said_on_the_modules_that_held_it(dynamo):
+    gen = Generator()
+    f = torch.compile(gen, backend=BACKEND)
+    with tl.watch() as w, torch.no_grad():
+        f(torch.randn(1, 2, 8))
+        torch.nn.utils.remove_weight_norm(gen.conv_pre)
+        torch.nn.utils.remove_weight_norm(gen.conv_post)
+        f(torch.randn(1, 2, 8))
+    check_against_dynamo(w, dynamo, also=("_parameters", "_forward_pre_hooks"))
+    causes = [c for r in w.table for c in r.causes if c.kind not in ("first", "dynamic")]
+    params = [c for c in causes if c.kind == "parameters"]
+    assert params and params[0].words.startswith("self.conv_pre has another number of parameters (was 3)")
+    hooks = [c for c in causes if c.kind == "hooks"]
+    assert hooks and all(c.words.startswith("a hook was added to or removed from self.conv_") for c in hooks)
+    assert "_parameters" not in "".join(c.words + c.fix for c in causes)
+
+
+def test_dims_the_user_marked_are_said_marked_not_automatic(dynamo):
+    f = torch.compile(lambda x, y: (x * 2).sum() + y.sum(), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(4, 3), torch.randn(4))
+        x, y = torch.randn(8, 3), torch.randn(8)
+        torch._dynamo.mark_dynamic(x, 0)
+        f(x, y)
+    check_against_dynamo(w, dynamo, also=("'y' size mismatch",))
+    notes = [c.words for r in w.table for c in r.causes if c.kind == "dynamic"]
+    assert any("x dim 0" in n and "as your code marked them (mark_dynamic)" in n for n in notes), notes
+
+
+def test_a_dtype_argument_is_shown_by_its_value(dynamo):
+    f = torch.compile(lambda x, dtype: x.to(dtype), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2), torch.float16)
+    check_against_dynamo(w, dynamo)
+    assert w.table.rows[0].signature == "x: f32[2], dtype: torch.float16"

@@ -177,7 +177,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         if found is not None and not hints:
             hints = list(found.hints)
         if re.fullmatch(r"[a-z]+(?:_[a-z]+)+", words or clean(first)):  # an internal name (step_unsupported)
-            words = "Dynamo stopped tracing at this instruction and cannot resume inside this function here"
+            words = (
+                "Dynamo stopped tracing at this instruction and cannot resume inside this function here: it "
+                "compiles the function up to the last point it can resume from, and the rest runs eagerly on every call"
+            )
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
         hints = [_on_the_line(h, code) for h in hints]
         fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (

@@ -148,6 +148,7 @@ KIND_LABELS = {
     "global_state": "global state changed",
     "training": "train/eval switched",
     "hooks": "hooks added or removed",
+    "parameters": "a module's parameters were added or removed",
     "specialised": "a size crossed a bound the graph assumed",
     "size_value": "a number computed from a size changed",
     "number_branch": "a Python number crossed a condition the graph assumed",

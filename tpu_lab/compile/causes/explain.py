@@ -135,10 +135,23 @@ def _whose(causes: list[Cause], whose: str | None) -> list[Cause]:
         held, n = re.subn(r"\(it last held [^)]*\)$", lambda _: f"(it last held {whose})", causes[0].words)
         words = held if n else f"{causes[0].words} (compared with the graph of {whose})"
         return [dataclasses.replace(causes[0], words=words), *causes[1:]]
-    note = f" ({whose} than the one the graph was compiled for: instances share the compiled code's graphs)"
-    return [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
+    note = f" ({whose} than the one the graph was compiled for: {INSTANCES_SHARE})"
+    out = [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
+    # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
+    # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
+    per_instance = [c for c in out if c.kind == "value" and INSTANCES_SHARE in c.words and "Python int" in c.words]
+    if not per_instance:
+        return out
+    cls = whose.removeprefix("another instance of ")
+    fix = (
+        f"none per instance, but each {cls} (a layer compiled on its own) is a graph of its own, up to the recompile "
+        f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
+        "the module that calls them all once"
+    )
+    return [dataclasses.replace(per_instance[0], fix=fix), *(c for c in out if c is not per_instance[0])]
 
 
+INSTANCES_SHARE = "instances share the compiled code's graphs"
 _SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it
 
 

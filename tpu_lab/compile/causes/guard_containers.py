@@ -65,7 +65,7 @@ def container_words(
             if name == "args"
             else _not_passed_fix(name)
             if m["name"].startswith("G[") or name.startswith("self.")
-            else "keep the list/tuple the same length, or pass one stacked tensor",
+            else LENGTH_FIX,
         )
     m = _LEN.match(g)
     if m and local_name(m["name"]) == "args":  # a wrapper's *args: positional ones
@@ -116,6 +116,15 @@ def container_words(
             g,
             "pass the dict with the same keys every call",
         )
+    if m and m["name"].endswith(("._parameters", "._buffers")):  # remove_weight_norm, a parametrization
+        owner, what = local_name(m["name"].rpartition("._")[0]), m["name"].rpartition("._")[2]
+        return Cause(
+            "parameters",
+            f"{owner} has another number of {what} (was {m['n']}): some were added or removed (weight norm removed, "
+            "a parametrization registered)",
+            g,
+            "expected once; change a module's parameters (remove_weight_norm, fusing) before its first compiled call",
+        )
     if m:
         return Cause(
             "length",
@@ -123,7 +132,7 @@ def container_words(
             g,
             _not_passed_fix(local_name(m["name"]))
             if m["name"].startswith("G[") or local_name(m["name"]).startswith("self.")
-            else "keep the list/tuple the same length, or pass one stacked tensor",
+            else LENGTH_FIX,
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
         now = "gained" if g.lstrip().startswith("not ") else "lost"
@@ -161,6 +170,13 @@ CACHE_FIX = (
     "it inside by the size (t[:n]): from the second size on, one graph serves every size; or fill the cache outside, before "
     "the first compiled call, for every key (no misses then, but each key read is still a graph of its own), or "
     "pad to a few sizes"
+)
+
+
+LENGTH_FIX = (
+    "keep the list/tuple the same length, or pass one stacked tensor; where its tensors differ in size too (a "
+    "list of images), each item is an input of its own whose sizes start static: batch them (pad and stack) "
+    "outside the compiled function and compile what takes the batch"
 )
 
 

@@ -198,7 +198,8 @@ def words(
             "expected once per mode; set the default device (or enter the mode) before the first compiled call",
         )
     if any(h in g for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")):
-        name = local_name(g.split("._", 1)[0].split("(")[-1])
+        held = re.search(r"([\w\[\]'.]+?)\._(?:forward|backward)(?:_pre)?_hooks", g)  # the module that holds them
+        name = local_name(held[1] if held else g.split("._", 1)[0].split("(")[-1])
         return Cause(
             "hooks",
             f"a hook was added to or removed from {name}",

@@ -83,6 +83,8 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
     flag with a new value (a PEFT adapter switched off), makes a graph of its own whatever else changed: that
     cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
     that its fix saves no compile here, only later ones."""
+    if causes and "instances share the compiled code's graphs" in causes[0].words and causes[0].kind == "value":
+        return causes  # an instance's own int (a layer's index): a graph per instance, whatever else changed
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
     case = case or next((c for c in causes if forces_own_graph(c)), None)
     if case is None or len(causes) == 1:

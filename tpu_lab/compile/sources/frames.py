@@ -306,6 +306,8 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, torch.nn.Module):
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
+    if isinstance(value, (torch.dtype, torch.device)):  # torch.float32, not "dtype"
+        return str(value)
     layers = getattr(value, "layers", None)
     if layers:  # a transformers cache: its length is what a static cache specialises on
         size = getattr(layers[0], "max_cache_len", None)

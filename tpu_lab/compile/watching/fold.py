@@ -95,7 +95,7 @@ class Fold:
             told_dynamic(scalars, said, shapes),
         )
         dynamic, note, self.dynamic[cap.function] = dynamic_note(
-            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static, every=cap.all_dynamic
+            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static, every=cap.all_dynamic, marked=_marks(cap)
         )
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
@@ -234,3 +234,13 @@ class Fold:
         rows = tuple(r.frozen() for r in self.rows.values())
         breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self.breaks.items())
         return rows, breaks
+
+
+def _marks(cap: Capture) -> frozenset[str]:
+    """The dims the call's tensors carry a mark_dynamic on (``x dim 0``), as the inputs show them."""
+    return frozenset(
+        f"{name} dim {i}"
+        for name, said in cap.shown
+        if (m := re.search(r"mark_dynamic\[([\d, ]+)\]", said))
+        for i in m[1].split(", ")
+    )

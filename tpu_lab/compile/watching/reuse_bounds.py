@@ -50,7 +50,7 @@ def bounded(
             r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from the first compile", f"{c.words} {c.fix}"
         )
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
-        found = [w for d in (made[1].split(", ") if made else []) for w in conditions.get(d, [])]
+        found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
         if found:
             found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
             every = list(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
@@ -69,3 +69,14 @@ def bounded(
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+_SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|Min|CeilToInt|FloorToInt)\(")
+
+
+def _plain(condition: str, subject: str) -> str:
+    """A condition in words a reader can check: one holding Dynamo's symbolic arithmetic (``math.trunc(32.0*
+    torch.sym_float(...))``, from the user's rounding of a size) is said as the range it keeps ``subject`` in."""
+    if not _SYMBOLIC.search(condition):
+        return condition
+    return f"the range the graph computed for {subject} (from arithmetic on sizes)"

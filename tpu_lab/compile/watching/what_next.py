@@ -40,11 +40,19 @@ def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause], shapes: str = 
 
 
 def dynamic_note(
-    shapes: str, told: Iterable[str], seen: str, *, first: bool, tpu: bool, static: bool = False, every: bool = False
+    shapes: str,
+    told: Iterable[str],
+    seen: str,
+    *,
+    first: bool,
+    tpu: bool,
+    static: bool = False,
+    every: bool = False,
+    marked: frozenset[str] = frozenset(),
 ) -> tuple[str, RowCause | None, str]:
     """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
-    ``seen``: what was said for this function before. Returns (the row's dynamic field, the note to add
-    or None, what has now been said)."""
+    ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a
+    mark_dynamic on. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
     told = list(told)
     dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
     said = ", ".join(filter(None, [seen, *told]))
@@ -53,7 +61,11 @@ def dynamic_note(
         return dynamic, None, said
     fix = TPU_DYNAMIC if tpu else "none needed: new sizes and values reuse this graph"
     words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
-    if first:  # automatic dynamic needs an earlier graph: this was asked for
+    yours, others = [d for d in new if d in marked], [d for d in new if d not in marked]
+    if yours and not static:  # the user's own marks, whatever automatic dynamic would have done
+        words = f"{', '.join(yours)} dynamic, as your code marked them (mark_dynamic)"
+        words += f"; Dynamo made {', '.join(others)} dynamic (automatic dynamic shapes)" if others else ""
+    elif first:  # automatic dynamic needs an earlier graph: this was asked for
         words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
     elif every:  # torch.compile(dynamic=True): a new graph's sizes are dynamic from its start
         words = f"{', '.join(new)} dynamic from this graph's start (torch.compile(dynamic=True))"
