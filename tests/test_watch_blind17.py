@@ -4,6 +4,7 @@ graph of its own code path (a PEFT adapter's flag matched, its scaling changed),
 list grows), and the values a line left pending when its call broke are named as the line writes them.
 Checked against Dynamo's own records too."""
 
+import enum
 import math
 import random
 
@@ -483,3 +484,21 @@ def test_a_dtype_argument_is_shown_by_its_value(dynamo):
         f(torch.randn(2), torch.float16)
     check_against_dynamo(w, dynamo)
     assert w.table.rows[0].signature == "x: f32[2], dtype: torch.float16"
+
+
+class Mode(enum.Enum):  # RWKV's / fairseq's mode switch passed as an enum member
+    TRAIN = 1
+    EVAL = 2
+
+
+def by_mode(x, mode):
+    return x * 2 if mode is Mode.TRAIN else x + 1
+
+
+def test_an_enum_argument_is_shown_by_its_member(dynamo):
+    f = torch.compile(by_mode, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2), Mode.TRAIN)
+        f(torch.randn(2), Mode.EVAL)
+    check_against_dynamo(w, dynamo)
+    assert [r.signature for r in w.table.rows] == ["x: f32[2], mode: Mode.TRAIN", "x: f32[2], mode: Mode.EVAL"]

@@ -67,7 +67,35 @@ def controls_python(code: str, file: str = "", line: int = 0) -> bool:
     """The user's line is Python control flow on a tensor's values (an if/while on one, a for over
     ``.tolist()``), or sits inside a loop over a tensor's values: a number Dynamo would capture
     (capture_scalar_outputs) still decides the Python control, so the break only moves on."""
-    return bool(_ON_VALUES.match(code)) or bool(_ON_VALUES.match(enclosing_loop(file, line)[1]))
+    if _ON_VALUES.match(code):
+        return not _SIZED.match(code) or _branches_on_items(file, line)
+    at, header = enclosing_loop(file, line)
+    return bool(_ON_VALUES.match(header)) and (not _SIZED.match(header) or _branches_on_items(file, at))
+
+
+# a loop over .tolist() runs a fixed number of times (the tensor's size): captured, its items break nothing
+# unless the body branches on them (unlike .nonzero() or .unique(), whose lengths are the data's)
+_SIZED = re.compile(r"^for\b.*\bin\b.*\.tolist\(\)")
+
+
+def _branches_on_items(file: str, line: int) -> bool:
+    """The for loop at ``file:line`` tests one of its own targets in an if/while/assert of its body (a beam
+    search's ``if t == EOS``); True where the file cannot be read (no claim either way)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return True
+    loop = next((n for n in ast.walk(tree) if isinstance(n, ast.For) and n.lineno == line), None)
+    if loop is None:
+        return True
+    items = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+    tests = [
+        n.test
+        for part in loop.body
+        for n in ast.walk(part)
+        if isinstance(n, (ast.If, ast.While, ast.IfExp, ast.Assert))
+    ]
+    return any(isinstance(n, ast.Name) and n.id in items for t in tests for n in ast.walk(t))
 
 
 _SCALAR = re.compile(r"\.(?:item|tolist)\(\)")

@@ -73,9 +73,25 @@ class _Told(Protocol):  # read-only: a frozen Cause too
     def words(self) -> str: ...
 
 
+_FROM_01 = re.compile(r"^Python int (?P<name>\S+) changed \((?:was (?P<was>[01])\b|was [^,)]+, now (?P<now>[01]):)")
+
+
 def forces_own_graph(c: _Told) -> bool:
-    """A cause that makes a graph of its own whatever else changed: None vs a value, a flag's new value."""
-    return (c.kind in ("none", "type") and OWN_GRAPH in c.words) or (c.kind == "flag" and _OWN_VALUE in c.words)
+    """A cause that makes a graph of its own whatever else changed: None vs a value, a flag's new value, an
+    int argument from or to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph)."""
+    return (
+        (c.kind in ("none", "type") and OWN_GRAPH in c.words)
+        or (c.kind == "flag" and _OWN_VALUE in c.words)
+        or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None)
+    )
+
+
+def _forced(case: _Told) -> str:
+    """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
+    if m := _FROM_01.match(case.words):
+        was = f"was {m['was']}" if m["was"] else f"is now {m['now']}"
+        return f"{m['name']} {was}, and Dynamo compiles 0 and 1 apart from other values"
+    return case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
 
 
 def own_graph_first(causes: list[_C]) -> list[_C]:
@@ -89,11 +105,16 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
     case = case or next((c for c in causes if forces_own_graph(c)), None)
     if case is None or len(causes) == 1:
         return causes
-    said = case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
+    said = _forced(case)
     moot = f"none for this compile, which needs a graph of its own anyway ({said})"
+    skip = "; to skip even this one"  # a size made dynamic: nothing could have skipped this compile
     rest = [
         dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix}")
         if c.kind in ("size", "global_state") and not c.fix.startswith("none")
+        else dataclasses.replace(
+            c, fix=f"{c.fix.split(skip)[0]} (this compile needs a graph of its own anyway: {said})"
+        )
+        if c.kind == "size" and c.fix.startswith("none needed") and skip in c.fix
         else c
         for c in causes
         if c is not case

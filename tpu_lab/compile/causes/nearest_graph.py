@@ -48,8 +48,11 @@ def _distinct(causes: list[Cause]) -> list[Cause]:
 
 def _changes(cause: Cause) -> int:
     """How many changes a cause stands for: one, or each piece of global state one guard found changed
-    (``GLOBAL_STATE changed: grad_mode autocast``: two), so a graph that differs in grad mode alone is nearer."""
+    (``GLOBAL_STATE changed: grad_mode autocast``: two), or each flag a merged cause names, so a graph that
+    differs in grad mode alone, or in one flag, is nearer."""
     state = cause.guard.partition("GLOBAL_STATE changed:")[2]
+    if cause.kind == "flag":  # flags merged into one cause ("the flag a, b were False") are a change each
+        return max(1, len(cause.guard.splitlines()))
     return max(1, len(state.split()))
 
 

@@ -12,7 +12,7 @@ from tpu_lab.compile.causes.cause import CARRIED, Cause
 from tpu_lab.compile.sources.frames import FunctionKey
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)\[(\d+)\]")
-_CARRIED_WHOLE = re.compile(r"\bthe carried value(?![\[\w]| \d)")
+_CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
 
 
 def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[int, str]]:
@@ -25,7 +25,8 @@ def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[int, str]]:
     items = dict(enumerate(n.strip() for n in unpacked[1].split(","))) if unpacked else {}
     if target and (picked := re.search(r"\)\[(\d+)\]\s*(?:#.*)?$", code)):  # inds = torch.where(m)[0]: the
         return line, code, "", {int(picked[1]): target[1]}  # carried value is the call's tuple, its item the name
-    return line, code, target[1] if target else "", items
+    loop = re.match(r"^for\s+.+?\s+in\s+(.+?):\s*(?:#.*)?$", code)  # a break in a loop's header: the list it walks
+    return line, code, target[1] if target else (loop[1] if loop and len(loop[1]) <= 60 else ""), items
 
 
 def _items_named(text: str, items: dict[int, str]) -> str:
@@ -37,7 +38,7 @@ def carried_named(text: str, function: FunctionKey) -> str:
     break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
     _, _, target, items = _break_line(function)
     text = _items_named(text, items)
-    return _CARRIED_WHOLE.sub(target, text) if target else text
+    return _CARRIED_NAMED.sub(target, text) if target else text
 
 
 def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:

@@ -5,6 +5,7 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import re
 import sys
@@ -281,9 +282,8 @@ def _entry(value: Any) -> str:
 def _interesting(value: Any) -> bool:
     import torch
 
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "layers")
+    shown = isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "layers")
+    return shown and not isinstance(value, bool)
 
 
 def describe(value: Any) -> str:
@@ -308,6 +308,8 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
     if isinstance(value, (torch.dtype, torch.device)):  # torch.float32, not "dtype"
         return str(value)
+    if isinstance(value, enum.Enum):  # each member is a graph of its own: Mode.TRAIN, not "Mode"
+        return f"{type(value).__name__}.{value.name}"
     layers = getattr(value, "layers", None)
     if layers:  # a transformers cache: its length is what a static cache specialises on
         size = getattr(layers[0], "max_cache_len", None)

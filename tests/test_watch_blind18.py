@@ -1,0 +1,94 @@
+"""tl.watch() checked blind, eighteenth round: a size fix offered where an int from 1 forced the compile
+anyway (Llama's repeat_kv, whose mark_dynamic then raised), a loop over ``.tolist()`` told its break only
+moves (capture_scalar_outputs removes it: the loop's length is the tensor's size), and two flags told
+against the graph that differs in one of them. Checked against Dynamo's own records too."""
+
+import torch
+import torch.nn.functional as F
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+
+
+def repeat_kv(hidden_states, n_rep):  # Llama's grouped-query attention: kv heads repeated n_rep times
+    batch, heads, length, dim = hidden_states.shape
+    if n_rep == 1:
+        return hidden_states
+    expanded = hidden_states[:, :, None].expand(batch, heads, n_rep, length, dim)
+    return expanded.reshape(batch, heads * n_rep, length, dim)
+
+
+def attention(q, k, v, n_rep):
+    return F.scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep))
+
+
+def test_a_size_changed_with_an_int_from_1_is_told_nothing_could_skip_this_compile(dynamo):
+    f = torch.compile(attention, backend=BACKEND)
+    with tl.watch() as w:
+        for kv_heads in (8, 4, 2):
+            q, kv = torch.randn(1, 8, 3, 4), torch.randn(1, kv_heads, 3, 4)
+            f(q, kv, kv, 8 // kv_heads)
+    check_against_dynamo(w, dynamo, also=("n_rep == 1", "size mismatch"))
+    second = [c for c in w.table.rows[1].causes if c.kind not in ("first", "dynamic")]
+    assert second[0].words.startswith("Python int n_rep changed (was 1)") and second[0].count == 1
+    sizes = [c for c in second if c.kind == "size"]
+    assert sizes and all(c.count == 0 and "mark_dynamic" not in c.fix for c in sizes), [c.fix for c in sizes]
+    assert all("n_rep was 1, and Dynamo compiles 0 and 1 apart from other values" in c.fix for c in sizes)
+
+
+class BucketEncoder(torch.nn.Module):  # fairseq/ESPnet: sequences sorted by length, each its own slice
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        sorted_len, order = torch.sort(mask.sum(1), descending=True)
+        x, out = x[order], []
+        for length in sorted_len.tolist():
+            out.append(self.lin(x[len(out), :length]).mean(0))
+        return torch.stack(out)
+
+
+def test_a_loop_over_tolist_whose_body_never_branches_keeps_dynamos_capture_hint(dynamo):
+    f = torch.compile(BucketEncoder(), backend=BACKEND)
+    with tl.watch() as w:
+        for step in range(2):
+            mask = torch.zeros(3, 6, dtype=torch.long)
+            for i, n in enumerate((6, 3 + step, 2)):
+                mask[i, :n] = 1
+            f(torch.randn(3, 6, 4), mask)
+    check_against_dynamo(w, dynamo)
+    (brk,) = w.table.breaks
+    assert "capture_scalar_outputs = True" in brk.fix and "decides Python control flow" not in brk.fix
+    named = [c for r in w.table for c in r.causes if "tolist()" in c.words]
+    assert named and named[0].words.startswith("Python int sorted_len.tolist()[1] changed (was 3)")
+    assert "sorted_len.tolist()[1] == 3" in [c.shown_guard for r in w.table for c in r.causes]
+    assert "carried" not in str(w.table)
+
+
+class Block(torch.nn.Module):  # DINO's attention maps: need_weights, then per-head weights, for visualisation
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, need_weights=False, per_head=False):
+        return self.attn(x, x, x, need_weights=need_weights, average_attn_weights=not per_head)
+
+
+def test_a_second_flag_is_told_against_the_graph_that_differs_in_it_alone(dynamo):
+    f = torch.compile(Block(), backend=BACKEND)
+    x = torch.randn(1, 3, 8)
+    with tl.watch() as w:
+        f(x)
+        f(x, need_weights=True)  # a visualisation step, then back to training
+        f(x)  # Dynamo now checks the graph without weights first
+        f(x, need_weights=True, per_head=True)
+    check_against_dynamo(w, dynamo, also=("need_weights", "per_head"))
+    assert [r.signature.removeprefix("self: Block (train), ") for r in w.table.rows] == [
+        "x: f32[1, 3, 8], need_weights: False, per_head: False",
+        "x: f32[1, 3, 8], need_weights: True, per_head: False",
+        "x: f32[1, 3, 8], need_weights: True, per_head: True",
+    ]
+    assert w.table.rows[2].causes[0].words == "the flag per_head was False (each value is its own graph)"
