@@ -92,3 +92,33 @@ def test_a_second_flag_is_told_against_the_graph_that_differs_in_it_alone(dynamo
         "x: f32[1, 3, 8], need_weights: True, per_head: True",
     ]
     assert w.table.rows[2].causes[0].words == "the flag per_head was False (each value is its own graph)"
+
+
+class CTCHead(torch.nn.Module):  # ESPnet/torchaudio: CTC loss on lengths passed as Python lists
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 5)
+
+    def forward(self, feats, targets, input_lengths, target_lengths):
+        log_probs = self.proj(feats).log_softmax(-1).transpose(0, 1)
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, zero_infinity=True)
+
+
+def test_an_operator_dynamo_cannot_capture_is_told_to_move_out_not_capture_dynamic_output_shape_ops(dynamo):
+    f = torch.compile(CTCHead(), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2, 10, 8), torch.randint(1, 5, (7,)), [10, 9], [4, 3])
+    check_against_dynamo(w, dynamo)
+    (brk,) = w.table.breaks
+    assert brk.fix.startswith("call ctc_loss outside the compiled function") and "= True" not in brk.fix
+
+
+def test_contract_fake_tensor_rules_for_data_dependent_shapes_are_readable():
+    """The one private read behind that fix (``sources/dynamo_catalog.shape_op_captured``): torch's fake-tensor
+    rules. If this fails, torch moved ``torch._subclasses.fake_impls.op_implementations_dict``."""
+    from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
+
+    assert shape_op_captured("aten.nonzero.default") is True, torch.__version__
+    assert shape_op_captured("aten._unique2.default") is True, torch.__version__
+    assert shape_op_captured("aten._ctc_loss.default") is False, torch.__version__
+    assert shape_op_captured("aten.no_such_op.default") is None

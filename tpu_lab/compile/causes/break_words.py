@@ -20,7 +20,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
+from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
 _UNHELPFUL = ("report an issue", "fundamental", "file an issue", "Please report", "may have been caused by an earlier")
@@ -210,6 +210,15 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
                 "usually none: an LR scheduler wraps optimizer.step() to count its calls; Dynamo runs that "
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
+        cause = dataclasses.replace(cause, fix=fix)
+    shaped = re.search(r"Operator `([\w.]+)`'s output shape depends on input Tensor data", cause.words)
+    if shaped and shape_op_captured(shaped[1]) is False:  # Dynamo's hint would only change the break's words
+        name = shaped[1].removeprefix("aten.").split(".")[0].lstrip("_")
+        fix = (
+            f"call {name} outside the compiled function (return what it takes, compute it after): Dynamo cannot "
+            "capture it even with capture_dynamic_output_shape_ops (torch has no fake-tensor rule for its "
+            "data-dependent shape); else accept the break"
+        )
         cause = dataclasses.replace(cause, fix=fix)
     if "`Tensor.backward()`" in cause.words:
         cause = dataclasses.replace(cause, fix=TRAINING_STEP_FIX)

@@ -198,3 +198,23 @@ def internal_error(fail_type: str) -> bool:
 
     cls = next((c for m in (exc, builtins, convert_frame) if isinstance(c := getattr(m, fail_type, None), type)), None)
     return cls is not None and issubclass(cls, BaseException) and not issubclass(cls, kept)
+
+
+def shape_op_captured(op: str) -> bool | None:
+    """Whether ``torch._dynamo.config.capture_dynamic_output_shape_ops = True`` lets Dynamo trace ``op``
+    (``aten._ctc_loss.default``), an operator whose output shape depends on its input's data: only where
+    torch's fake tensors have a rule for it (``nonzero``, ``unique``); others then break with "no meta kernel".
+    A private read of ``torch._subclasses.fake_impls`` (``tests/test_watch_blind18.py`` checks its shape);
+    None where it cannot be read."""
+    try:
+        import torch
+        from torch._subclasses import fake_impls
+
+        packet, _, overload = op.removeprefix("aten.").rpartition(".")
+        found = getattr(getattr(torch.ops.aten, packet), overload)
+        rules = fake_impls.op_implementations_dict
+    except Exception:
+        return None
+    # fake_impls' dyn_shape raises for every dynamic-output op except these and those with a rule of their own
+    handled = (torch.ops.aten.index.Tensor, torch.ops.aten.nonzero.default, torch.ops.aten.repeat_interleave.Tensor)
+    return found in rules or found in handled
