@@ -122,3 +122,26 @@ def test_contract_fake_tensor_rules_for_data_dependent_shapes_are_readable():
     assert shape_op_captured("aten._unique2.default") is True, torch.__version__
     assert shape_op_captured("aten._ctc_loss.default") is False, torch.__version__
     assert shape_op_captured("aten.no_such_op.default") is None
+
+
+class MLMHead(torch.nn.Module):  # HF's masked-LM loss on the active tokens only (boolean indexing: a break)
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 6)
+
+    def forward(self, hidden, labels):
+        active = labels.view(-1) != -100
+        active_logits = self.lin(hidden).view(-1, 6)[active]
+        return F.cross_entropy(active_logits, labels.view(-1)[active])
+
+
+def test_a_value_carried_over_a_break_on_an_indexing_line_is_named_as_assigned(dynamo):
+    f = torch.compile(MLMHead(), backend=BACKEND)
+    with tl.watch() as w:
+        labels = torch.full((2, 5), -100)
+        labels[:, :2] = 1
+        f(torch.randn(2, 5, 4), labels)
+    check_against_dynamo(w, dynamo)
+    resumed = [r for r in w.table if "after the graph break" in r.function]
+    assert any(r.signature.startswith("active_logits: f32[4, 6]") for r in resumed), [r.signature for r in resumed]
+    assert "carried" not in str(w.table)

@@ -32,7 +32,8 @@ def limit_words(value: int | None) -> str:
     if own is not None:
         return f"the limit is {own}, set for this function by torch.compile(..., recompile_limit={own})"
     value = value if value is not None else getattr(config, "recompile_limit", None)
-    return f"the limit is {value}, torch._dynamo.config.recompile_limit (global)" if value is not None else ""
+    old = " (or cache_size_limit, its old name)" if hasattr(config, "cache_size_limit") else ""
+    return f"the limit is {value}, torch._dynamo.config.recompile_limit (global){old}" if value is not None else ""
 
 
 def limit_from_text(text: str) -> int | None:

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 _STACK = re.compile(r"___stack(\d+)")
-_CALLS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW")
+_BREAKING_OPS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW", "BINARY_SUBSCR")  # or x[mask]
 
 
 def resume_point(code: Any) -> tuple[int, str]:
@@ -89,8 +89,8 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
             out[name] = pending[i]
     if call and not _assigned(call, line):
         out[slots[-1][1]] = call
-    elif call and (one := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", line)):  # ptr = int(self.queue_ptr): by its name
-        out[slots[-1][1]] = one[1]
+    elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", line)):
+        out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), active = logits[mask]: by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
 
 
@@ -164,7 +164,7 @@ def _breaking_call(code: Any) -> str:
     if not 0 < at < len(before_break) or before_break[at].opname != instructions[target].opname:
         return ""
     call = before_break[at - 1]
-    where = call.positions if call.opname in _CALLS else None
+    where = call.positions if call.opname in _BREAKING_OPS else None
     if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
         return ""
     line = linecache.getline(original.co_filename, where.lineno).encode()
