@@ -145,3 +145,30 @@ def test_a_value_carried_over_a_break_on_an_indexing_line_is_named_as_assigned(d
     resumed = [r for r in w.table if "after the graph break" in r.function]
     assert any(r.signature.startswith("active_logits: f32[4, 6]") for r in resumed), [r.signature for r in resumed]
     assert "carried" not in str(w.table)
+
+
+def selective_scan(u, delta, A, B, C):  # Mamba's selective_scan_ref: a Python loop over the sequence length
+    delta_a = torch.exp(torch.einsum("bdl,dn->bdln", delta, A))
+    delta_b_u = torch.einsum("bdl,bnl,bdl->bdln", delta, B, u)
+    x, ys = u.new_zeros(u.shape[0], A.shape[0], A.shape[1]), []
+    for i in range(u.shape[2]):
+        x = delta_a[:, :, i] * x + delta_b_u[:, :, i]
+        ys.append(torch.einsum("bdn,bn->bd", x, C[:, :, i]))
+    return torch.stack(ys, dim=2)
+
+
+def test_a_size_several_inputs_share_and_the_code_fixes_is_said_shared(dynamo):
+    f = torch.compile(selective_scan, backend=BACKEND)
+    with tl.watch() as w:
+        A = -torch.rand(2, 3)
+        for length in (3, 4, 5, 6):
+            f(
+                torch.randn(1, 2, length),
+                torch.rand(1, 2, length),
+                A,
+                torch.randn(1, 3, length),
+                torch.randn(1, 3, length),
+            )
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    again = [c for r in w.table for c in r.causes if "one size again" in c.words]
+    assert again and all("share this size, so the code may read it from any of them" in c.words for c in again)

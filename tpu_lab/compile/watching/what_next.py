@@ -188,7 +188,10 @@ def settled(
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
         elif m and dim in fixed and dim in before:
-            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(m[1], m[2])), fix=_FIXED_FIX)
+            note = _FIXED.format(m[1], m[2])
+            if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
+                note += f"; {alike[1]}, {alike[2]} share this size, so the code may read it from any of them"
+            c = dataclasses.replace(c, words=with_note(c.words, note), fix=_FIXED_FIX)
         elif m and dim in fixed:
             c = dataclasses.replace(
                 c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=_PINNED_FIX.format(m[1], m[2])
