@@ -107,9 +107,9 @@ def test_a_value_carried_over_a_graph_break_is_named_and_its_fix_is_real(dynamo)
         f(torch.arange(16.0) + 1, 7.5)  # 9
     check_against_dynamo(w, dynamo)
     resumed = [r for r in w.table if "after the graph break" in str(r.function)]
-    assert len(resumed) == 2 and [r.signature for r in resumed] == [
-        "the carried value: f32[8]",
-        "the carried value: f32[9]",
+    assert len(resumed) == 2 and [r.signature for r in resumed] == [  # named as the break's line assigns it
+        "keep: f32[8]",
+        "keep: f32[9]",
     ]
     (size,) = causes(w)
     assert size.words.startswith("keep changed size (dimension 0: 8 -> 9)")  # what the break line assigns
