@@ -6,8 +6,7 @@ import logging
 import pytest
 import torch
 
-from tpu_lab.compile.causes.explain import INSTANCES_SHARE
-from tpu_lab.compile.causes.joined import forces_own_graph
+from tpu_lab.compile.causes.joined import forces_own_graph, per_instance
 from tpu_lab.testing.watch_invariants import overcounted, text_violations
 
 BACKEND = "eager"
@@ -59,11 +58,6 @@ def dynamo():
     yield log
     root.removeHandler(handler)
     torch._logging.set_logs()
-
-
-def per_instance(c):
-    """A module's int attribute that differs per instance: the watch counts the compile on it."""
-    return c.kind == "value" and INSTANCES_SHARE in c.words
 
 
 def check_against_dynamo(w, log, also=(), own=frozenset()):

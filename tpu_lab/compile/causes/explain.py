@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed, held_fix, static_number_fix
-from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
+from tpu_lab.compile.causes.joined import INSTANCES_SHARE, cache_first, calling_style, merged, per_instance
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
@@ -139,8 +139,8 @@ def _whose(causes: list[Cause], whose: str | None) -> list[Cause]:
     out = [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
     # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
     # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
-    per_instance = [c for c in out if c.kind == "value" and INSTANCES_SHARE in c.words and "Python int" in c.words]
-    if not per_instance:
+    own = [c for c in out if per_instance(c)]
+    if not own:
         return out
     cls = whose.removeprefix("another instance of ")
     fix = (
@@ -148,10 +148,9 @@ def _whose(causes: list[Cause], whose: str | None) -> list[Cause]:
         f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
         "the module that calls them all once"
     )
-    return [dataclasses.replace(per_instance[0], fix=fix), *(c for c in out if c is not per_instance[0])]
+    return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
 
 
-INSTANCES_SHARE = "instances share the compiled code's graphs"
 _SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it
 
 

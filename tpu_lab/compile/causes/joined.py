@@ -86,6 +86,15 @@ def forces_own_graph(c: _Told) -> bool:
     )
 
 
+INSTANCES_SHARE = "instances share the compiled code's graphs"
+
+
+def per_instance(c: _Told) -> bool:
+    """A module's int attribute that differs per instance (HF's ``self.layer_idx``, each layer compiled on its
+    own): Dynamo keeps it static, so every instance is a graph of its own, whatever else changed."""
+    return c.kind == "value" and INSTANCES_SHARE in c.words and "Python int" in c.words
+
+
 def _forced(case: _Told) -> str:
     """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
     if m := _FROM_01.match(case.words):
@@ -99,8 +108,8 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
     flag with a new value (a PEFT adapter switched off), makes a graph of its own whatever else changed: that
     cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
     that its fix saves no compile here, only later ones."""
-    if causes and "instances share the compiled code's graphs" in causes[0].words and causes[0].kind == "value":
-        return causes  # an instance's own int (a layer's index): a graph per instance, whatever else changed
+    if causes and per_instance(causes[0]):
+        return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
     case = case or next((c for c in causes if forces_own_graph(c)), None)
     if case is None or len(causes) == 1:

@@ -44,9 +44,9 @@ class Fold:
         self.raising: set[FunctionKey] = set()
         """Functions whose refusal at the limit raised (fullgraph=True): a later call past it raises too."""
         self.pinned: dict[FunctionKey, set[str]] = {}
+        """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
         self.compared: dict[FunctionKey, set[tuple[str, str]]] = {}
         """Per function, the sizes (input, dim) its code compares: mark_unbacked is never offered on them."""
-        """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
         self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
         self.flags: dict[FunctionKey, dict[str, str]] = {}
         """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
