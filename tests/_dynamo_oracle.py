@@ -2,12 +2,15 @@
 TORCH_LOGS records (recompiles, graph_breaks), and the check that a watch agrees with them."""
 
 import logging
+import re
 
 import pytest
 import torch
 
 from tpu_lab.compile.causes.joined import forces_own_graph, per_instance
 from tpu_lab.testing.watch_invariants import overcounted, text_violations
+
+_WAS = re.compile(r"\(was ([^;()]+)")  # the earlier value a cause was told against
 
 BACKEND = "eager"
 
@@ -96,10 +99,10 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
     assert not (over := overcounted([r for r in table if "(backward)" not in r.function])), over
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
-    text = table.to_text()  # printed, nothing is lost: every cause and guard whole, in its row or under the table
-    assert not (
-        lost := [x for r in table for x in (*(c.words for c in r.causes), *r.shown_guard.splitlines()) if x not in text]
-    ), lost
+    text = table.to_text()  # printed, nothing is lost: every row's causes and guards whole, in it or under the table
+    assert not (lost := [x for r in table for x in (r.cause, *r.shown_guard.splitlines()) if x not in text]), lost
+    for r in table:  # a cause said once with each earlier value (self.p changed 3 times (was 0.0, 0.1, 0.2) keeps each
+        assert all(c.words in r.cause or _WAS.search(c.words)[1] in r.cause for c in r.causes), (r.cause, r.causes)
     assert (found := text_violations(table, set(own))) == {"d_names": [], "e_apis": []}, (
         found
     )  # nothing unresolved or unreal

@@ -54,6 +54,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
         )
     kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]", value) else "int"
+    if kind == "float" and re.fullmatch(r"-?\d+\.\d{13,}", value):  # 0.30000000000000004: binary rounding
+        value = f"{float(value):.12g}"  # the exact value stays in Dynamo's guard, shown beside
     if raw.startswith("G["):
         return Cause(
             "global",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any, cast
 
-from tpu_lab.compile.sources.frames import layout_of
+from tpu_lab.compile.sources.tensor_text import layout_of
 
 # an accessor that raised: a changed input's part is missing (the change itself is a failure already); a
 # number Dynamo made dynamic, now of another type (None): its symbolic check raised, its type guard says why

@@ -12,19 +12,13 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.sources.packages import short_path
 from tpu_lab.compile.sources.resume_code import carried_slots
+from tpu_lab.compile.sources.tensor_text import autocast_modes, layout_of, tensor_text
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
 """The name of a cut signature's entry for the inputs past MAX_ENTRIES (``2 more (v[4], v[5])``)."""
-_SHORT_DTYPES = {
-    "float32": "f32",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "float64": "f64",
-    "int64": "i64",
-    "int32": "i32",
-}
 
 
 def where_label(filename: str, line: int) -> str:
@@ -41,7 +35,8 @@ def where_label(filename: str, line: int) -> str:
         return f"cell {named[1]}, line {line}"
     if not filename:
         return "?"
-    return f"{filename.rsplit('/', 1)[-1]}:{line}" if line else filename.rsplit("/", 1)[-1]  # 0: not known
+    short = short_path(filename)  # a library's file from its package on (torch/nn/...), one way everywhere
+    return f"{short}:{line}" if line else short  # 0: not known
 
 
 RESUME = "torch_dynamo_resume_in_"
@@ -214,36 +209,10 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
     if cut:  # said, never dropped silently: a list cut short would read as a shorter list
         named = ", ".join(n for n, _ in cut) if len(cut) <= 2 else f"{cut[0][0]} to {cut[-1][0]}"
         out.append((MORE, f"{len(cut)} more ({named})"))
-    if not torch.is_grad_enabled():  # outside the cap: always said, last
+    out += autocast_modes()  # outside the cap, as the grad mode: every graph is guarded on both
+    if not torch.is_grad_enabled():  # always said, last
         out.append(("grad mode", "off"))
     return tuple(out)
-
-
-def layout_of(shape: Sequence[int], stride: Sequence[int]) -> str:
-    """A tensor's memory layout by name: ``contiguous`` (row-major), ``channels_last`` (4-D, NHWC in memory),
-    ``channels_last_3d`` (5-D), else ``non-contiguous`` (a transposed, sliced or expanded view)."""
-    n = len(shape)
-    for name, order in (
-        ("contiguous", range(n)),
-        ("channels_last", (0, 2, 3, 1)),
-        ("channels_last_3d", (0, 2, 3, 4, 1)),
-    ):
-        if len(order) != n:
-            continue
-        want, step = [0] * n, 1
-        for i in reversed(order):  # innermost first: each stride the product of the sizes inside it
-            want[i], step = step, step * max(shape[i], 1)
-        if all(shape[i] <= 1 or stride[i] == want[i] for i in range(n)):  # a size-1 dimension's stride is free
-            return name
-    return "non-contiguous"
-
-
-def tensor_text(dtype: str, shape: Sequence[Any], requires_grad: bool) -> str:
-    """A tensor as a row shows it: ``f32[2, 8] requires_grad`` (a live tensor's, or one a log described)."""
-    dtype = dtype.removeprefix("torch.")
-    return f"{_SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, shape))}]" + (
-        " requires_grad" if requires_grad else ""
-    )
 
 
 def carried_name(name: str) -> str:

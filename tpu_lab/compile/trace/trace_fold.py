@@ -21,11 +21,10 @@ from tpu_lab.compile.sources.frames import (
     FunctionKey,
     Signature,
     carried_name,
-    layout_of,
-    tensor_text,
     where_label,
 )
 from tpu_lab.compile.sources.packages import USER, is_library, is_pipeline, package_of, passes_through, short_path
+from tpu_lab.compile.sources.tensor_text import layout_of, tensor_text
 from tpu_lab.compile.trace.trace_log import CompileLog, ProcessLog
 from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.watch_table import WatchTable

@@ -95,7 +95,15 @@ class Fold:
             told_dynamic(scalars, said, shapes),
         )
         dynamic, note, self.dynamic[cap.function] = dynamic_note(
-            shapes, told, seen, first=first, tpu=self.tpu, static=cap.static, every=cap.all_dynamic, marked=_marks(cap)
+            shapes,
+            told,
+            seen,
+            first=first,
+            tpu=self.tpu,
+            static=cap.static,
+            every=cap.all_dynamic,
+            marked=_marks(cap),
+            failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
         pinned = self.pinned.setdefault(cap.function, set())
         causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
@@ -108,6 +116,9 @@ class Fold:
                 r.causes = (
                     [reuse_bounds.without_unbacked(c, compared) for c in r.causes] if key == cap.function else r.causes
                 )
+        if refix := what_next.fixed_again(causes):  # the reason an earlier graph pinned the size is known now
+            for (key, _), r in self.rows.items():
+                r.causes = [what_next.refiled(c, refix) for c in r.causes] if key == cap.function else r.causes
         if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
             causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
         for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it

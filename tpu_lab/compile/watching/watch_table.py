@@ -5,6 +5,7 @@ hints; the recompile limit per function; resets; a closing summary of causes and
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -19,6 +20,10 @@ CALLS_NOTE = (
     "calls: counted for functions the watch wraps (@w, %%watch) and the session's forwards; '-' elsewhere, "
     "where counting would cost every call"
 )
+
+
+_WAS = re.compile(r"(?P<head>[^;()]+ changed) \(was (?P<was>[^;()]+)(?P<tail>(?:;[^()]*)?\))")
+"""One cause told against an earlier value: ``Python float self.p changed (was 0.0; its value is baked ...)``."""
 
 
 @dataclass
@@ -72,8 +77,19 @@ class WatchRow:
 
     @property
     def cause(self) -> str:
-        """The causes in words; ``(x2)`` where one cause made several compiles."""
-        return "; ".join(c.words + (f" (x{c.count})" if c.count > 1 else "") for c in self.causes)
+        """The causes in words; ``(x2)`` where one cause made several compiles; one that recurs with each
+        earlier value (``self.p changed (was 0.0``, then ``(was 0.1``) said once, with the values."""
+        said: dict[str, list[str]] = {}
+        for c in self.causes:
+            m = _WAS.fullmatch(c.words)
+            key = f"{m['head']}\0{m['tail']}" if m and c.count <= 1 else c.words + (f" (x{c.count})" * (c.count > 1))
+            said.setdefault(key, []).append(m["was"] if m and c.count <= 1 else "")
+        return "; ".join(
+            k
+            if "\0" not in k
+            else k.replace("\0", f" {len(v)} times (was {', '.join(v)}" if len(v) > 1 else f" (was {v[0]}")
+            for k, v in said.items()
+        )
 
     @property
     def guard(self) -> str:
@@ -239,7 +255,7 @@ class WatchTable(CompileTableBase):
             if c[5] != getattr(c[5], "full", c[5]) or len(guards) > 1 or (guards and c[6] != guards[0]):
                 n += 1
                 note = f" ({n})"
-                whole += [f"  ({n}) why: {'; '.join(x.words for x in r.causes)}"]
+                whole += [f"  ({n}) why: {r.cause}"]
                 whole += [f"      Dynamo's guard: {g}" for g in guards]
             lines.append(f"{c[0]:<{w}} {c[1]:<36} {c[2]:>5} {c[3]:>8}  {c[5]}{note}" + (f"  [{c[6]}]" if c[6] else ""))
         lines += ["in full, the rows cut short above:", *whole] if whole else []

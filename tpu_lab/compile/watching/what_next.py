@@ -49,10 +49,11 @@ def dynamic_note(
     static: bool = False,
     every: bool = False,
     marked: frozenset[str] = frozenset(),
+    failed: bool = False,
 ) -> tuple[str, RowCause | None, str]:
     """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
     ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a
-    mark_dynamic on. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
+    mark_dynamic on; ``failed``: an earlier compile of the function failed. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
     told = list(told)
     dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
     said = ", ".join(filter(None, [seen, *told]))
@@ -65,6 +66,9 @@ def dynamic_note(
     if yours and not static:  # the user's own marks, whatever automatic dynamic would have done
         words = f"{', '.join(yours)} dynamic, as your code marked them (mark_dynamic)"
         words += f"; Dynamo made {', '.join(others)} dynamic (automatic dynamic shapes)" if others else ""
+    elif first and failed:  # Dynamo kept the sizes of the call whose compile failed, and compared with them
+        words = f"Dynamo made {', '.join(new)} dynamic from this first graph (automatic dynamic shapes: the size "
+        words += "differs from the earlier call whose compile failed)"
     elif first:  # automatic dynamic needs an earlier graph: this was asked for
         words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
     elif every:  # torch.compile(dynamic=True): a new graph's sizes are dynamic from its start
@@ -201,6 +205,26 @@ def settled(
         out.append(c)
     before |= fixed
     return out
+
+
+def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
+    """(input, dim) these causes found pinned to one size a second time: the code fixes that size."""
+    return set(re.findall(r"the graph pins (\S+) dim (\d+) to one size again", " ".join(c.words for c in causes)))
+
+
+def refiled(c: RowCause, dims: Iterable[tuple[str, str]]) -> RowCause:
+    """A cause told, on the first pin, that either of two reasons may fix ``dims``' size (a Python number, or
+    an input of fixed size it meets), once a later graph pinned it again: the code fixes it, so its fix is
+    the later one's (its first, mark_dynamic, would raise)."""
+    for n, d in dims:
+        if c.fix == _PINNED_FIX.format(n, d):
+            note = (
+                _PINNED.format(n, d).split(": the code either")[0]
+                + ", as a later graph did again: "
+                + _FIXED.format(n, d).split(": ", 1)[1]
+            )
+            return dataclasses.replace(c, words=c.words.replace(_PINNED.format(n, d), note), fix=_FIXED_FIX)
+    return c
 
 
 def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
