@@ -157,3 +157,53 @@ RANDOM_VALUE_FIX = (
     "draw the random number outside the compiled function and pass it in as an argument (a Python int "
     "argument is a plain number to Dynamo, not a tensor)"
 )
+
+
+def only_raises(file: str, line: int) -> bool:
+    """The ``if`` at ``file:line`` has no else and its body only raises (a NaN check, ``if torch.isnan(loss):
+    raise``): a check, not a branch, so the fix is an assertion or a check outside, never torch.cond."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return False
+    branch = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None)
+    return branch is not None and not branch.orelse and all(isinstance(s, ast.Raise) for s in branch.body)
+
+
+CHECK_FIX = (
+    "the branch only raises: check the returned value outside the compiled function (if torch.isnan(loss): "
+    "raise ...), or assert inside without branching: torch._assert_async(~torch.isnan(loss)), which raises on the "
+    "device with no graph break"
+)
+
+
+def calls_vmap(file: str, line: int) -> bool:
+    """The function defined at ``file:line`` calls ``vmap`` (``torch.func.vmap``, ``torch.vmap``): it, not a
+    Python number in the user's code, fixes the size of the dimension it maps over."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return False
+    fn = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and line in (n.lineno, *(d.lineno for d in n.decorator_list[:1]))
+        ),
+        None,
+    )
+    called = (c.func for c in ast.walk(fn) if isinstance(c, ast.Call)) if fn else ()
+    return any((f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")) == "vmap" for f in called)
+
+
+_BY_NUMBER = re.compile(
+    r"\(it uses (?P<x>\S+)\.shape\[\d+\] as a plain Python number, as int\(\S+\) or a loop over range\(\S+\) does\)"
+)
+
+
+def by_vmap(words: str) -> str:
+    """A size the code fixes, told for a function that calls vmap: vmap traces the dimension it maps over at
+    one size, which the user's own code never reads as a number."""
+    return _BY_NUMBER.sub(
+        "(torch.func.vmap, which this function calls, traces the dimension it maps over at one size)", words
+    )

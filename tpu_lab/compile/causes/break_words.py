@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import (
+    CHECK_FIX,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
     RANDOM_VALUE_FIX,
@@ -17,6 +19,7 @@ from tpu_lab.compile.causes.branch_origin import (
     draws_random,
     enclosing_loop,
     feeds_bookkeeping,
+    only_raises,
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
@@ -167,6 +170,8 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             fix = RANDOM_BRANCH_FIX if drawn else cause.fix
             fix = RANDOM_LOOP_FIX if drawn and enclosing_loop(*at)[0] else fix  # a draw per layer: LayerDrop
             cause = dataclasses.replace(cause, words=words, fix=fix)
+        if only_raises(*at):
+            cause = dataclasses.replace(cause, fix=CHECK_FIX)
     else:
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
         hints = [*hints, *advice]
@@ -273,3 +278,19 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
         fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
+
+
+PACKED_RNN_FIX = (
+    "the RNN here takes a PackedSequence, which Dynamo cannot trace even with allow_rnn=True: keep "
+    "pack_padded_sequence, the RNN and pad_packed_sequence together outside the compiled function, and compile "
+    "the layers before and after them"
+)
+
+
+def packed_rnn(causes: list[Any], breaks: list[Cause]) -> list[Any]:
+    """``causes`` (breaks, or a frame Dynamo gave up on) of an RNN where ``breaks`` show packing around it
+    (``pack_padded_sequence``): Dynamo's own hint, allow_rnn, only moves that break into the RNN's code
+    (``_local_scalar_dense`` on the batch sizes), so the fix is the packing's."""
+    if not any(re.search(r"`(?:pack_padded_sequence|pad_packed_sequence|pack_sequence)`", b.words) for b in breaks):
+        return causes
+    return [dataclasses.replace(c, fix=PACKED_RNN_FIX) if "RNN, GRU, or LSTM" in c.words else c for c in causes]

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from tpu_lab.compile.sources.frames import CARRIED_VALUE
+
 
 @dataclass(frozen=True)
 class Cause:
@@ -40,8 +42,7 @@ class Failure(NamedTuple):
     """(code, file:line) of every place Dynamo names for it: both bounds' lines of a range (``2 <= t <= 11``)."""
 
 
-CARRIED = "the value carried over the graph break"
-"""A resumed frame's input (Dynamo's ``___stack0``): a value the code before the break computed."""
+CARRIED = CARRIED_VALUE  # a resumed frame's input (Dynamo's ``___stack0``): a value computed before the break
 
 
 @functools.lru_cache(maxsize=8192)  # pure, and called per failed guard of every graph Dynamo held

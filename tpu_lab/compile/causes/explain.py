@@ -120,7 +120,7 @@ def causes_of(
         for i in said[1:]:
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
-    best = nearest(per_graph, inputs, signature, failures)
+    best = nearest(per_graph, inputs, signature, failures, dynamic)
     return _whose([_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best))
 
 

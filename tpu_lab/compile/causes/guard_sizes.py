@@ -93,7 +93,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         if cache and not cache.startswith("Static"):
             return Cause(
                 "cache_length",
-                f"KV cache length changed {a} -> {b} (a {cache} grows by one token per step)",
+                f"KV cache length changed {a} -> {b} ({'an' if cache[:1] in 'AEIOU' else 'a'} {cache} grows by one token per step)",
                 g,
                 "expected until Dynamo makes the length dynamic; for one decode graph use a static cache of one "
                 "size: generate(..., cache_implementation='static', max_cache_len=N)",

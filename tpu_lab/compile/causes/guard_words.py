@@ -284,7 +284,8 @@ def words(
         )
     if (numbers := numbers_compared(g, inputs or {})) and not _VALUE.match(g):
         line, library = set_by(f)
-        return number_condition_words(g, numbers, line, library, at)
+        branch = re.match(r"\s*(?:if|elif|while|assert)\b|.* if .* else ", f.code or "") is not None
+        return number_condition_words(g, numbers, line, library or ("" if branch or not f.code else "torch"), at)
     if (cause := object_words(g, at, inputs)) is not None:
         return cause
     if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:

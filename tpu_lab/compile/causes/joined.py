@@ -155,6 +155,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             key = (cause.kind, f"size {i} {a} {b}", str(STATIC_WORDS in cause.words))
         elif cause.kind == "derived":  # a scale and a zero point computed on one line: one change
             key = (cause.kind, derived_key(cause), "")
+        elif cause.kind in ("number_branch", "specialised") and (crossed := _CROSSED.match(cause.words)):
+            key = (cause.kind, crossed["numbers"], "")  # one number, many conditions (a view's arithmetic): one
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
             key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
@@ -169,13 +171,38 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if first.kind == "derived":
             out.append(derived_joined([c for _, c in same]))
             continue
+        if first.kind in ("number_branch", "specialised") and len(same) > 1:
+            out.append(dataclasses.replace(first, words=_crossed_words([c for _, c in same]), guard=guards))
+            continue
         if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
             out.append(dataclasses.replace(first, guard=guards))
             continue
         also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
-        fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), first.fix + also)
+        # the fix of a model input the batch builds (input_ids), where one is named: the user acts on that
+        token = next((c.fix for n, c in same if any(k in n for k in _TOKENS)), None) if first.kind == "size" else None
+        fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), token or first.fix + also)
         out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
     return out
+
+
+_CROSSED = re.compile(
+    r"^(?P<numbers>.+?) crossed a (?P<what>condition|bound) the graph assumed \((?P<condition>.*)\), "
+    r"set(?P<at>.*?)(?P<tail>: each side of it is a graph of its own)?$"
+)
+
+
+def _crossed_words(causes: list[Cause]) -> str:
+    """Several conditions on one number, or bounds on sizes, crossed at once (a reshape's arithmetic on a
+    number, one branch on two sizes), said as one: the shortest by name, the count, the lines that set them."""
+    found = [m for c in causes if (m := _CROSSED.match(c.words))]
+    shortest = min((m["condition"] for m in found), key=len)
+    at = list(dict.fromkeys(m["at"] for m in found))
+    where = at[0] + (f", and {len(at) - 1} more line{'s' * (len(at) > 2)}" if len(at) > 1 else "")
+    tail = ": each side of them is a graph of its own" if found[0]["tail"] else ""
+    return (
+        f"{found[0]['numbers']} crossed {len(found)} {found[0]['what']}s the graph assumed ({shortest}, and "
+        f"{len(found) - 1} more), set{where}{tail}"
+    )
 
 
 _ONE_PER_INPUT = ("dict_keys", "stride")

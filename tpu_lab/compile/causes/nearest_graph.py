@@ -8,20 +8,27 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.joined import forces_own_graph
 from tpu_lab.compile.sources.frames import MORE
 
 Signature = Sequence[tuple[str, str]]
+_PIN = re.compile(r"^(?P<source>[^=<>!]+?) == \(?[-\d.e+]+\)?$")  # a number the graph holds to one value
 
 
 def nearest(
-    per_graph: dict[Any, list[Cause]], inputs: dict[Any, Signature], signature: Signature, failures: Sequence[Any]
+    per_graph: dict[Any, list[Cause]],
+    inputs: dict[Any, Signature],
+    signature: Signature,
+    failures: Sequence[Any],
+    dynamic: frozenset[str] = frozenset(),
 ) -> Any:
     """The graph (a key of ``per_graph``, its causes) nearest the call with ``signature``: ``inputs`` holds
-    the inputs each graph was compiled for, where this process saw them; ``failures`` each graph's failed guards."""
+    the inputs each graph was compiled for, where this process saw them; ``failures`` each graph's failed
+    guards; ``dynamic``: the numbers (Dynamo's sources) automatic dynamic made symbolic, by now."""
     order = list(per_graph)
     far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
+    superseded = _superseded(failures, {local_name(d) for d in dynamic})
     return min(
         order,
         key=lambda g: (
@@ -31,6 +38,8 @@ def nearest(
             # a graph for another case (a flag's other value, None for a tensor) is another code path: the
             # graph of this path, with its own failed guard, is what the call was meant to reuse
             any(forces_own_graph(c) for c in per_graph[g]),
+            # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
+            g in superseded,
             sum(_changes(c) for c in _distinct(per_graph[g])),
             _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
             if g in inputs
@@ -40,10 +49,31 @@ def nearest(
     )
 
 
+def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
+    """Graphs that pin a number to one value (``window_size == 4``) where another graph already holds it
+    symbolic (a condition on it failed there): that later graph is the one the call was meant to reuse."""
+    pins: dict[Any, set[str]] = {}
+    symbolic: set[str] = set()
+    for f in failures:
+        if (m := _PIN.match(f.guard.strip())) and local_name(m["source"]) in made:
+            pins.setdefault(f.graph, set()).add(local_name(m["source"]))
+        else:
+            symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", local_name(f.guard))}
+    return {g for g, names in pins.items() if names & symbolic}
+
+
 def _distinct(causes: list[Cause]) -> list[Cause]:
     """One cause per change: the same change named once per input (``input_ids dimension 0 is now 1``,
-    ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads."""
-    return list({(c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes}.values())
+    ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads; and the
+    bounds one branch's other side crosses (``if t.size(-1) >= length`` on two inputs: three guards) are one."""
+    return list(
+        {
+            ("bound", "") if c.kind in _BOUNDS else (c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes
+        }.values()
+    )
+
+
+_BOUNDS = ("specialised", "number_branch")  # a size or a number across a condition the graph assumed
 
 
 def _changes(cause: Cause) -> int:

@@ -4,33 +4,69 @@ code is refused), and the value carried over the break is named as the user's co
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import linecache
 import re
+from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import CARRIED, Cause
 from tpu_lab.compile.sources.frames import FunctionKey
 
-_CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)\[(\d+)\]")
+_CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
 
 
-def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[int, str]]:
+def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[str, str]]:
     """The break's line of a resumed frame: (its number, its code, the one name it assigns or '', the names a
     tuple assignment unpacks into: ``a, b = f()``, where the carried value is f()'s)."""
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
-    unpacked = re.match(r"^\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)", code)
-    items = dict(enumerate(n.strip() for n in unpacked[1].split(","))) if unpacked else {}
+    items = _unpacked(code)
     if target and (picked := re.search(r"\)\[(\d+)\]\s*(?:#.*)?$", code)):  # inds = torch.where(m)[0]: the
-        return line, code, "", {int(picked[1]): target[1]}  # carried value is the call's tuple, its item the name
+        return line, code, "", {f"[{picked[1]}]": target[1]}  # carried value is the call's tuple, its item the name
     loop = re.match(r"^for\s+.+?\s+in\s+(.+?):\s*(?:#.*)?$", code)  # a break in a loop's header: the list it walks
     return line, code, target[1] if target else (loop[1] if loop and len(loop[1]) <= 60 else ""), items
 
 
-def _items_named(text: str, items: dict[int, str]) -> str:
-    return _CARRIED_ITEM.sub(lambda m: items.get(int(m[1]), m[0]), text)
+def _unpacked(code: str) -> dict[str, str]:
+    """The names a tuple assignment unpacks into, by their index in the value (``out, (h, c) = lstm(x)``:
+    ``[0]`` out, ``[1]`` (h, c), ``[1][0]`` h); empty for any other line."""
+    try:
+        body = ast.parse(code.split("#")[0].strip()).body
+    except SyntaxError:
+        return {}
+    if not (body and isinstance(body[0], ast.Assign) and isinstance(body[0].targets[0], (ast.Tuple, ast.List))):
+        return {}
+    out: dict[str, str] = {}
+
+    def walk(node: ast.Tuple | ast.List, path: str) -> None:
+        for i, item in enumerate(node.elts):
+            if isinstance(item, ast.Starred):  # later items' indexes depend on the value's length
+                return
+            if isinstance(item, ast.Name):
+                out[f"{path}[{i}]"] = item.id
+            elif isinstance(item, (ast.Tuple, ast.List)):
+                out[f"{path}[{i}]"] = f"({ast.unparse(item).strip('()[]')})"
+                walk(item, f"{path}[{i}]")
+
+    walk(body[0].targets[0], "")
+    return out
+
+
+def _items_named(text: str, items: dict[str, str]) -> str:
+    """The carried value's items by the names the break line unpacks them into, the longest path first
+    (``the carried value[1][0]`` is h where the line reads ``out, (h, c) = ...``)."""
+
+    def named(m: re.Match) -> str:
+        path = m[1]
+        for cut in sorted({p.end() for p in re.finditer(r"\]", path)}, reverse=True):
+            if path[:cut] in items:
+                return items[path[:cut]] + path[cut:]
+        return m[0]
+
+    return _CARRIED_ITEM.sub(named, text)
 
 
 def carried_named(text: str, function: FunctionKey) -> str:
@@ -60,3 +96,16 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
         out.append(dataclasses.replace(c, words=words, fix=fix))
     return out
+
+
+def named_inputs(signature: Sequence[tuple[str, str]], function: FunctionKey) -> tuple[tuple[str, str], ...]:
+    """A resumed frame's inputs with the carried value named as the break line assigns it (``out``, ``h`` for
+    ``out, (h, c) = self.lstm(packed)``), as its causes name it, where the line assigns names."""
+    _, code, _, _ = _break_line(function)
+    call = code.split("=", 1)[1].strip() if re.match(r"^[\w\s,()\[\]]+=(?!=)", code) else ""
+    out = []
+    for name, said in signature:
+        carried = f"the carried value{name[len(call) :]}" if call and name.startswith(call) else name
+        named = carried_named(carried, function)
+        out.append((named if named != carried else name, said))
+    return tuple(out)

@@ -105,7 +105,91 @@ def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str]
     values, _ = pinned(guards)
     made = frozenset(out - values)
     derived = [v for v in values if "(" in v]  # an expression over numbers, pinned to one value
-    return made, frozenset(n for n in made if any(n in v for v in derived))
+    return made, frozenset(n for n in made if any(n in v for v in derived) and not _reusable(n, guards))
+
+
+def _reusable(source: str, guards: list[str]) -> bool:
+    """Whether the graph's ``guards`` on ``source`` alone (plain arithmetic, no calls) pass for two or more
+    ints: a pinned expression that several values satisfy (``3*ws*ws*(8 // ws)*(8 // ws) == 192`` holds for
+    2 and 4) pins no one value, and later values reuse the graph."""
+    own = [t for g in guards if source in g and (t := _arithmetic(g, source)) is not None]
+    if not own:
+        return False
+    passing = 0
+    for n in range(65):
+        try:
+            passing += all(_value(t, n) for t in own)
+        except (ArithmeticError, ValueError):  # a division by zero: that value fails the graph's guards
+            continue
+    return passing >= 2
+
+
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def _arithmetic(guard: str, source: str) -> ast.expr | None:
+    """``guard`` parsed, where it is plain integer arithmetic and comparison on ``source`` and constants."""
+    try:
+        tree = ast.parse(guard, mode="eval").body
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            if ast.unparse(node) != source.replace('"', "'"):
+                return None
+        elif not isinstance(
+            node,
+            (
+                ast.BoolOp,
+                ast.And,
+                ast.Or,
+                ast.Compare,
+                ast.BinOp,
+                ast.UnaryOp,
+                ast.USub,
+                ast.Not,
+                ast.Constant,
+                *tuple(_OPS),
+            ),
+        ) and not (isinstance(node, (ast.Name, ast.Load)) and getattr(node, "id", "L") == "L"):
+            return None
+    return tree
+
+
+def _value(node: ast.expr, n: int) -> Any:
+    """``node`` (from ``_arithmetic``) evaluated with its one source standing for ``n``."""
+    if isinstance(node, ast.Subscript):
+        return n
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp):
+        v = _value(node.operand, n)
+        return -v if isinstance(node.op, ast.USub) else not v
+    if isinstance(node, ast.BinOp):
+        return _OPS[type(node.op)](_value(node.left, n), _value(node.right, n))
+    if isinstance(node, ast.BoolOp):
+        values = (_value(v, n) for v in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    assert isinstance(node, ast.Compare)
+    left = _value(node.left, n)
+    for op, right in zip(node.ops, node.comparators, strict=True):
+        r = _value(right, n)
+        if not _OPS[type(op)](left, r):
+            return False
+        left = r
+    return True
 
 
 def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = False) -> str:
@@ -128,11 +212,12 @@ def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = Fal
         if "_parameters_" in node or "_buffers_" in node:
             continue
         name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), names)
-        name = "the KV cache" if "cache_layers_" in name else name  # one per layer's keys and values
-        carried = re.fullmatch(r"_*stack(\d+)((?:_\d+)*)", name)  # a resumed frame's input (or an item of it)
+        name = "the KV cache" if "cache_layers_" in node else name  # one per layer's keys and values
+        # a resumed frame's input, an item of it, or an item's field (stack0_0_data: the value's [0].data)
+        carried = re.fullmatch(r"_*stack(\d+)((?:_\d+)*)(?:_([A-Za-z]\w*))?", name)
         if carried:
             name = "the carried value" + (f" {int(carried[1]) + 1}" if int(carried[1]) else "")
-            name += "".join(f"[{i}]" for i in carried[2].split("_")[1:])
+            name += "".join(f"[{i}]" for i in carried[2].split("_")[1:]) + (f".{carried[3]}" if carried[3] else "")
         # a symbol (s0, s0 + 1); a symbol Dynamo specialised again reads as its number ("5"): static
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str) and d.isdigit() == specialised]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)

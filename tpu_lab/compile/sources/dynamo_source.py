@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import dynamo_failures, listening
+from tpu_lab.compile.sources import dynamo_failures, listening, wrappers
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
@@ -174,7 +174,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
-            names += closure_names(frame, reasons)
+            names += closure_names(frame, reasons) + wrappers.field_names(frame.f_locals)
             now = subjects(frame, reasons)
             signature = with_nones(signature, guarded_nones(frame, reasons))  # a None whose change made it
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))
@@ -204,6 +204,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if frame is not None and heard
         else (),
         all_dynamic=dynamic_from_the_start(),
+        hooks=wrappers.module_hooks(frame.f_locals) if frame is not None and heard else (),
     )
 
 

@@ -40,6 +40,8 @@ def where_label(filename: str, line: int) -> str:
 
 
 RESUME = "torch_dynamo_resume_in_"
+CARRIED_VALUE = "the value carried over the graph break"
+"""A resumed frame's input (Dynamo's ``___stack0``) in words: a value the code before the break computed."""
 _CARRIED = re.compile(r"___stack\d+")
 
 
@@ -146,6 +148,8 @@ class Capture(NamedTuple):
     class (``another instance of ModelEmaV3``) or another function through one shared wrapper (its name)."""
     all_dynamic: bool = False
     """Compiled with ``torch.compile(dynamic=True)``: every size is dynamic from the graph's start."""
+    hooks: tuple[tuple[str, Any, int], ...] = ()
+    """(name, weak reference, hook count) of each submodule of the compiled module, as the graph saw them."""
 
     @property
     def shown(self) -> Signature:
@@ -251,8 +255,17 @@ def _entry(value: Any) -> str:
 def _interesting(value: Any) -> bool:
     import torch
 
-    shown = isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "layers")
-    return shown and not isinstance(value, bool)
+    shown = isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "get_seq_length")
+    return (shown or _first_tensor(value) is not None) and not isinstance(value, bool)
+
+
+def _first_tensor(value: Any) -> tuple[str, Any] | None:
+    """A ModelOutput's (a dict of tensors: an encoder's output passed to the decoder) first tensor, by key."""
+    import torch
+
+    if not isinstance(value, dict) or type(value) is dict:
+        return None
+    return next(((k, v) for k, v in value.items() if isinstance(v, torch.Tensor)), None)
 
 
 def describe(value: Any) -> str:
@@ -279,7 +292,9 @@ def describe(value: Any) -> str:
         return str(value)
     if isinstance(value, enum.Enum):  # each member is a graph of its own: Mode.TRAIN, not "Mode"
         return f"{type(value).__name__}.{value.name}"
-    layers = getattr(value, "layers", None)
+    if first := _first_tensor(value):  # BaseModelOutput: its first tensor, the one the decoder reads
+        return f"{type(value).__name__} {first[0]}={describe(first[1])}"
+    layers = getattr(getattr(value, "self_attention_cache", value), "layers", None)  # an encoder-decoder's: its own
     if layers:  # a transformers cache: its length is what a static cache specialises on
         size = getattr(layers[0], "max_cache_len", None)
         if size is None:  # a cache that grows (DynamicCache): its length is the tokens it holds now

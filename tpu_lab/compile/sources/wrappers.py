@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import re
 import weakref
 from typing import Any
 
-from tpu_lab.compile.sources.frames import RESUME, FunctionKey
+from tpu_lab.compile.sources.frames import CARRIED_VALUE, RESUME, FunctionKey
 from tpu_lab.compile.sources.resume_code import resume_point
 
 
@@ -249,3 +250,49 @@ def closure_names(frame: Any, reasons: tuple[str, ...]) -> tuple[tuple[str, str]
         if i < len(free) and isinstance(free[i], str):
             out.append((f"{owner}.__closure__[{i}].cell_contents", free[i]))
     return tuple(dict.fromkeys(out))
+
+
+def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The fields of namedtuples among the inputs (and one level into tuples), as the code reads them:
+    Dynamo indexes them (``packed[0]``), the code and the inputs column say ``packed.data``."""
+    out: list[tuple[str, str]] = []
+
+    def add(name: str, value: Any, depth: int) -> None:
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            out.extend((f"{name}[{i}]", f"{name}.{f}") for i, f in enumerate(value._fields))
+        elif isinstance(value, dict) and type(value) is not dict:  # a ModelOutput: Dynamo reads it by position
+            out.extend((f"list({name}.values())[{i}]", f"{name}.{k}") for i, k in enumerate(list(value)[:16]))
+        elif isinstance(value, tuple) and depth < 2:  # a value carried over a break: (out, (h, c))
+            for i, item in enumerate(value[:8]):
+                add(f"{name}[{i}]", item, depth + 1)
+        elif type(value) is dict and depth == 0:  # **kwargs: by key, and by the name it is renamed to
+            for k, item in list(value.items())[:32]:
+                add(f"{name}[{k!r}]", item, 1)
+                if isinstance(k, str) and k.isidentifier():
+                    add(k, item, 1)
+
+    for name, value in values.items():  # a carried value as the causes and the inputs column name it
+        for said in (CARRIED_VALUE, "the carried value") if name == "___stack0" else (name,):
+            add(said, value, 0)
+    return tuple(out)
+
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def module_hooks(values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
+    """Each submodule of the module a frame compiles (``self``, or the module torch.compile's wrapper calls),
+    with its hook count now: Dynamo does not guard a submodule's hooks (``skip_nnmodule_hook_guards``), so one
+    added or removed after the compile is silently not what the graph runs. The module's own hooks run
+    outside its graph, so it is left out."""
+    import torch
+
+    fn = values.get("fn")
+    root = values.get("self") if isinstance(values.get("self"), torch.nn.Module) else getattr(fn, "__self__", fn)
+    if not isinstance(root, torch.nn.Module):
+        return ()
+    return tuple((name, weakref.ref(m), hook_count(m)) for name, m in itertools.islice(root.named_modules(), 1, 1025))
+
+
+def hook_count(module: Any) -> int:
+    return sum(len(getattr(module, a, None) or ()) for a in _HOOKS)

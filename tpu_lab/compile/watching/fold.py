@@ -11,6 +11,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from tpu_lab.compile.causes.branch_origin import by_vmap, calls_vmap
+from tpu_lab.compile.causes.break_words import packed_rnn
 from tpu_lab.compile.causes.cause import CARRIED, Cause, readable_guard
 from tpu_lab.compile.causes.explain import (
     LIMIT_RAISED_TEXT,
@@ -20,13 +22,14 @@ from tpu_lab.compile.causes.explain import (
     limit_raised,
 )
 from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
-from tpu_lab.compile.causes.resumed import carried_named
+from tpu_lab.compile.causes.resumed import carried_named, named_inputs
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import reuse_bounds, what_next
 from tpu_lab.compile.watching.failed import failed_compile
+from tpu_lab.compile.watching.hooks_changed import hooks_cause
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
 from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
 
@@ -55,6 +58,7 @@ class Fold:
         self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
+        self.hooks: dict[FunctionKey, tuple[tuple[str, Any, int], ...]] = {}  # each function's newest graph's
         self.timeline: list[Point] = []
 
     def compiled(
@@ -74,6 +78,8 @@ class Fold:
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
+        if cap.hooks:
+            self.hooks[cap.function] = cap.hooks
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
         causes = growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value)
@@ -116,9 +122,13 @@ class Fold:
                 r.causes = (
                     [reuse_bounds.without_unbacked(c, compared) for c in r.causes] if key == cap.function else r.causes
                 )
+        vmapped = any("as a plain Python number" in c.words for c in causes) and calls_vmap(*cap.function[1:3])
+        causes = [dataclasses.replace(c, words=by_vmap(c.words)) for c in causes] if vmapped else causes
         if refix := what_next.fixed_again(causes):  # the reason an earlier graph pinned the size is known now
             for (key, _), r in self.rows.items():
                 r.causes = [what_next.refiled(c, refix) for c in r.causes] if key == cap.function else r.causes
+                if vmapped and key == cap.function:
+                    r.causes = [dataclasses.replace(c, words=by_vmap(c.words)) for c in r.causes]
         if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
             causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
         for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
@@ -128,7 +138,8 @@ class Fold:
         # a flag this graph is guarded on has the value the graph was compiled for, though no cause names it
         # (the graph it was told against had the same value: a PEFT adapter back on, its scaling changed)
         compiled_for = [(m[1], m[2]) for g in guards or () if (m := _FLAG.fullmatch(readable_guard(g, cap.names)))]
-        shown = with_flags(cap.shown, self.flags.setdefault(cap.function, {}), said, [*compiled_for, *cap.flags])
+        shown = named_inputs(cap.shown, cap.function) if cap.function.name.startswith(RESUME) else cap.shown
+        shown = with_flags(shown, self.flags.setdefault(cap.function, {}), said, [*compiled_for, *cap.flags])
         row = self.row(cap.function, shown)
         row.compiles += 1
         row.compile_seconds += seconds
@@ -243,7 +254,17 @@ class Fold:
     def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:
         """The rows and breaks so far, copied (a table is a snapshot)."""
         rows = tuple(r.frozen() for r in self.rows.values())
-        breaks = tuple(BreakRow(c.words, w, n, c.fix, c.guard) for (_, w), (c, n) in self.breaks.items())
+        for i, key in enumerate(self.rows):  # the function's last row: hooks changed since its newest graph
+            last = all(k[0] != key[0] for k in list(self.rows)[i + 1 :])
+            if last and key[0] in self.hooks and (note := hooks_cause(self.hooks[key[0]])):
+                rows[i].causes.append(note)
+        said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
+        for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
+            r.causes = packed_rnn(r.causes, broke)
+        breaks = tuple(
+            BreakRow(c.words, w, n, c.fix, c.guard)
+            for c, ((_, w), (_, n)) in zip(said, self.breaks.items(), strict=True)
+        )
         return rows, breaks
 
 

@@ -51,10 +51,9 @@ def bounded(
         )
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
-        if found:
+        if found and made:
             found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
-            every = list(dict.fromkeys(f"{w} holds{condition_place(g, places)}" for w, g in found))
-            said = " and ".join(every[:2]) + (f" (and {len(every) - 2} more conditions)" if len(every) > 2 else "")
+            said = _said(found, places, made[1])
             words = c.words.replace(
                 "so later values reuse this graph", f"so later values reuse this graph while {said}"
             )
@@ -69,6 +68,27 @@ def bounded(
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str) -> str:
+    """The conditions (words, Dynamo's guard) a graph holds on ``subject``, said once each with the lines
+    that set them: a few short ones by name (``stride != 1 and 1 <= stride hold (from your line 11: ...)``),
+    many, or long ones, by their count and lines, never twenty expressions in a row."""
+    by_place: dict[str, list[str]] = {}
+    for w, g in found:
+        by_place.setdefault(condition_place(g, places), [])
+        if w not in by_place[condition_place(g, places)]:
+            by_place[condition_place(g, places)].append(w)
+    every = [w for ws in by_place.values() for w in ws]
+    if len(every) <= 3 and all(len(w) <= 48 for w in every):
+        return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
+    where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
+    where = f" ({where})" if where else ""
+    held_to = next(((w, g) for w, g in found if " == " in g), None)  # one value: it decides each value's graph
+    if held_to is None:
+        return f"the {len(every)} conditions it holds on {subject} pass{where}"
+    more = f" and {len(every) - 1} more conditions on {subject} pass{where}" if len(every) > 1 else ""
+    return f"{held_to[0]} holds{condition_place(held_to[1], places) if not more else ''}{more}"
 
 
 _SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|Min|CeilToInt|FloorToInt)\(")

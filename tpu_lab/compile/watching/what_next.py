@@ -236,8 +236,17 @@ def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
         d = _dim_of(c)
         if d and f"{d[0]} dim {d[1]}" in pinned:
             c = dataclasses.replace(c, fix=_FIXED_FIX)
+        elif c.fix.startswith("expected once per value"):  # a graph per value, but more values than it allows
+            c = dataclasses.replace(c, fix=_MORE_VALUES_FIX)
         out.append(c)
     return out
+
+
+_MORE_VALUES_FIX = (
+    "each value is a graph of its own, and more values came than the recompile limit allows: raise the limit "
+    "(where it is set, named here) to at least the number of values you use, before the first call, or compile "
+    "only the part every value shares and pick the value's part outside the compiled function"
+)
 
 
 def _dim_of(c: RowCause) -> tuple[str, str] | None:

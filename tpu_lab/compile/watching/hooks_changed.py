@@ -1,0 +1,49 @@
+"""Hooks added to or removed from the submodules of a compiled module after its graph was compiled. Dynamo
+does not guard them (``torch._dynamo.config.skip_nnmodule_hook_guards``), so no recompile tells the user:
+the graph silently runs without the new hook, or still runs the removed one. Checked when a table is built
+(a weak reference and a count per submodule, taken at each compile), never per call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_lab.compile.sources.wrappers import hook_count
+from tpu_lab.compile.watching.watch_table import RowCause
+
+HOOKS_FIX = (
+    "register hooks before the first compiled call and keep them; after adding or removing one, call "
+    "torch._dynamo.reset() so the next call compiles with the hooks as they are, or set "
+    "torch._dynamo.config.skip_nnmodule_hook_guards = False before compiling (Dynamo then guards them, and "
+    "recompiles when they change)"
+)
+
+
+def hooks_cause(snapshot: Sequence[tuple[str, Any, int]]) -> RowCause | None:
+    """What changed in the hooks of the submodules in ``snapshot`` (name, weak reference, count at the
+    compile) since then, as a note on the graph (no compile of its own); None when nothing did, or when
+    Dynamo guards hooks (the change then recompiles, and the recompile says so)."""
+    import torch._dynamo.config as config
+
+    if not getattr(config, "skip_nnmodule_hook_guards", False):
+        return None
+    now = [(name, then, hook_count(m)) for name, ref, then in snapshot if (m := ref()) is not None]
+    added = [_named(n) for n, then, count in now if count > then]
+    removed = [_named(n) for n, then, count in now if count < then]
+    said = [f"a hook was added to {', '.join(added)} after this graph was compiled: the graph never runs it"]
+    said = (
+        said[: bool(added)]
+        + [f"a hook was removed from {', '.join(removed)} after this graph was compiled: the graph still runs it"][
+            : bool(removed)
+        ]
+    )
+    if not said:
+        return None
+    words = "; ".join(said) + " (Dynamo does not guard the hooks of the modules inside a compiled module)"
+    return RowCause(words, "", HOOKS_FIX, "hooks", 0)
+
+
+def _named(name: str) -> str:
+    """A submodule as the code reaches it: ``1`` of a Sequential is ``self[1]``, ``layers.0.attn``
+    ``self.layers[0].attn``."""
+    return "self" + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in name.split("."))
