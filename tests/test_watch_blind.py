@@ -489,7 +489,7 @@ def test_hf_model_switched_to_train_with_a_longer_prompt(dynamo, qwen):
     got = {c.kind: c for c in causes(w)}
     assert set(got) == {"training", "size"}
     assert "train/eval switched: self.model" in got["training"].words
-    assert got["size"].words.startswith("prompt length changed 4 -> 6") and "kwargs" not in got["size"].words
+    assert got["size"].words.startswith("sequence length changed 4 -> 6") and "kwargs" not in got["size"].words
 
 
 @pytest.mark.slow

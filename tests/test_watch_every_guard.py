@@ -77,7 +77,7 @@ def test_a_longer_tokenized_batch_names_input_ids_and_attention_mask_as_one_chan
     check_against_dynamo(w, dynamo, also=["tensor 'batch['attention_mask']' size mismatch at index 1"])
     (cause,) = only_causes(w, "batch_step")
     assert cause.kind == "size" and len(cause.guard.splitlines()) == 2
-    assert cause.words.startswith("prompt length changed 5 -> 9") or cause.words == (
+    assert cause.words.startswith("sequence length changed 5 -> 9") or cause.words == (
         "batch['input_ids'], batch['attention_mask'] dimension 1 changed 5 -> 9"
     )
 

@@ -33,7 +33,7 @@ PREFILL_DECODE_FIX = (
 def prompt_length_words(a: str, b: str, where: str = "", training: bool = False) -> str:
     """The token dimension of input_ids changed: a decode step (1 token) after a prefill, a prompt after a
     1-token graph, or a new prompt length; ``where``: the inputs that changed alike (`` in input_ids, ...``);
-    ``training``: a batch with labels, whose tokens are sequences, not prompts."""
+    ``training``: a batch with labels, or a call with no KV cache, whose tokens are sequences, not prompts."""
     if training:
         return f"sequence length changed {a} -> {b}{where}"
     if b == "1" and a != "1":
@@ -114,8 +114,8 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         )
     if i == "0" and any(k in name for k in _BATCHED):
         words = f"batch size changed {a} -> {b} ({name})"
-    elif "input_ids" in name and i == "1":
-        words = prompt_length_words(a, b)
+    elif "input_ids" in name and i == "1":  # without a KV cache no call generates: sequences, not prompts
+        words = prompt_length_words(a, b, training=not cache)
         if b == "1" and a != "1":  # prefill -> decode: padding prompts never merges those two
             return Cause("size", words, g, PREFILL_DECODE_FIX)
     elif "attention_mask" in name:

@@ -251,7 +251,8 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     if i == "0" and any(k in n for n in names for k in ("input_ids", "attention_mask", "position_ids")):
         words = f"batch size changed {a} -> {b} in {joined}"
     elif i != "0" and any("input_ids" in n for n in names):
-        words = prompt_length_words(a, b, f" in {joined}", training=any("labels" in n for n in names))
+        sequences = any("labels" in n for n in names) or first.words.startswith("sequence length")
+        words = prompt_length_words(a, b, f" in {joined}", training=sequences)
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"
     return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
