@@ -99,3 +99,11 @@ def test_one_value_baked_in_again_and_again_is_said_once_with_its_values(dynamo)
     assert row.cause.startswith("first compile; Python float self.p changed 4 times (was 0.0, 0.1, 0.2, 0.3; its")
     assert "0.30000000000000004" not in row.cause and row.cause.count("baked") == 1
     assert "self.p == 0.30000000000000004" in row.shown_guard  # the exact value where Dynamo's guard is
+
+
+def test_a_float_input_is_shown_without_its_binary_rounding(dynamo):
+    f = torch.compile(lambda x, scale: x * scale, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.ones(2), 0.1 * 3)  # 0.30000000000000004
+    check_against_dynamo(w, dynamo)
+    assert w.table.rows[0].signature == "x: f32[2], scale: float 0.3"

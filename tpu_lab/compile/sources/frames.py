@@ -284,6 +284,8 @@ def describe(value: Any) -> str:
         return repr(value)
     if isinstance(value, str) and len(value) <= 24:
         return f"str {value!r}"
+    if isinstance(value, float) and len(repr(value)) > 14:  # 0.30000000000000004: binary rounding, not the value
+        return f"float {value:.12g}"
     if isinstance(value, (int, float)):
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, torch.nn.Module):
