@@ -116,13 +116,15 @@ def _reusable(source: str, guards: list[str]) -> bool:
     if not own:
         return False
     passing = 0
-    for n in range(65):
+    for n in _CANDIDATES:
         try:
             passing += all(_value(t, n) for t in own)
         except (ArithmeticError, ValueError):  # a division by zero: that value fails the graph's guards
             continue
     return passing >= 2
 
+
+_CANDIDATES = (*range(65), *(m << k for k in range(6, 13) for m in (2, 3)))  # small ints, and sizes up to 12288
 
 _OPS = {
     ast.Add: lambda a, b: a + b,
