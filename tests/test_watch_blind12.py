@@ -160,8 +160,8 @@ def test_an_int_argument_that_becomes_a_tuple_is_a_type_change_not_a_new_value(d
     check_against_dynamo(w, dynamo, also=["kernel_size == 3"])  # both changed; Dynamo logs stride's guard
     found = {c.words for r in w.table for c in r.causes if c.kind not in ("first", "dynamic")}
     assert found == {
-        "stride is now a list or tuple, was the int 2 (each type is its own graph)",
-        "kernel_size is now a list or tuple, was the int 3 (each type is its own graph)",
+        "stride is now a tuple, was the int 2 (each type is its own graph)",
+        "kernel_size is now a tuple, was the int 3 (each type is its own graph)",
     }
 
 

@@ -177,7 +177,7 @@ def test_a_cache_that_was_none_counts_the_compile_and_the_size_change_with_it_is
     assert second[0].kind == "none" and second[0].count == 1 and second[0].words.startswith("past is now")
     size = next(c for c in second if c.kind == "size")
     assert size.count == 0 and size.fix.startswith(
-        "none for this compile, which needs a graph of its own anyway (past is now a value, was None)"
+        "none for this compile, which needs a graph of its own anyway (past is now a tuple, was None)"
     )
     assert "mark" not in size.fix.split("; if this changes again later: ")[0]
     layout = [c for r in w.table for c in r.causes if c.kind == "stride"]

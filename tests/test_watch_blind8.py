@@ -161,7 +161,7 @@ def test_a_changed_global_is_not_told_to_become_an_argument(dynamo):
     check_against_dynamo(w, dynamo)
     (changed,) = causes(w)
     assert changed.kind == "global" and "DROPOUT changed (was 0.1" in changed.words
-    assert "pass it as an argument" not in changed.fix and "keep it fixed" in changed.fix
+    assert "pass it as an argument" not in changed.fix and "keep it to a few values" in changed.fix
     assert "G[" not in w.table.to_text()
 
 

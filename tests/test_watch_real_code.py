@@ -113,7 +113,7 @@ def test_a_shorter_list_is_a_length_change(dynamo):
         f([4, 5], torch.ones(2))
     check_against_dynamo(w, dynamo)
     (cause,) = only_causes(w, "total")
-    assert cause.kind == "length" and cause.words == "xs has a different length (was 3)"
+    assert cause.kind == "length" and cause.words == "xs has a different length (was 3, now 2)"
 
 
 def first_value(d):

@@ -109,7 +109,7 @@ _SCOPE_FIX = (
 )
 _NUMPY_FIX = (
     "compute it outside the compiled function and pass the result in, or use the torch equivalent "
-    "(torch.distributions for random draws, torch ops for the rest)"
+    "(torch ops on tensors{random})"
 )
 
 
@@ -189,7 +189,9 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
         hints = [_on_the_line(h, code) for h in hints]
         fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (
-            _NUMPY_FIX if "torch._numpy" in inner else ""
+            _NUMPY_FIX.format(random=", torch.distributions for random draws" if "random" in inner.lower() else "")
+            if "torch._numpy" in inner
+            else ""
         )
         made = _CONSTRUCTED.search(inner)
         if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
@@ -204,9 +206,10 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=RANDOM_VALUE_FIX)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)
+        whose = "torch " if re.search(r"file `torch/|function `torch\.", cause.words) else ""  # or a builtin
         fix = (
-            "call it outside the compiled function where you can (before or after it): Dynamo skips this torch "
-            "function on purpose and runs it eagerly, between two graphs; else accept the break"
+            "call it outside the compiled function where you can (before or after it): Dynamo skips this "
+            f"{whose}function on purpose and runs it eagerly, between two graphs; else accept the break"
         )
         if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
             fix = TRAINING_STEP_FIX

@@ -126,9 +126,11 @@ def container_words(
             "expected once; change a module's parameters (remove_weight_norm, fusing) before its first compiled call",
         )
     if m:
+        held = re.search(r"\blen=(\d+)", (inputs or {}).get(local_name(m["name"]), ""))
+        shorter = f", now {held[1]}" if held and int(held[1]) < int(m["n"]) else ""  # never read as growing
         return Cause(
             "length",
-            f"{local_name(m['name'])}{GLOBAL_DICT if _global_dict(m['name'], inputs) else ''} has a different length (was {m['n']})",
+            f"{local_name(m['name'])}{GLOBAL_DICT if _global_dict(m['name'], inputs) else ''} has a different length (was {m['n']}{shorter})",
             g,
             _not_passed_fix(local_name(m["name"]))
             if m["name"].startswith("G[") or local_name(m["name"]).startswith("self.")
@@ -139,9 +141,15 @@ def container_words(
         name = local_name(m["name"])
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
-        return Cause(
-            "dict_keys", f"dict {name} {now} the key {m['key']}", g, "pass the dict with the same keys every call"
+        flag = (inputs or {}).get(f"{name}[{m['key']}]") in ("True", "False")  # a flag passed only sometimes
+        fix = (
+            f"expected once per case: a flag passed only sometimes picks a code path (each set of keys and each "
+            f"value of {m['key']} is a graph); pass it every call, at its default where unused, if its value rarely "
+            "changes"
+            if flag
+            else "pass the dict with the same keys every call"
         )
+        return Cause("dict_keys", f"dict {name} {now} the key {m['key']}", g, fix)
     if m := _KEY.search(g):
         return Cause(
             "dict_keys",

@@ -65,7 +65,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             "counter, a schedule), compute what depends on it outside the compiled function and pass the result "
             "in as a tensor (torch.tensor(value)), or pass the number as an argument (a changing int argument is "
             "made dynamic after one recompile, though a value computed from it with math functions stays baked "
-            "in); keep it fixed while the function runs compiled only where it is not meant to change"
+            "in); where it sets an argument that must be a Python number (a loss option such as label_smoothing, "
+            "a scale factor, a slice), each value is a graph wherever it comes from: keep it to a few values"
             if kind != "string" and value not in ("True", "False")
             else "expected once per value (a switch that picks a code path: a graph for each); set it before the "
             "first compiled call if it should not change while the function runs compiled",
@@ -203,6 +204,13 @@ def tensor_type_words(name: str, cls: str, want: str | None, g: str) -> Cause:
             f"{name} is now {'an' if now == 'int' else 'a'} {now}, was a tensor (a Python number is baked into the graph)",
             g,
             "keep passing a tensor (torch.tensor(value)): the graph then reads it at run time",
+        )
+    if now in ("list", "tuple", "dict", "NoneType", "str"):  # a container where a tensor was compiled for
+        return Cause(
+            "type",
+            f"{name} is now a {now}, was a tensor (each type is its own graph)",
+            g,
+            "pass one type each time: stack the items into one tensor (torch.stack) before the call",
         )
     if want:  # torch 2.14 names the type compiled for
         was = "plain tensor" if want == "torch.Tensor" else want.rsplit(".", 1)[-1]

@@ -13,6 +13,7 @@ from tpu_lab.compile.causes.joined import forces_own_graph
 from tpu_lab.compile.sources.frames import MORE
 
 Signature = Sequence[tuple[str, str]]
+_SIZE_PIN = re.compile(r"tensor '(.+?)' size mismatch at index (\d+)")
 _PIN = re.compile(r"^(?P<source>[^=<>!]+?) == \(?[-\d.e+]+\)?$")  # a number the graph holds to one value
 
 
@@ -57,8 +58,12 @@ def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
     for f in failures:
         if (m := _PIN.match(f.guard.strip())) and local_name(m["source"]) in made:
             pins.setdefault(f.graph, set()).add(local_name(m["source"]))
+        elif m := _SIZE_PIN.search(f.guard):  # a size the graph holds static: img dim 2
+            pins.setdefault(f.graph, set()).add(f"{local_name(m[1])}.size()[{m[2]}]")
         else:
-            symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", local_name(f.guard))}
+            text = local_name(f.guard)
+            symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", text)}
+            symbolic |= {f"{m[1]}.size()[{m[2]}]" for m in re.finditer(r"([\w.\[\]']+)\.size\(\)\[(\d+)\]", text)}
     return {g for g, names in pins.items() if names & symbolic}
 
 

@@ -23,6 +23,7 @@ from tpu_lab.compile.sources.tensor_text import layout_of
 # number Dynamo made dynamic, now of another type (None): its symbolic check raised, its type guard says why
 _CONSEQUENCES = re.compile(
     r"^(KeyError|IndexError|AttributeError|TypeError)\b|object has no attribute|out of range|^\('[^']*',\)$"
+    r"|not supported between instances of|unsupported operand type"  # a TypeError's own message: None compared
     r"|^expected \(<class [^)]*\), got <class '\w+'>$"
 )  # a KeyError's own args: where a dict's clone reports the missing key alone
 _MAX_CHECKS = 64  # clones per compiled graph: each costs a few microseconds per guard node kept

@@ -28,12 +28,15 @@ def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
         for guard in reason.split(":", 1)[-1].split("\n"):
             m = _SUBJECT.search(guard.strip())
             source = m and (m["a"] or m["b"] or m["e"] or m["f"])
-            if source and re.fullmatch(r"L\['\w+'\]|\w+", source) is None and source not in out:
+            if source and source not in out:
                 try:
                     value = _value_at(source, frame)
-                    out[source] = f"str {value[:60]!r}" if isinstance(value, str) else describe(value)
                 except Exception:
                     continue  # a source this reader does not follow: the words say less, never wrong
+                if type(value) in (list, tuple):  # its length: what a length guard checks
+                    out[source] = f"{type(value).__name__} len={len(value)}"
+                elif re.fullmatch(r"L\['\w+'\]|\w+", source) is None:  # a plain input is in the signature
+                    out[source] = f"str {value[:60]!r}" if isinstance(value, str) else describe(value)
     return tuple(out.items())
 
 

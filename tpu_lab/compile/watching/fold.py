@@ -27,7 +27,7 @@ from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import reuse_bounds, what_next
+from tpu_lab.compile.watching import pinned_sizes, reuse_bounds, what_next
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.hooks_changed import hooks_cause
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
@@ -82,7 +82,7 @@ class Fold:
             self.hooks[cap.function] = cap.hooks
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
-        causes = growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value)
+        causes = what_next.walked_tree(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value))
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before
@@ -112,7 +112,7 @@ class Fold:
             failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
         pinned = self.pinned.setdefault(cap.function, set())
-        causes = what_next.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
+        causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
         causes = own_graph_first(what_next.in_layout(reuse_bounds.bounded(causes, guards, cap.names, places or {})))
         compared = self.compared.setdefault(cap.function, set())
         compared |= reuse_bounds.compared_sizes(causes)
@@ -124,14 +124,14 @@ class Fold:
                 )
         vmapped = any("as a plain Python number" in c.words for c in causes) and calls_vmap(*cap.function[1:3])
         causes = [dataclasses.replace(c, words=by_vmap(c.words)) for c in causes] if vmapped else causes
-        if refix := what_next.fixed_again(causes):  # the reason an earlier graph pinned the size is known now
+        if refix := pinned_sizes.fixed_again(causes):  # the reason an earlier graph pinned the size is known now
             for (key, _), r in self.rows.items():
-                r.causes = [what_next.refiled(c, refix) for c in r.causes] if key == cap.function else r.causes
+                r.causes = [pinned_sizes.refiled(c, refix) for c in r.causes] if key == cap.function else r.causes
                 if vmapped and key == cap.function:
                     r.causes = [dataclasses.replace(c, words=by_vmap(c.words)) for c in r.causes]
         if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
             causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
-        for name, dim in what_next.keyed(causes):  # the size is a dict key: no part of the function may mark it
+        for name, dim in pinned_sizes.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
@@ -203,7 +203,7 @@ class Fold:
         said = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
         last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
-        last = what_next.at_limit(last, self.pinned.get(cap.function, set()))
+        last = pinned_sizes.at_limit(last, self.pinned.get(cap.function, set()))
         fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
         if cap.raises:
             self.raising.add(cap.function)
@@ -238,7 +238,7 @@ class Fold:
                 and k.filename == function.filename
                 and (k.name == base or k.name.startswith(f"{RESUME}{base}_at_"))
             ):
-                row.causes = [what_next.unmarked(c, name, dim, where) for c in row.causes]
+                row.causes = [pinned_sizes.unmarked(c, name, dim, where) for c in row.causes]
 
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         if nones := [n for n, d in signature if d == "None"]:

@@ -1,0 +1,177 @@
+"""Sizes a graph pins to one value though Dynamo traced them dynamic, and their fixes: pinned once, the
+reason is one of two (a Python number, or an input of fixed size it meets); pinned again, the code fixes
+the size (every size a graph, and mark_dynamic would raise); a size met by a tensor the module holds (a
+buffer Dynamo keeps at one size); a size used as a dict key; and what that means at the recompile limit."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+
+from tpu_lab.compile.causes.guard_containers import CACHE
+from tpu_lab.compile.causes.guard_sizes import with_note
+from tpu_lab.compile.watching.watch_table import RowCause
+
+
+def settled(
+    causes: list[RowCause], shapes: str, tpu: bool, tried: str = "", before: set[str] | None = None
+) -> list[RowCause]:
+    """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
+    reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic).
+    ``tried``: the dimensions Dynamo traced symbolic before the graph's guards pinned some to one size
+    (``unpinned``); ``before``: those pinned so in an earlier compile of the function (updated here). Pinned
+    once, the reason is not known (a Python number, or an input of fixed size it meets); pinned again, the
+    code fixes the size: every size is a graph, and mark_dynamic would raise."""
+    dims = set(shapes.split(", ")) if shapes and not tpu else set()
+    gained = [
+        c.words.split(" the key ", 1)[1].split(" (absent")[0]
+        for c in causes
+        if c.kind == "dict_keys" and CACHE in c.words
+    ]
+    keys = {int(n) for key in gained for n in re.findall(r"\d+", key)}  # sizes a cache is keyed by
+    fixed = set(tried.split(", ")) - set(shapes.split(", ")) if tried and not tpu else set()
+    before = set() if before is None else before
+    out = []
+    for c in causes:
+        m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
+        dim = f"{m[1]} dim {m[2]}" if m else ""
+        if m and dim in dims and c.kind == "size":
+            fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
+            c = dataclasses.replace(c, fix=fix + c.fix)
+        elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
+            c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
+            fixed.add(f"{d[0]} dim {d[1]}")
+        elif m and dim in fixed and (held := _module_held(c.words, m[1])):
+            c = dataclasses.replace(
+                c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
+            )
+        elif m and dim in fixed and dim in before:
+            note = _FIXED.format(m[1], m[2])
+            if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
+                note += f"; {alike[1]}, {alike[2]} share this size, so the code may read it from any of them"
+            c = dataclasses.replace(c, words=with_note(c.words, note), fix=_FIXED_FIX)
+        elif m and dim in fixed:
+            c = dataclasses.replace(
+                c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=_PINNED_FIX.format(m[1], m[2])
+            )
+        elif not m and (d := _dim_of(c)) and f"{d[0]} dim {d[1]}" in before:  # a resumed frame: no mark to give
+            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(*d)), fix=_FIXED_FIX)
+        out.append(c)
+    before |= fixed
+    return out
+
+
+def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
+    """(input, dim) these causes found pinned to one size a second time: the code fixes that size."""
+    return set(re.findall(r"the graph pins (\S+) dim (\d+) to one size again", " ".join(c.words for c in causes)))
+
+
+def refiled(c: RowCause, dims: Iterable[tuple[str, str]]) -> RowCause:
+    """A cause told, on the first pin, that either of two reasons may fix ``dims``' size (a Python number, or
+    an input of fixed size it meets), once a later graph pinned it again: the code fixes it, so its fix is
+    the later one's (its first, mark_dynamic, would raise)."""
+    for n, d in dims:
+        if c.fix == _PINNED_FIX.format(n, d):
+            note = (
+                _PINNED.format(n, d).split(": the code either")[0]
+                + ", as a later graph did again: "
+                + _FIXED.format(n, d).split(": ", 1)[1]
+            )
+            return dataclasses.replace(c, words=c.words.replace(_PINNED.format(n, d), note), fix=_FIXED_FIX)
+    return c
+
+
+def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
+    """The causes of a refusal at the recompile limit, with what the function's graphs showed: a dimension a
+    graph pinned to one size though Dynamo traced it dynamic (``pinned``) is fixed by the code, so marking it
+    dynamic would raise (ConstraintViolationError); the fix is the one its compiles gave, never mark_dynamic."""
+    out = []
+    for c in causes:
+        d = _dim_of(c)
+        if d and f"{d[0]} dim {d[1]}" in pinned:
+            c = dataclasses.replace(c, fix=_FIXED_FIX)
+        elif c.fix.startswith("expected once per value"):  # a graph per value, but more values than it allows
+            c = dataclasses.replace(c, fix=_MORE_VALUES_FIX)
+        out.append(c)
+    return out
+
+
+_MORE_VALUES_FIX = (
+    "each value is a graph of its own, and more values came than the recompile limit allows: raise the limit "
+    "(where it is set, named here) to at least the number of values you use, before the first call, or compile "
+    "only the part every value shares and pick the value's part outside the compiled function"
+)
+
+
+def _dim_of(c: RowCause) -> tuple[str, str] | None:
+    """(input, dimension) a size cause is about: as its fix marks it, else as its words name it (a resumed
+    frame's fix says to remove the break instead)."""
+    if c.kind not in ("size", "size_one"):
+        return None
+    m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) or re.match(
+        r"(\S+) dimension (\d+) changed", c.words
+    )
+    return (m[1], m[2]) if m else None
+
+
+def keyed(causes: Iterable[RowCause]) -> list[tuple[str, str]]:
+    """(input, dimension) that these causes found used as a dict key (each size its own graph)."""
+    return re.findall(r"the code uses (\S+)\.shape\[(\d+)\] as a dict key", " ".join(c.words for c in causes))
+
+
+def unmarked(c: RowCause, name: str, dim: str, where: str) -> RowCause:
+    """A cause that told to mark ``name`` dim ``dim`` dynamic, once ``where`` (another part of the function)
+    showed the code uses that size as a dict key: marking it would raise there (ConstraintViolationError)."""
+    if f"mark_dynamic({name}, {dim})" not in c.fix and f"mark {name} dim {dim} dynamic" not in c.fix:
+        return c
+    why = (
+        f"{where} uses {name}.shape[{dim}] as a dict key, so marking it dynamic would raise (ConstraintViolationError)"
+    )
+    if c.fix.startswith("none needed"):
+        return dataclasses.replace(c, fix=f"{c.fix.split('; to skip even this one')[0]}; {why}")
+    return dataclasses.replace(c, fix=f"{_FIXED_FIX}; {why}")
+
+
+_EXPECTED = re.compile(r"size mismatch at index \d+\. expected (\d+)")
+_KEYED = (
+    "the graph pins {0} dim {1} to one size: the code uses {0}.shape[{1}] as a dict key (the key the cache gained "
+    "holds it), so every size is its own graph"
+)
+_PINNED = (
+    "Dynamo traced {0} dim {1} as dynamic, but the graph pins it to this size: the code either uses {0}.shape[{1}] as a "
+    "plain Python number (int({0}.shape[{1}]), a loop over range({0}.shape[{1}])), or combines {0} with another "
+    "input whose size stayed fixed (broadcasting against it)"
+)
+_PINNED_FIX = (
+    "if {0} meets another input of fixed size, once that input's size changes too Dynamo can make both dynamic; "
+    "to skip the wait, mark {0} dim {1} dynamic together with the same dimension of each input it is combined with "
+    "(torch._dynamo.mark_dynamic on each, before the first call); if the code uses the size as a Python number, "
+    "pad to a few sizes instead (mark_dynamic raises there: ConstraintViolationError)"
+)
+_FIXED = (
+    "the graph pins {0} dim {1} to one size again, as an earlier graph did: the code fixes this size (it uses "
+    "{0}.shape[{1}] as a plain Python number, as int({0}.shape[{1}]) or a loop over range({0}.shape[{1}]) does), "
+    "so every size is its own graph"
+)
+_FIXED_FIX = (
+    "pad to a few sizes (buckets), or keep the size out of Python control flow (where a loop runs over it, "
+    "vectorise it); mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
+)
+
+
+def _module_held(words: str, name: str) -> str:
+    """A tensor the module holds (``self.cache``) among the inputs whose size changed with ``name``'s: Dynamo
+    keeps a module's buffers and parameters at one size, so it pins what meets them."""
+    alike = re.match(r"^(.+?) dimension \d+ changed", words)
+    return next((n for n in (alike[1].split(", ") if alike else []) if n.startswith("self.") and n != name), "")
+
+
+_HELD = (
+    "the graph pins {0} dim {1} to the size of {2}, a tensor the module holds: Dynamo keeps the sizes of a "
+    "module's buffers and parameters fixed, so what meets them is fixed too"
+)
+_HELD_FIX = (
+    "pass {1} into the compiled function as an argument (and return its new value) instead of keeping it on "
+    "the module, so its size can change with {0}'s; else keep that size fixed"
+)
