@@ -153,6 +153,7 @@ KIND_LABELS = {
     "specialised": "a size crossed a bound the graph assumed",
     "size_value": "a number computed from a size changed",
     "number_branch": "a Python number crossed a condition the graph assumed",
+    "loop_count": "a Python int a loop runs over changed (the loop is unrolled)",
     "cache_length": "the KV cache length changed",
     "none": "None vs a value",
     "aliasing": "inputs aliasing changed",

@@ -24,6 +24,9 @@ def without_note(words: str, note: str) -> str:
     return words.replace(f"; {note})", ")").replace(f" ({note})", "")
 
 
+ONE_TOKEN_FIX = (
+    "expected once: a 1-token call and longer ones are separate graphs (Dynamo compiles size 1 apart from other sizes)"
+)
 PREFILL_DECODE_FIX = (
     "expected: prefill and decode are separate graphs (a static cache with a fixed max_cache_len keeps "
     "decode to one graph)"
@@ -117,7 +120,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     elif "input_ids" in name and i == "1":  # without a KV cache no call generates: sequences, not prompts
         words = prompt_length_words(a, b, training=not cache)
         if b == "1" and a != "1":  # prefill -> decode: padding prompts never merges those two
-            return Cause("size", words, g, PREFILL_DECODE_FIX)
+            return Cause("size", words, g, PREFILL_DECODE_FIX if cache else ONE_TOKEN_FIX)
     elif "attention_mask" in name:
         words = f"attention mask length changed {a} -> {b}"
     else:

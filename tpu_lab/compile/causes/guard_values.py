@@ -296,3 +296,24 @@ def number_condition_words(g: str, numbers: str, line: str, library: str, at: st
         "(torch.where, or torch.cond)",
         at,
     )
+
+
+_LOOP = re.compile(r"^\s*for\b.+?\bin\s+range\((?P<args>.*)\)\s*:")
+
+
+def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Cause | None:
+    """An int the user's loop runs over (``for _ in range(iters):``): Dynamo unrolls the loop into the
+    graph, so each count is a graph of its own, and a tensor in its place would break the graph there."""
+    loop = _LOOP.match(code or "")
+    if loop is None or not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", loop["args"]) or not value.isdigit():
+        return None
+    line = where.rpartition(":")[2]
+    return Cause(
+        "loop_count",
+        f"Python int {name} changed (was {value}): it sets how many times the loop at line {line} runs "
+        f"({code.strip()}), which Dynamo unrolls into the graph, so each value is a graph of its own",
+        g,
+        f"keep {name} to a few values (or run the largest count and mask the extra steps), or raise the recompile "
+        "limit to the number of values you use; a tensor in its place would break the graph at range()",
+        where,
+    )

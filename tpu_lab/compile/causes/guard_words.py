@@ -22,6 +22,7 @@ from tpu_lab.compile.causes.guard_sizes import (
 )
 from tpu_lab.compile.causes.guard_values import (
     dispatch_words,
+    loop_count_words,
     number_condition_words,
     numbers_compared,
     state_words,
@@ -290,6 +291,8 @@ def words(
         return cause
     if (m := _VALUE.match(g)) and (cause := derived_words(m["name"], m["value"], f)) is not None:
         return cause  # a value computed from the user's numbers: named by them and its line
+    if m and (count := loop_count_words(local_name(m["name"]), m["value"], f.code, f.where, g)):
+        return count  # a number a loop runs over: Dynamo unrolls the loop, each count its own graph
     if m:
         now = (inputs or {}).get(n := local_name(m["name"]), "")  # shown by its items now: a sequence
         now = now or ("sequence" if any(k.startswith(f"{n}[") for k in inputs or {}) else "")
