@@ -43,14 +43,20 @@ def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
     return 0, ""
 
 
+def _parsed(file: str) -> ast.Module | None:
+    """The user's file as Python's parser reads it (None where it cannot be read or parsed)."""
+    try:
+        return ast.parse("".join(linecache.getlines(file)))
+    except (SyntaxError, ValueError):
+        return None
+
+
 def enclosing_loop(file: str, line: int) -> tuple[int, str]:
     """(line, code) of the innermost for/while of the user's file around ``line`` (its header excluded);
     (0, '') where there is none or the file cannot be read."""
     if not (file and line):
         return 0, ""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
+    if (tree := _parsed(file)) is None:
         return 0, ""
     loops = [
         n.lineno
@@ -81,9 +87,7 @@ _SIZED = re.compile(r"^for\b.*\bin\b.*\.tolist\(\)")
 def _branches_on_items(file: str, line: int) -> bool:
     """The for loop at ``file:line`` tests one of its own targets in an if/while/assert of its body (a beam
     search's ``if t == EOS``); True where the file cannot be read (no claim either way)."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
+    if (tree := _parsed(file)) is None:
         return True
     loop = next((n for n in ast.walk(tree) if isinstance(n, ast.For) and n.lineno == line), None)
     if loop is None:
@@ -162,9 +166,7 @@ RANDOM_VALUE_FIX = (
 def only_raises(file: str, line: int) -> bool:
     """The ``if`` at ``file:line`` has no else and its body only raises (a NaN check, ``if torch.isnan(loss):
     raise``): a check, not a branch, so the fix is an assertion or a check outside, never torch.cond."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
+    if (tree := _parsed(file)) is None:
         return False
     branch = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None)
     return branch is not None and not branch.orelse and all(isinstance(s, ast.Raise) for s in branch.body)
@@ -180,9 +182,7 @@ CHECK_FIX = (
 def calls_vmap(file: str, line: int) -> bool:
     """The function defined at ``file:line`` calls ``vmap`` (``torch.func.vmap``, ``torch.vmap``): it, not a
     Python number in the user's code, fixes the size of the dimension it maps over."""
-    try:
-        tree = ast.parse("".join(linecache.getlines(file)))
-    except (SyntaxError, ValueError):
+    if (tree := _parsed(file)) is None:
         return False
     fn = next(
         (

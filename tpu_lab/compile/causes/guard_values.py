@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_objects import none_fix
+from tpu_lab.compile.sources.frames import shown_float
 
 _STATE = {
     "grad_mode": (
@@ -54,8 +55,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
         )
     kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]", value) else "int"
-    if kind == "float" and re.fullmatch(r"-?\d+\.\d{13,}", value):  # 0.30000000000000004: binary rounding
-        value = f"{float(value):.12g}"  # the exact value stays in Dynamo's guard, shown beside
+    if kind == "float" and re.fullmatch(r"-?[\d.]+(?:e[-+]?\d+)?", value):
+        value = shown_float(float(value))  # 0.3, not 0.30000000000000004 (the guard beside keeps it exact)
     if raw.startswith("G["):
         return Cause(
             "global",

@@ -34,7 +34,7 @@ from tpu_lab.compile.sources.packages import USER, package_of
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
 _PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")  # the path as Dynamo shortens it
 _FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in')
-_TENSOR = re.compile(
+TENSOR_MISMATCH = re.compile(  # a tensor's size or stride guard, as Dynamo reports it failed
     r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
 )
 _RANK = re.compile(r"tensor '(?P<name>.+?)' rank mismatch\. expected (?P<a>\d+), actual (?P<b>\d+)")
@@ -110,7 +110,7 @@ def words(
     library that called the compiled function (``pipeline``: from inside a transformers pipeline);
     ``inputs``: the new call's inputs, described by name)."""
     g, at = f.guard, f.where
-    if (m := _TENSOR.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
+    if (m := TENSOR_MISMATCH.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
             "size",
             f"{local_name(m['name'])} dimension {m['i']} changed {m['a']} -> {m['b']} (marked with "

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_words import TENSOR_MISMATCH
 from tpu_lab.compile.causes.joined import forces_own_graph
+from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import MORE
 
 Signature = Sequence[tuple[str, str]]
-_SIZE_PIN = re.compile(r"tensor '(.+?)' size mismatch at index (\d+)")
-_PIN = re.compile(r"^(?P<source>[^=<>!]+?) == \(?[-\d.e+]+\)?$")  # a number the graph holds to one value
 
 
 def nearest(
@@ -56,10 +56,11 @@ def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
     pins: dict[Any, set[str]] = {}
     symbolic: set[str] = set()
     for f in failures:
-        if (m := _PIN.match(f.guard.strip())) and local_name(m["source"]) in made:
-            pins.setdefault(f.graph, set()).add(local_name(m["source"]))
-        elif m := _SIZE_PIN.search(f.guard):  # a size the graph holds static: img dim 2
-            pins.setdefault(f.graph, set()).add(f"{local_name(m[1])}.size()[{m[2]}]")
+        held = {local_name(v) for v in pinned([f.guard])[0]} & made
+        if held:
+            pins.setdefault(f.graph, set()).update(held)
+        elif (m := TENSOR_MISMATCH.search(f.guard)) and m["what"] == "size":  # a size held static: img dim 2
+            pins.setdefault(f.graph, set()).add(f"{local_name(m['name'])}.size()[{m['i']}]")
         else:
             text = local_name(f.guard)
             symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", text)}

@@ -268,6 +268,12 @@ def _first_tensor(value: Any) -> tuple[str, Any] | None:
     return next(((k, v) for k, v in value.items() if isinstance(v, torch.Tensor)), None)
 
 
+def shown_float(value: float) -> str:
+    """A float as a reader writes it: ``0.3`` for 0.30000000000000004 (binary rounding, not the value; the
+    exact value stays in Dynamo's guard), else its repr."""
+    return f"{value:.12g}" if len(repr(value)) > 14 else repr(value)
+
+
 def describe(value: Any) -> str:
     import torch
 
@@ -284,9 +290,9 @@ def describe(value: Any) -> str:
         return repr(value)
     if isinstance(value, str) and len(value) <= 24:
         return f"str {value!r}"
-    if isinstance(value, float) and len(repr(value)) > 14:  # 0.30000000000000004: binary rounding, not the value
-        return f"float {value:.12g}"
-    if isinstance(value, (int, float)):
+    if isinstance(value, float):
+        return f"float {shown_float(value)}"
+    if isinstance(value, int):
         return f"{type(value).__name__} {value!r}"
     if isinstance(value, torch.nn.Module):
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"

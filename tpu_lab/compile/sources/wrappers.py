@@ -12,7 +12,7 @@ import re
 import weakref
 from typing import Any
 
-from tpu_lab.compile.sources.frames import CARRIED_VALUE, RESUME, FunctionKey
+from tpu_lab.compile.sources.frames import CARRIED_VALUE, RESUME, FunctionKey, carried_name
 from tpu_lab.compile.sources.resume_code import resume_point
 
 
@@ -272,7 +272,7 @@ def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
                     add(k, item, 1)
 
     for name, value in values.items():  # a carried value as the causes and the inputs column name it
-        for said in (CARRIED_VALUE, "the carried value") if name == "___stack0" else (name,):
+        for said in (CARRIED_VALUE, carried_name(name)) if name == "___stack0" else (name,):
             add(said, value, 0)
     return tuple(out)
 

@@ -254,9 +254,9 @@ class Fold:
     def frozen(self) -> tuple[tuple[WatchRow, ...], tuple[BreakRow, ...]]:
         """The rows and breaks so far, copied (a table is a snapshot)."""
         rows = tuple(r.frozen() for r in self.rows.values())
-        for i, key in enumerate(self.rows):  # the function's last row: hooks changed since its newest graph
-            last = all(k[0] != key[0] for k in list(self.rows)[i + 1 :])
-            if last and key[0] in self.hooks and (note := hooks_cause(self.hooks[key[0]])):
+        last_row = {key: i for i, (key, _) in enumerate(self.rows)}  # each function's newest row
+        for key, i in last_row.items():  # hooks changed since the function's newest graph: a note there
+            if key in self.hooks and (note := hooks_cause(self.hooks[key])):
                 rows[i].causes.append(note)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks

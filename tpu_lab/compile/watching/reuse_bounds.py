@@ -76,9 +76,9 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     many, or long ones, by their count and lines, never twenty expressions in a row."""
     by_place: dict[str, list[str]] = {}
     for w, g in found:
-        by_place.setdefault(condition_place(g, places), [])
-        if w not in by_place[condition_place(g, places)]:
-            by_place[condition_place(g, places)].append(w)
+        said = by_place.setdefault(condition_place(g, places), [])
+        if w not in said:
+            said.append(w)
     every = [w for ws in by_place.values() for w in ws]
     if len(every) <= 3 and all(len(w) <= 48 for w in every):
         return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
