@@ -21,9 +21,11 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
     _, _, trace = reason.partition(_TRACE)
     found = [(int(m["line"]), m["code"].strip()) for m in _CODE.finditer(trace)]
     found = [(n, c) for n, c in found if c != code.strip()]  # the branch's own line is not where it comes from
-    if found:
-        return found[0]
     m = _COND.match(code)
+    if found:  # Dynamo lists the chain from the inputs on: the line assigning the condition's name, else its last
+        names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", (m["cond"] or m["loop"] or "") if m else ""))
+        assigns = [(n, c) for n, c in found if (a := re.match(r"([A-Za-z_]\w*)\s*=(?!=)", c)) and a[1] in names]
+        return (assigns or found)[-1]
     return random_origin(m["cond"] or m["loop"] or "", file, line) if m else (0, "")
 
 

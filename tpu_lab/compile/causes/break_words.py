@@ -23,6 +23,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.symbolic_numbers import symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -148,7 +149,9 @@ TRAINING_STEP_FIX = (
 )
 
 
-def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0)) -> Cause:
+def graph_break_words(
+    reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0), stopped_at: int = 0
+) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
     broke when that is library code the user's line calls; then hints that say to edit the code at the
     break are no fix for the user, and the words say where it is. ``code``: the user's line; ``at``: its
@@ -176,7 +179,9 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
         hints = [*hints, *advice]
         words = clean(explanation or (found.explanation if found and "{" not in found.explanation else "") or first)
-        if len(words) > 200 and _FX_DUMP.search(words):  # an FX node with its fake tensors: the type and error say it
+        if symbolic := symbolic_number(words, code):  # a value read from tensor data, where a real one is needed
+            words, hints = symbolic
+        elif len(words) > 200 and _FX_DUMP.search(words):  # an FX node with its fake tensors: the type and error say it
             error = re.search(r"got (\w+)\((['\"])(.+?)\2\)", words)
             words = clean(first) + (f": {error[1]}: {error[3]}" if error else "")
         if found is not None and not hints:
@@ -228,6 +233,11 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
             "data-dependent shape); else accept the break"
         )
         cause = dataclasses.replace(cause, fix=fix)
+    if shaped and (public := _torch_op(shaped[1])):  # aten._unique2 is the user's torch.unique
+        words = f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data"
+        cause = dataclasses.replace(cause, words=cause.words.replace(shaped[0], words))
+    if "does not support sparse Tensors" in cause.words:  # Dynamo's hint (fullgraph=False) is already the case
+        cause = dataclasses.replace(cause, fix=SPARSE_FIX)
     if "`Tensor.backward()`" in cause.words:
         cause = dataclasses.replace(cause, fix=TRAINING_STEP_FIX)
     if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
@@ -270,6 +280,12 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)
         cause = dataclasses.replace(cause, words=f"{cause.words.rstrip('.')}, {why or 'and Dynamo could not resume'}")
+    if stopped_at:  # Dynamo compiled up to its last resumable point and runs the rest eagerly
+        words = (
+            f"{cause.words.rstrip('.')}, where Dynamo cannot resume (inside a loop, or a try/with block): it compiles "
+            f"the function up to line {stopped_at} and the rest runs eagerly on every call"
+        )
+        cause = dataclasses.replace(cause, words=words)
     if not library:
         return cause
     if "graph_break()" in reason or "User-inserted graph break" in reason or cause.kind == "disabled":
@@ -282,6 +298,19 @@ def graph_break_words(reason: str, library: str = "", code: str = "", at: tuple[
         fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
 
+
+def _torch_op(aten: str) -> str:
+    """The torch function an ATen overload serves (``aten._unique2.default`` -> ``torch.unique``), '' if none."""
+    import torch
+
+    name = re.sub(r"\d+$", "", aten.removeprefix("aten.").split(".")[0]).lstrip("_")
+    return f"torch.{name}" if name and callable(getattr(torch, name, None)) else ""
+
+
+SPARSE_FIX = (
+    "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
+    "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
+)
 
 PACKED_RNN_FIX = (
     "the RNN here takes a PackedSequence, which Dynamo cannot trace even with allow_rnn=True: keep "

@@ -262,6 +262,7 @@ def held_fix(name: str) -> str:
 
 _NUM = r"-?[\d.]+(?:e[-+]?\d+)?"
 _NAME = r"[A-Za-z_][\w.]*(?:\[[\w']+\][\w.]*)*"  # self.drop_path.drop_prob, draws[0]
+_MATH = re.compile(r"(?:math|torch|operator)\.\w+$|(?:sym_\w+|abs|round|int|float|min|max|Max|Min|TruncToInt)$")
 _ORDERED = re.compile(rf"(?:{_NUM} <=? )?(?P<name>{_NAME}) (?:<=?|>=?|!=) {_NUM}")
 
 
@@ -271,7 +272,7 @@ def numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
     text = local_name(g)
     if not re.search(r"[<>]=?|[!=]=", text):
         return ""
-    names = [n for n in dict.fromkeys(re.findall(_NAME, text)) if n not in ("and", "or", "not")]
+    names = [n for n in dict.fromkeys(re.findall(_NAME, text)) if n not in ("and", "or", "not") and not _MATH.match(n)]
     numbers = [n for n in names if inputs.get(n, "").startswith(("int ", "float "))]
     if not numbers and (m := _ORDERED.fullmatch(text.strip())) and ".size()" not in m["name"]:
         # Dynamo guards a plain value by an order (<, >=, !=) only where it made it symbolic: a number it made

@@ -256,3 +256,29 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
     else:
         words = f"{joined} dimension {i} changed {a} -> {b}"
     return with_note(words, STATIC_WORDS) if STATIC_WORDS in first.words else words
+
+
+_WAS = re.compile(
+    r"(?P<head>[^;()]+ (?:changed|grows at every compile)) \(was (?P<was>[^;()]+)(?P<tail>(?:;[^()]*)?\)(?::[^;()]*)?)"
+)
+"""One cause told against an earlier value: ``self.p changed (was 0.0; ...)``, ``h grows at every compile (was 1)``."""
+
+
+def said_once(causes: Sequence[Any]) -> str:
+    """Causes (``words``, ``count``) in words; ``(x2)`` where one cause made several compiles; one that recurs
+    with each earlier value (``self.p changed (was 0.0``, then ``(was 0.1``) said once, with the values."""
+    said: dict[str, list[str]] = {}
+    for c in causes:
+        m = _WAS.fullmatch(c.words)
+        key = f"{m['head']}\0{m['tail']}" if m and c.count <= 1 else c.words + (f" (x{c.count})" * (c.count > 1))
+        said.setdefault(key, []).append(m["was"] if m and c.count <= 1 else "")
+    return "; ".join(
+        k
+        if "\0" not in k
+        else k.replace("\0", f"{_times(k, len(v))} (was {', '.join(v)}" if len(v) > 1 else f" (was {v[0]}")
+        for k, v in said.items()
+    )
+
+
+def _times(key: str, n: int) -> str:  # "grows at every compile" says how often already
+    return "" if key.partition("\0")[0].endswith("every compile") else f" {n} times"

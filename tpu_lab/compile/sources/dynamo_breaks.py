@@ -1,11 +1,19 @@
 """Every graph break Dynamo took, from ``graph_break_reasons`` (each with the user's stack; Dynamo's
-counter misses data-dependent breaks, this list does not). Part of the Dynamo source seam."""
+counter misses data-dependent breaks, this list does not). A break Dynamo cannot resume from (inside a
+loop) is listed there only as "step_unsupported" at the last point it could resume from; the break itself
+is heard from Dynamo's graph-break log (raised to DEBUG for our handler alone where the user did not ask
+for it, so nothing more is printed). Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
+import collections
+import logging
+import re
+import traceback
 from typing import NamedTuple
 
 from tpu_lab.compile.sources import dynamo_source
+from tpu_lab.compile.sources.frames import RESUME
 from tpu_lab.compile.sources.stack_place import break_location
 
 
@@ -16,10 +24,65 @@ class GraphBreak(NamedTuple):
     filename: str
     line: int
     library: str = ""  # file:line where it broke, when that is library code (torch, site-packages)
+    stopped_at: int = 0
+    """A break Dynamo could not resume from: the line it compiled the function up to (the rest runs eagerly)."""
+
+
+UNRESUMABLE = "Encountered graph break that we cannot resume from"
+_heard: collections.deque[tuple[str, list[traceback.FrameSummary]]] = collections.deque(maxlen=64)
+_LOCATED = re.compile(r"in user code at (.+):(\d+)\n")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
+
+
+class _Unresumable(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a record we cannot format is not ours to read
+            return
+        if UNRESUMABLE not in text:
+            return
+        head, _, stack = text.partition("User code traceback:")
+        reason = head.partition("Graph Break Reason: ")[2].partition("Graph break encountered:")[2].strip()
+        frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
+        if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
+            frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
+        _heard.append((reason or head, frames))
+
+
+def hear_unresumable() -> None:
+    """Listen to Dynamo's graph-break log for breaks it cannot resume from (per watch: cheap once set)."""
+    import torch._dynamo.symbolic_convert as convert
+
+    log = getattr(convert, "graph_break_log", None)
+    if not isinstance(log, logging.Logger):
+        return
+    if not log.isEnabledFor(logging.DEBUG):  # TORCH_LOGS=graph_breaks off (set_logs() resets it): ours alone hears
+        log.propagate = False
+        log.setLevel(logging.DEBUG)
+    if not any(isinstance(h, _Unresumable) for h in log.handlers):
+        log.addHandler(_Unresumable())
+
+
+def _unresumable(checkpoint: list) -> GraphBreak | None:
+    """The heard break behind a "step_unsupported" compile whose last resumable point is ``checkpoint``
+    (its frame): the oldest heard break in that same frame."""
+    if not checkpoint:
+        return None
+    point = checkpoint[-1]
+    name = str(point.name)  # a resume function's checkpoint: the function it resumes (Dynamo's log names that)
+    name = name[len(RESUME) :].rpartition("_at_")[0] if name.startswith(RESUME) else name
+    for i, (reason, stack) in enumerate(_heard):
+        if any(f.filename == point.filename and f.name in (name, "") for f in stack):  # "": a repeat
+            del _heard[i]
+            return GraphBreak(reason, *break_location(stack), stopped_at=int(point.lineno or 0))
+    return None
 
 
 def graph_break_marker() -> tuple[int, int, int]:
     import torch._dynamo.utils as dynamo_utils
+
+    hear_unresumable()
 
     found = getattr(dynamo_utils, "graph_break_reasons", None)
     return (id(found), len(found), dynamo_source.resets) if isinstance(found, list) else (0, 0, dynamo_source.resets)
@@ -36,5 +99,7 @@ def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], 
     start = marker[1] if same else 0
     out = []
     for item in found[start:]:
-        out.append(GraphBreak(str(item.reason), *break_location(list(getattr(item, "user_stack", None) or []))))
+        stack = list(getattr(item, "user_stack", None) or [])
+        heard = _unresumable(stack) if str(item.reason) == "step_unsupported" else None
+        out.append(heard or GraphBreak(str(item.reason), *break_location(stack)))
     return out, (id(found), len(found), dynamo_source.resets)

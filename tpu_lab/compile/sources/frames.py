@@ -283,7 +283,8 @@ def describe(value: Any) -> str:
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
-        layout = layout_of(value.shape, value.stride()) if value.layout == torch.strided else "contiguous"
+        strided = value.layout == torch.strided  # else sparse_coo, sparse_csr: no strides to read
+        layout = layout_of(value.shape, value.stride()) if strided else str(value.layout).removeprefix("torch.")
         extra += "" if layout == "contiguous" else f" {layout}"  # each layout is a graph of its own
         return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
     if isinstance(value, bool) or value is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import linecache
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
@@ -18,9 +18,10 @@ from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
 from tpu_lab.compile.sources.frames import Capture
-from tpu_lab.compile.sources.packages import is_library, short_path
+from tpu_lab.compile.sources.packages import is_library, package_of, short_path
 
-_FALLS_BACK = ("Unsupported", "SkipFrame", "SkipCodeRecursiveException")  # Dynamo then runs the code eagerly
+# Dynamo then runs the code eagerly (Unsupported and UserError are its "soft" failures, never re-raised)
+_FALLS_BACK = ("Unsupported", "UserError", "SkipFrame", "SkipCodeRecursiveException")
 
 
 def _suppressed(record: Any) -> bool:
@@ -46,8 +47,11 @@ class FailedCompile(NamedTuple):
     """The call raised (fullgraph's refusal, an error Dynamo re-raises) instead of running eagerly."""
 
 
-def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> FailedCompile:
-    """``recompile``: the causes of the recompile that failed (none for a first compile)."""
+def failed_compile(
+    cap: Capture, record: Any, recompile: Sequence[Cause], breaks_at: Mapping[str, Cause] | None = None
+) -> FailedCompile:
+    """``recompile``: the causes of the recompile that failed (none for a first compile); ``breaks_at``: the
+    latest graph break heard at each place (``file:line``)."""
     reason = str(getattr(record, "fail_reason", "") or getattr(record, "fail_type", "") or "")
     file = getattr(record, "fail_user_frame_filename", None) or ""
     line = int(getattr(record, "fail_user_frame_lineno", 0) or 0)
@@ -62,7 +66,7 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" + (f" ({code})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
-    name = cap.function.label
+    name = _frame_named(cap.function)
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
         changed = "; ".join(re.sub(r"\s*\([^()]*\)$", "", c.words) for c in recompile)  # a recompile's, asides cut
         words = (
@@ -73,9 +77,14 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
         )
         fix = (
             f"none needed if {name} really has no tensor work; else make sure its inputs hold tensors at the first call"
+            if not is_library(cap.function.filename)
+            else f"none needed: {package_of(cap.function.filename)}'s own code, with no tensor work here, runs eagerly"
         )
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
+    earlier = (breaks_at or {}).get(where) if reason.startswith(_REBUILD) else None
+    if earlier is not None and earlier.words not in cause.words:  # the break it could not resume after
+        cause = _cannot_resume(earlier, file, line)
     if kind not in _FALLS_BACK and internal_error(kind):  # Dynamo's own bug, whatever the code or fullgraph
         return _internal(cap, record, kind, reason, where or library, recompile)
     if cap.fullgraph:
@@ -115,9 +124,32 @@ def failed_compile(cap: Capture, record: Any, recompile: Sequence[Cause]) -> Fai
     fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
-    logged = getattr(record, "fail_type", "") == "Unsupported" and file and not cap.fullgraph
+    logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and file and not cap.fullgraph
     break_at = (where or f"{short_path(file)}:{line}") if logged else ""
     return FailedCompile(words, guard, fix, cause, break_at, raises=cap.fullgraph)
+
+
+_REBUILD = "Reconstruction failure"  # Dynamo cannot rebuild, for the code after a break, what it needs
+
+
+def _cannot_resume(earlier: Cause, file: str, line: int) -> Cause:
+    """A frame given up on because Dynamo could not resume after a graph break (it cannot rebuild the loop's
+    iterator, a ``zip`` over a ModuleList): the break is the cause, and its fix the fix."""
+    number, code = enclosing_loop(file, line)
+    inside = f" inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "") if number else ""
+    what = "the loop's iterator" if number else "the values live there"
+    words = f"{earlier.words}, and it cannot resume after that break{inside}: it cannot rebuild {what}"
+    return dataclasses.replace(earlier, words=words)
+
+
+def _frame_named(fn: frames.FunctionKey) -> str:
+    """The frame Dynamo gave up on, a decorator's wrapper named as such: the function inside it compiles as
+    a frame of its own (a row of its own), so only the wrapper runs eagerly."""
+    if not fn.via or fn.via.startswith("torch."):
+        return fn.label
+    owner, _, last = fn.via.rpartition(".")
+    wrapper = f"{owner}'s wrapper" if last.startswith("__") and owner else f"the @{fn.via} wrapper"
+    return f"{wrapper} of {fn.label}"
 
 
 def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recompile: Sequence[Cause]) -> FailedCompile:
@@ -197,9 +229,9 @@ def _through(cause: Cause, called: str, reason: str) -> Cause:
         return cause
     words = (
         f"your line {_DUNDER[called]} a container with a tensor (e.g. one element of a tensor it loops over): the "
-        f"container needs its value as a Python int, read from the tensor's data, which Dynamo cannot know while "
-        f"tracing; Dynamo's words: {cause.words}"
-    )
+        "container needs its value as a Python int, read from the tensor's data, which Dynamo cannot know while "
+        "tracing" + ("" if "read from tensor data" in cause.words else f"; Dynamo's words: {cause.words}")
+    )  # ours (symbolic_numbers) say the same as the line above: Dynamo's sympy text is not repeated
     fix = (
         "index with a Python int, not a tensor: loop over the container itself (for i, m in enumerate(...)) "
         "and pick each one's rows with a mask that keeps shapes fixed (torch.where), or move the loop into a "

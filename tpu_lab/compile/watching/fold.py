@@ -170,7 +170,8 @@ class Fold:
     def failed(self, cap: Capture, record: Any) -> CompileEvent:
         """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
         graph break too, among the breaks."""
-        failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu))
+        heard = {where: entry[0] for (_, where), entry in self.breaks.items()}  # the latest at each place
+        failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu), heard)
         row = self.row(cap.function, cap.shown)
         row.failed += 1
         row.raised += failed.raises

@@ -128,6 +128,7 @@ class Watch:
             by_id: dict[str, list[Any]] = {}
             for r in records:
                 by_id.setdefault(str(r.compile_id), []).append(r)
+            self._poll_breaks()  # first: a failed compile may be told by the break it could not resume after
             events, waiting = [], []
             now = time.perf_counter()
             for cap in self._pending:
@@ -145,7 +146,6 @@ class Watch:
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
             events += [self._fold_limit(cap) for cap in refusals]
             self._elsewhere += elsewhere
-            self._poll_breaks()
             events += self._poll_tpu()
             if events:
                 self.version += 1
@@ -175,7 +175,9 @@ class Watch:
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            self._fold.add_break(graph_break_words(b.reason, b.library, code, (b.filename, b.line)), where)
+            self._fold.add_break(
+                graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at), where
+            )
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None or self._tpu_before is None:

@@ -5,7 +5,6 @@ hints; the recompile limit per function; resets; a closing summary of causes and
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -13,6 +12,7 @@ from typing import Any, NamedTuple
 from tpu_lab._report import banner_html
 from tpu_lab.compile.causes.cause import KIND_LABELS
 from tpu_lab.compile.causes.explain import LIMIT_RAISED_TEXT, LIMIT_TEXT
+from tpu_lab.compile.causes.joined import said_once
 from tpu_lab.compile.table_base import Cell, CompileTableBase, compiled_words, cut
 
 FUNCTION_WIDTH = 31  # characters of the function column in HTML: "Sequential.forward (backward) …"
@@ -20,10 +20,6 @@ CALLS_NOTE = (
     "calls: counted for functions the watch wraps (@w, %%watch) and the session's forwards; '-' elsewhere, "
     "where counting would cost every call"
 )
-
-
-_WAS = re.compile(r"(?P<head>[^;()]+ changed) \(was (?P<was>[^;()]+)(?P<tail>(?:;[^()]*)?\))")
-"""One cause told against an earlier value: ``Python float self.p changed (was 0.0; its value is baked ...)``."""
 
 
 @dataclass
@@ -79,17 +75,7 @@ class WatchRow:
     def cause(self) -> str:
         """The causes in words; ``(x2)`` where one cause made several compiles; one that recurs with each
         earlier value (``self.p changed (was 0.0``, then ``(was 0.1``) said once, with the values."""
-        said: dict[str, list[str]] = {}
-        for c in self.causes:
-            m = _WAS.fullmatch(c.words)
-            key = f"{m['head']}\0{m['tail']}" if m and c.count <= 1 else c.words + (f" (x{c.count})" * (c.count > 1))
-            said.setdefault(key, []).append(m["was"] if m and c.count <= 1 else "")
-        return "; ".join(
-            k
-            if "\0" not in k
-            else k.replace("\0", f" {len(v)} times (was {', '.join(v)}" if len(v) > 1 else f" (was {v[0]}")
-            for k, v in said.items()
-        )
+        return said_once(self.causes)
 
     @property
     def guard(self) -> str:

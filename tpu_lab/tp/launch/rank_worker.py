@@ -63,6 +63,21 @@ def _status(code: int, error: str | None = None) -> None:
         write_atomic(Path(folder) / f"rank{LAUNCHED_RANK}.status.json", text)
 
 
+def _close_process_group() -> None:
+    """Destroy the process group the script left open (transformers' tensor parallelism never closes its own):
+    at interpreter exit its gloo threads are torn down unjoined and the rank aborts ("terminate called without
+    an active exception", SIGABRT) when its peers exit first, failing a run whose every rank succeeded. The
+    barrier first: no rank closes its connections while a peer is still in a collective."""
+    dist = sys.modules.get("torch.distributed")  # only when the script used it: this runner stays light
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:  # a peer that died is that peer's failure, reported as such
+        sys.stderr.write(f"tpu_lab: closing the process group at the end failed: {type(e).__name__}: {e}\n")
+
+
 def main() -> None:
     _die_with_parent()
     # torchrun writes this rank's stdout and stderr to two files; one stream keeps their order.
@@ -74,6 +89,8 @@ def main() -> None:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code == 0:
+            _close_process_group()
         _status(code, None if code == 0 else f"SystemExit: {e.code}")
         raise
     except BaseException as e:
@@ -86,6 +103,7 @@ def main() -> None:
         sys.stderr.flush()
         _status(1, text)
         sys.exit(1)
+    _close_process_group()
     _status(0)
 
 

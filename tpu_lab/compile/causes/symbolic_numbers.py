@@ -1,0 +1,59 @@
+"""A number read from tensor data (``.item()``, ``.tolist()``, a data-dependent size) that Dynamo traces as
+a symbol (under fullgraph or capture_scalar_outputs) used where a real one is needed: a NumPy call that
+must build an array of it, or a branch that must pick a side. Dynamo's text for it is a sympy dump
+(``2*TruncToInt(zuf0 + 1.5) > 10``); these are its words and fix. Text in, words out."""
+
+from __future__ import annotations
+
+import re
+
+_GUARD = "Could not guard on data-dependent expression"
+_CALLED = re.compile(r"call_function <(?:Wrapped function <original (\w+)>|[^>]*?(\w+)[^>]*)>")
+_BRANCH = re.compile(r"^(?:if|elif|while|assert)\b|\bif\b.+\belse\b")
+
+
+def symbolic_number(words: str, code: str) -> tuple[str, list[str]] | None:
+    """(words, [fix]) for Dynamo's text ``words`` where it needed the value of a symbolic number at the
+    user's line ``code``; None for any other text."""
+    if _GUARD not in words:
+        return None
+    if "FX node with fake tensors" in words:  # an op run on it (np.percentile): the op is named
+        shown, name = _called(words, code)
+        into = "turn them into a NumPy array" if "to ndarray" in words else "compute with them"
+        said = (
+            f"{shown} needs real numbers, but it gets values read from tensor data (.item(), .tolist()): while "
+            f"tracing, Dynamo knows those only as symbols, so it cannot {into}"
+        )
+        return said, [_op_fix(shown, name)]
+    branch = bool(_BRANCH.search(code.strip()))
+    what, decide = ("this branch", "which way it goes") if branch else ("this line", "the value it needs")
+    said = (
+        f"{what} depends on a number read from tensor data (.item(), .tolist(), a data-dependent size): while "
+        f"tracing, Dynamo knows it only as a symbol, so it cannot decide {decide}"
+    )
+    fix = (
+        "compute that number outside the compiled function and pass it in (a graph per value), or keep the "
+        "work in tensors (masks, torch.where); torch._check(...) helps only where you can state the outcome ahead"
+    )
+    return said, [fix]
+
+
+def _called(words: str, code: str) -> tuple[str, str]:
+    """(the function an FX node failed in, as the user's line writes it (``np.percentile``); its bare name)."""
+    m = _CALLED.search(words)
+    name = (m[1] or m[2]) if m else ""
+    written = re.search(rf"\b((?:\w+\.)*{re.escape(name)})\(", code) if name else None
+    return (written[1] if written else name or "this call"), name
+
+
+def _op_fix(shown: str, name: str) -> str:
+    torch_own = {"percentile": "torch.quantile", "quantile": "torch.quantile"}.get(name, "")
+    if not torch_own and name and not shown.startswith("torch."):
+        import torch  # the torch op of the same name, where there is one
+
+        torch_own = f"torch.{name}" if callable(getattr(torch, name, None)) else ""
+    own = f" ({torch_own})" if torch_own else ""
+    return (
+        f"keep the values as tensors and use torch's own op{own} inside the compiled function, or call {shown} "
+        "outside it and pass the result in"
+    )
