@@ -122,7 +122,8 @@ def test_a_break_dynamo_cannot_resume_from_is_named_with_its_reason_and_line(dyn
     (cut,) = [b for b in w.table.breaks if "cannot resume" in b.words]
     assert "`Tensor.item()`" in cut.words and "stopped tracing at this instruction" not in cut.words
     assert f"it compiles the function up to line {first + 3} and the rest runs eagerly" in cut.words
-    assert cut.where.endswith(f":{first + 4}") and cut.fix, cut  # the torch.cat line, not the loop's
+    assert cut.where.endswith(f":{first + 4}"), cut  # the torch.cat line, not the loop's
+    assert cut.fix.startswith("a tensor is used as an index or slice bound of a Python list or tuple here"), cut
 
 
 def test_hearing_such_a_break_prints_nothing_the_user_did_not_ask_for(capfd):
@@ -296,3 +297,61 @@ def test_a_list_growing_at_every_compile_is_said_once_with_its_lengths(dynamo):
     (row,) = w.table.rows
     assert row.cause.count("grows at every compile") == 1, row.cause
     assert "recent grows at every compile (was 1, 2, 3): each new length compiles a graph of its own" in row.cause
+
+
+@torch.library.custom_op("tpu_lab_tests::np_softclip", mutates_args=())
+def np_softclip(x: torch.Tensor) -> torch.Tensor:  # a NumPy kernel wrapped as a custom op, no fake impl
+    return torch.from_numpy(np.tanh(x.detach().numpy()) * 3.0)
+
+
+def test_a_custom_op_without_a_fake_implementation_is_told_to_register_one(dynamo):
+    f = torch.compile(lambda x: np_softclip(x * 2).sum(-1), backend=BACKEND)
+    with tl.watch() as w, pytest.raises(torch._dynamo.exc.TorchRuntimeError):
+        f(torch.randn(2, 4))
+    check_against_dynamo(w, dynamo)
+    (row,) = w.table.rows
+    (cause,) = row.causes
+    assert "@np_softclip.register_fake" in cause.fix and "torch.empty_like" in cause.fix
+    assert "custom_ops.py" not in cause.words and "library code" not in cause.words
+
+
+def sinkhorn_iterations(scores, log_mu, log_nu, iters):  # SuperGlue's loop, its count passed as a tensor
+    u, v = torch.zeros_like(log_mu), torch.zeros_like(log_nu)
+    for _ in range(iters):
+        u = log_mu - torch.logsumexp(scores + v.unsqueeze(1), dim=2)
+        v = log_nu - torch.logsumexp(scores + u.unsqueeze(2), dim=1)
+    return scores + u.unsqueeze(2) + v.unsqueeze(1)
+
+
+def test_a_tensor_loop_count_is_told_range_needs_an_int_and_guards_read_in_the_users_names(dynamo):
+    f = torch.compile(sinkhorn_iterations, backend=BACKEND)
+    with tl.watch() as w:
+        for iters in (1, 2):
+            f(torch.randn(1, 3, 4), torch.full((1, 3), -1.1), torch.full((1, 4), -1.4), torch.tensor(iters))
+    check_against_dynamo(w, dynamo)
+    (item,) = [b for b in w.table.breaks if "`Tensor.item()`" in b.words]
+    assert item.fix.startswith("range() needs a Python int: pass the count as an int, not a tensor"), item.fix
+    assert "___stack" not in str(w.table) and "range(iters).stop == 1" in str(w.table)
+
+
+class FadeIn(torch.nn.Module):  # ProGAN's fade-in: alpha from a step counter kept on the module
+    def __init__(self):
+        super().__init__()
+        self.step, self.lin = 0, torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.step += 1
+        return self.lin(x) * min(1.0, self.step / 8)
+
+
+def test_calls_past_the_limit_that_dynamo_no_longer_sees_are_a_lower_bound(dynamo):
+    f = torch.compile(FadeIn(), backend=BACKEND)
+    with torch._dynamo.config.patch(recompile_limit=2), tl.watch() as w:
+        for _ in range(5):
+            f(torch.randn(2, 4))
+    check_against_dynamo(w, dynamo)
+    text = str(w.table)
+    limited = [r for r in w.table.rows if r.uncompiled]
+    assert limited and all(r.calls is None for r in limited)  # not a function the watch wraps: calls not counted
+    assert f"({limited[0].uncompiled}+ ran uncompiled)" in text
+    assert f"at least {sum(r.uncompiled for r in limited)} call(s) ran uncompiled" in text

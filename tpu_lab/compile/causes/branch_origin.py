@@ -68,6 +68,11 @@ def enclosing_loop(file: str, line: int) -> tuple[int, str]:
     return (max(loops), linecache.getline(file, max(loops)).strip()) if loops else (0, "")
 
 
+CONTROL_FIX = (
+    "the value decides Python control flow (a loop or branch): capture_scalar_outputs only moves the break "
+    "there; keep it in tensors (masks, torch.where, torch.cond / torch.while_loop), or compile only the "
+    "tensor work and run the Python bookkeeping outside the compiled function"
+)
 _ON_VALUES = re.compile(r"^(?:(?:el)?if|while)\b|^for\b.*\bin\b.*\.(?:tolist|item|nonzero|unique)\(")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import (
     CHECK_FIX,
+    CONTROL_FIX,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
     RANDOM_VALUE_FIX,
@@ -23,7 +24,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.symbolic_numbers import symbolic_number
+from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -258,23 +259,13 @@ def graph_break_words(
             fix="expected; keep the disabled call out of hot loops (call it less often, or outside the compiled "
             "function) if the split costs time, else accept the break",
         )
-    if (
-        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
-        and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|data-dependent", reason, re.I)
-        and controls_python(code, *at)
-    ):
-        # capture_scalar_outputs would only move the break to the branch on the value
-        fix = (
-            "the value decides Python control flow (a loop or branch): capture_scalar_outputs only moves the break "
-            "there; keep it in tensors (masks, torch.where, torch.cond / torch.while_loop), or compile only the "
-            "tensor work and run the Python bookkeeping outside the compiled function"
-        )
-        cause = dataclasses.replace(cause, fix=fix)
-    elif (
-        cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
-        and re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense", reason)
-        and feeds_bookkeeping(code)
-    ):
+    ours = cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
+    scalar = re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense", reason)
+    if ours and scalar and (counted := python_int_fix(code)):  # range(a tensor), a list sliced by one
+        cause = dataclasses.replace(cause, fix=counted)
+    elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
+        cause = dataclasses.replace(cause, fix=CONTROL_FIX)  # capture_scalar_outputs only moves the break there
+    elif ours and scalar and feeds_bookkeeping(code):
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)

@@ -57,3 +57,26 @@ def _op_fix(shown: str, name: str) -> str:
         f"keep the values as tensors and use torch's own op{own} inside the compiled function, or call {shown} "
         "outside it and pass the result in"
     )
+
+
+_RANGE = re.compile(r"^for\b.+?\bin\s+range\(")
+_SUBSCRIPT = re.compile(r"[\w)\]]\s*\[[^\]]*[A-Za-z_]")  # x[start:end], self.experts[e]
+_EXPLICIT = re.compile(r"\.(?:item|tolist)\(|\b(?:int|float|bool)\(")
+
+
+def python_int_fix(code: str) -> str:
+    """The fix where a tensor stands where Python needs an int on the user's line, so Dynamo reads it back
+    (``.item()``) and breaks the graph: a ``range()`` count in a loop header, an index or slice bound of a
+    list; '' for any other line (or one that reads the value itself)."""
+    if _RANGE.match(code.strip()):
+        return (
+            "range() needs a Python int: pass the count as an int, not a tensor (Dynamo unrolls the loop, so each "
+            "count is a graph of its own: keep to a few counts, or run the largest and mask the extra steps)"
+        )
+    if _SUBSCRIPT.search(code) and not _EXPLICIT.search(code):
+        return (
+            "a tensor is used as an index or slice bound of a Python list or tuple here, which needs a Python int "
+            "(read back with .item()): compute the bounds in Python (from shapes or lengths), or keep the items in "
+            "one tensor and index it with tensors"
+        )
+    return ""

@@ -60,6 +60,8 @@ def failed_compile(
     if trace is not None and trace.stack:  # the record keeps the innermost frame only: the user's line is above it
         file, line, library = stack_place.break_location(trace.stack)
     reason = _with_root(reason, trace)
+    no_fake = _NO_FAKE.search(reason)  # the user's own custom op: where torch's dispatcher raised says nothing
+    library = "" if no_fake else library
     code = linecache.getline(file, line).strip() if file else ""
     cause = graph_break_words(reason, library, code, (file, line))
     cause = _through(cause, stack_place.called_through(trace.stack) if trace else "", reason)
@@ -108,6 +110,7 @@ def failed_compile(
         words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
         fix = _HOP_FIXES.get(next((k for k in _HOP_FIXES if k in reason), ""), fix)
+        fix = _fake_fix(no_fake[1]) if no_fake else fix
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "", raises=True)
     elif recompile:
@@ -182,6 +185,17 @@ _HOP_FIXES = {
     "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
     "return a copy (x.clone())",
 }
+
+_NO_FAKE = re.compile(r"Please use `([\w.]+)\.register_fake`")
+
+
+def _fake_fix(op: str) -> str:
+    return (
+        f"give the custom op a fake implementation, which tells the compiler its output's shape and dtype without "
+        f"running it: @{op}.register_fake on a function of the same inputs returning an empty tensor of the output's "
+        "shape (torch.empty_like(x) where it keeps the input's)"
+    )
+
 
 _MARKED = re.compile(
     r"You marked (?P<source>\S+?)\.size\(\)\[(?P<dim>\d+)\] as dynamic but your code specialized it to be a constant \((?P<size>\d+)\)"

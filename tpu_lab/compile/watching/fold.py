@@ -175,7 +175,8 @@ class Fold:
         row = self.row(cap.function, cap.shown)
         row.failed += 1
         row.raised += failed.raises
-        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed"))
+        shown = "\n".join(self._shown(g, cap) for g in failed.guard.splitlines())  # the user's names
+        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed", shown_guard=shown))
         if failed.break_at:
             self.add_break(failed.cause, failed.break_at)
         return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)

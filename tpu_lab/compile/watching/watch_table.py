@@ -150,7 +150,7 @@ class WatchTable(CompileTableBase):
                 "-" if r.calls is None else str(r.calls),
                 compiled_words(r.compiles, r.cached)
                 + (f" ({r.failed} failed)" if r.failed else "")
-                + (f" ({r.uncompiled} ran uncompiled)" if r.uncompiled else "")
+                + (f" ({r.uncompiled}{'+' * (r.calls is None)} ran uncompiled)" if r.uncompiled else "")
                 + (f" ({r.raised} raised)" if r.raised else ""),
                 f"{r.compile_seconds:.2f}",
                 cut(r.cause, 160),
@@ -189,8 +189,8 @@ class WatchTable(CompileTableBase):
             lines.append(
                 f"recompile limit: {fn} stopped compiling; last cause: {last}"
                 + (
-                    f"; {uncompiled} call(s) ran uncompiled"
-                    + ("" if counted else " (Dynamo no longer sees later calls, so they are not counted)")
+                    (f"; {uncompiled} call(s) ran uncompiled" if counted else f"; at least {uncompiled} call(s) ran ")
+                    + ("" if counted else "uncompiled (Dynamo no longer sees later calls, so the rest are not counted)")
                     if uncompiled or not raised
                     else ""
                 )
