@@ -308,4 +308,6 @@ def capture_causes(
         baked=baked,
         compared=capture.compared,
     )
-    return in_resumed_frame(found, capture.function) if capture.function.name.startswith(RESUME) else found
+    if not capture.function.name.startswith(RESUME):
+        return found
+    return in_resumed_frame(found, capture.function, capture.names)

@@ -157,6 +157,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             key = (cause.kind, derived_key(cause), "")
         elif cause.kind in ("number_branch", "specialised") and (crossed := _CROSSED.match(cause.words)):
             key = (cause.kind, crossed["numbers"], "")  # one number, many conditions (a view's arithmetic): one
+        elif cause.kind == "value" and name and (item := _ITEM.fullmatch(name)):  # a list's items: one change
+            key = (cause.kind, f"{item[1]}[]", "")
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
             key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
@@ -174,6 +176,9 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if first.kind in ("number_branch", "specialised") and len(same) > 1:
             out.append(dataclasses.replace(first, words=_crossed_words([c for _, c in same]), guard=guards))
             continue
+        if first.kind == "value" and len(names) > 1 and (item := _ITEM.fullmatch(names[0])):
+            out.append(_items_changed(item[1], same, guards))
+            continue
         if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
             out.append(dataclasses.replace(first, guard=guards))
             continue
@@ -183,6 +188,27 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), token or first.fix + also)
         out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
     return out
+
+
+_ITEM = re.compile(r"(.+)\[\d+\]")
+
+
+def _items_changed(base: str, same: Sequence[tuple[str, Cause]], guards: str) -> Cause:
+    """Items of one list baked into the graph, several changed at once (``ids.tolist()[0]``, ``[1]``, ...):
+    one change, said once with the first few values."""
+    first = same[0][1]
+    was = [f"{n} was {m[1]}" for n, c in same if (m := re.search(r"\(was ([^;()]+)", c.words))]
+    limit = re.search(r", at most \d+", first.words)
+    words = (
+        f"{len(same)} items of {base} changed ({', '.join(was[:3])}{', ...' if len(was) > 3 else ''}): each is a "
+        f"Python number baked into the graph, so each new set of values compiles a graph of its own"
+        + (limit[0] if limit else "")
+    )
+    fix = (
+        f"keep {base}'s values in a tensor (where they come from a tensor's .tolist(), index a lookup tensor with "
+        "that tensor itself, not a Python dict or list), or do that work outside the compiled function"
+    )
+    return Cause(first.kind, words, guards, fix, first.where)
 
 
 _CROSSED = re.compile(

@@ -17,11 +17,16 @@ _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
 
 
-def _break_line(function: FunctionKey) -> tuple[str, str, str, dict[str, str]]:
+def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> tuple[str, str, str, dict[str, str]]:
     """The break's line of a resumed frame: (its number, its code, the one name it assigns or '', the names a
-    tuple assignment unpacks into: ``a, b = f()``, where the carried value is f()'s)."""
+    tuple assignment unpacks into: ``a, b = f()``, where the carried value is f()'s). Where the frame resumes
+    with work left on the line (``logq = torch.tensor([... for i in ids.tolist()])``), the carried value is
+    the call that broke (``ids.tolist()``, the last carried slot in ``names``), not what the line assigns."""
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
+    slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
+    if function.resumes_in and slots:
+        return line, code, slots[-1][1], {}
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
     items = _unpacked(code)
     if target and (picked := re.search(r"\)\[(\d+)\]\s*(?:#.*)?$", code)):  # inds = torch.where(m)[0]: the
@@ -69,19 +74,19 @@ def _items_named(text: str, items: dict[str, str]) -> str:
     return _CARRIED_ITEM.sub(named, text)
 
 
-def carried_named(text: str, function: FunctionKey) -> str:
+def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> str:
     """``text`` (what Dynamo made dynamic: ``the carried value[3] dim 0``) with the carried value named as the
     break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
-    _, _, target, items = _break_line(function)
+    _, _, target, items = _break_line(function, names)
     text = _items_named(text, items)
     return _CARRIED_NAMED.sub(target, text) if target else text
 
 
-def in_resumed_frame(causes: list[Cause], function: FunctionKey) -> list[Cause]:
+def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> list[Cause]:
     """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
     the variable the break line assigns (``sizes = lengths.tolist()``: ``sizes[0] changed``), else that
     line quoted."""
-    line, code, target, items = _break_line(function)
+    line, code, target, items = _break_line(function, names)
     instead = (
         f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
         "(see its fix) so the function is one graph, and mark the function's own input"

@@ -94,7 +94,10 @@ class Fold:
         )
         shapes = unpinned(renamed(", ".join(dict.fromkeys(found.split(", "))), cap.names), guards, cap.names)
         if cap.function.name.startswith(RESUME):  # the carried value by the name its line assigns, as causes say
-            shapes, tried = carried_named(shapes, cap.function), carried_named(tried, cap.function)
+            shapes, tried = (
+                carried_named(shapes, cap.function, cap.names),
+                carried_named(tried, cap.function, cap.names),
+            )
         seen, first, told = (
             self.dynamic.get(cap.function, ""),
             causes[0].kind == "first",
@@ -159,7 +162,7 @@ class Fold:
         shown = readable_guard(guard, cap.names)
         if not cap.function.name.startswith(RESUME):
             return shown
-        named = carried_named(shown.replace(CARRIED, "the carried value"), cap.function)
+        named = carried_named(shown.replace(CARRIED, "the carried value"), cap.function, cap.names)
         return shown if "the carried value" in named else named
 
     def _broken(self, function: FunctionKey) -> bool:
