@@ -305,6 +305,11 @@ def compile_seconds(record: Any) -> float:
     return float(getattr(record, "backward_cumulative_compile_time_us", 0) or 0) / 1e6
 
 
+def empty_graph(record: Any) -> bool:
+    """A graph with no operation in it (a graph break before any work): the function's work runs eagerly."""
+    return getattr(record, "graph_op_count", None) == 0
+
+
 def served_from_cache(record: Any) -> bool:
     """Whether inductor's or AOTAutograd's persistent cache served this compile."""
     return any(int(getattr(record, f, 0) or 0) for f in CACHE_HIT_FIELDS)

@@ -36,6 +36,13 @@ from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynam
 _FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's value, in the user's words
 
 
+EMPTY_GRAPH = (
+    "the graph holds no operation: a graph break comes before any work (see the graph breaks), so all of this "
+    "function's work runs eagerly on every call"
+)
+EMPTY_FIX = "fix the graph break it stops at (its fix is with the graph breaks): until then compiling it does nothing"
+
+
 class Fold:
     """Rows per function x inputs, graph breaks per place, and a timeline, from one event at a time."""
 
@@ -150,6 +157,8 @@ class Fold:
         for c in causes:  # one cause counts the compile; the others are said with it (a compile is counted once)
             row.add(c if c is counted or c.kind == "dynamic" else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
+        if record is not None and dynamo.empty_graph(record) and not any(c.kind == "empty" for c in row.causes):
+            row.add(RowCause(EMPTY_GRAPH, "", EMPTY_FIX, "empty", 0))
         cached = record is not None and dynamo.served_from_cache(record)
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))

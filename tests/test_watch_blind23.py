@@ -1,0 +1,47 @@
+"""tl.watch() checked blind, twenty-third round: a value carried over a break inside its line is named by the
+call that broke (``item_ids.tolist()``), and its items changing at once are one cause; a graph with no
+operation in it (a graph break before any work: dynamic int8 quantization) says the work runs eagerly.
+Checked against Dynamo's records."""
+
+import math
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+
+ITEM_FREQ = {i: (i % 7 + 1) / 100 for i in range(50)}
+
+
+def in_batch_loss(emb, item_ids):  # two-tower logQ correction: item frequencies from a Python dict
+    v = emb(item_ids)
+    logq = torch.tensor([math.log(ITEM_FREQ[i]) for i in item_ids.tolist()])
+    return (v.sum(-1) - logq).sum()
+
+
+def test_items_read_back_with_tolist_are_named_as_such_and_their_change_said_once(dynamo):
+    f, emb = torch.compile(in_batch_loss, backend=BACKEND), torch.nn.Embedding(50, 4)
+    with tl.watch() as w:
+        for ids in ([1, 2, 3, 9], [4, 5, 6, 9]):
+            f(emb, torch.tensor(ids))
+    check_against_dynamo(w, dynamo, also=("___stack2[",))  # Dynamo logs the first of the three items only
+    text = str(w.table)
+    assert "logq[" not in text, text  # the line assigns logq, but the value carried is item_ids.tolist()
+    (cause,) = w.table.rows[-1].causes
+    assert cause.words.startswith("3 items of item_ids.tolist() changed (item_ids.tolist()[0] was 1,"), cause.words
+    assert "index a lookup tensor" in cause.fix and "item_ids.tolist()[1] == 2" in cause.shown_guard
+
+
+def test_an_empty_graph_says_the_work_runs_eagerly(dynamo):
+    fp32 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(fp32, {torch.nn.Linear}, dtype=torch.qint8)
+    f = torch.compile(quantized, backend=BACKEND)
+    with tl.watch() as w, torch.inference_mode():
+        for batch in (4, 4, 7):
+            f(torch.randn(batch, 8))
+    check_against_dynamo(w, dynamo)
+    rows = [r for r in w.table.rows if r.compiles]
+    assert rows and all(any(c.kind == "empty" for c in r.causes) for r in rows)
+    assert "the graph holds no operation" in str(w.table) and "runs eagerly on every call" in rows[0].cause
