@@ -45,3 +45,20 @@ def test_an_empty_graph_says_the_work_runs_eagerly(dynamo):
     rows = [r for r in w.table.rows if r.compiles]
     assert rows and all(any(c.kind == "empty" for c in r.causes) for r in rows)
     assert "the graph holds no operation" in str(w.table) and "runs eagerly on every call" in rows[0].cause
+
+
+def test_a_break_logged_inside_a_call_then_cut_at_the_callers_loop_keeps_its_reason(dynamo):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)  # fine-tuning recipe: compile GPT-2, add tokens, resize the embeddings
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=2))
+    model.forward = torch.compile(model.forward, backend=BACKEND)
+    ids = torch.randint(0, 100, (2, 8))
+    with tl.watch() as w:
+        model(input_ids=ids, labels=ids)
+        model.resize_token_embeddings(104)
+        model(input_ids=ids, labels=ids)
+    check_against_dynamo(w, dynamo, also=("vocab_size == 100",))  # the loss's own guard, failed beside logits'
+    cut = [b for b in w.table.breaks if "where Dynamo cannot resume" in b.words]
+    assert cut and "stopped tracing at this instruction" not in str(w.table)
+    assert all("logging.Logger methods" in b.words and "ignore_logging_functions" in b.fix for b in cut), cut

@@ -29,7 +29,9 @@ class GraphBreak(NamedTuple):
 
 
 UNRESUMABLE = "Encountered graph break that we cannot resume from"
-_heard: collections.deque[tuple[str, list[traceback.FrameSummary]]] = collections.deque(maxlen=64)
+_TRACING = "Encountered graph break when attempting to trace"
+# (reason, stack, unresumable): each graph break Dynamo logged, newest last
+_heard: collections.deque[tuple[str, list[traceback.FrameSummary], bool]] = collections.deque(maxlen=64)
 _LOCATED = re.compile(r"in user code at (.+):(\d+)\n")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
@@ -40,14 +42,19 @@ class _Unresumable(logging.Handler):
             text = record.getMessage()
         except Exception:  # a record we cannot format is not ours to read
             return
-        if UNRESUMABLE not in text:
+        if "Graph Break Reason: " not in text:
             return
         head, _, stack = text.partition("User code traceback:")
-        reason = head.partition("Graph Break Reason: ")[2].partition("Graph break encountered:")[2].strip()
+        reason = head.partition("Graph Break Reason: ")[2]
+        unresumable = UNRESUMABLE in reason
+        if unresumable:
+            reason = reason.partition("Graph break encountered:")[2]
+        elif reason.startswith(_TRACING):  # "...trace CALL: a function call, e.g. f(x, y):", then the break
+            reason = reason.partition("\n\n")[2]
         frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
         if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
             frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
-        _heard.append((reason or head, frames))
+        _heard.append((reason.strip() or head, frames, unresumable))
 
 
 def hear_unresumable() -> None:
@@ -72,11 +79,23 @@ def _unresumable(checkpoint: list) -> GraphBreak | None:
     point = checkpoint[-1]
     name = str(point.name)  # a resume function's checkpoint: the function it resumes (Dynamo's log names that)
     name = name[len(RESUME) :].rpartition("_at_")[0] if name.startswith(RESUME) else name
-    for i, (reason, stack) in enumerate(_heard):
-        if any(f.filename == point.filename and f.name in (name, "") for f in stack):  # "": a repeat
-            del _heard[i]
-            return GraphBreak(reason, *break_location(stack), stopped_at=int(point.lineno or 0))
-    return None
+
+    def at(stack: list[traceback.FrameSummary]) -> int:  # where the checkpoint's frame is in a heard stack
+        return next((i for i, f in enumerate(stack) if f.filename == point.filename and f.name == name), -1)
+
+    # the break logged as one it cannot resume from; else (met first inside a call, Dynamo logged it there
+    # and not again) the latest break logged in that frame; else the latest repeat (logged by place alone)
+    found = next((i for i, (_, stack, cut) in enumerate(_heard) if cut and at(stack) >= 0), None)
+    if found is None:
+        found = next((i for i in reversed(range(len(_heard))) if at(_heard[i][1]) >= 0), None)
+    if found is None:
+        found = next((i for i in reversed(range(len(_heard))) if [f.name for f in _heard[i][1]] == [""]), None)
+    if found is None:
+        return None
+    reason, stack, _ = _heard[found]
+    del _heard[found]
+    inside = stack[at(stack) :] if at(stack) >= 0 else list(checkpoint)  # the compiled frame down
+    return GraphBreak(reason, *break_location(inside), stopped_at=int(point.lineno or 0))
 
 
 def graph_break_marker() -> tuple[int, int, int]:

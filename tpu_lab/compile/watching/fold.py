@@ -272,6 +272,8 @@ class Fold:
         for key, i in last_row.items():  # hooks changed since the function's newest graph: a note there
             if key in self.hooks and (note := hooks_cause(self.hooks[key])):
                 rows[i].causes.append(note)
+        for (key, _), r in zip(self.rows, rows, strict=True):  # an empty graph whose rest compiled after the break
+            r.causes = [c for c in r.causes if c.kind != "empty" or not self._broken(key)]
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)
