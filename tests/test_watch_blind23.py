@@ -5,6 +5,7 @@ Checked against Dynamo's records."""
 
 import math
 
+import numpy as np
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -62,3 +63,18 @@ def test_a_break_logged_inside_a_call_then_cut_at_the_callers_loop_keeps_its_rea
     cut = [b for b in w.table.breaks if "where Dynamo cannot resume" in b.words]
     assert cut and "stopped tracing at this instruction" not in str(w.table)
     assert all("logging.Logger methods" in b.words and "ignore_logging_functions" in b.fix for b in cut), cut
+
+
+def test_a_numpy_input_shows_its_dtype_and_shape_and_its_guard_reads_its_name(dynamo):
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+    def act(obs):  # a policy fed gym observations as NumPy arrays
+        return policy(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1)
+
+    f, rng = torch.compile(act, backend=BACKEND), np.random.default_rng(0)
+    with tl.watch() as w:
+        f(rng.standard_normal(4))
+        f(rng.standard_normal((3, 4)).astype(np.float32))
+    check_against_dynamo(w, dynamo, also=("rank mismatch",))  # Dynamo logs the dtype only, the first it checks
+    assert [r.signature for r in w.table.rows] == ["obs: ndarray f64[4]", "obs: ndarray f32[3, 4]"]
+    assert "___from_numpy" not in str(w.table)

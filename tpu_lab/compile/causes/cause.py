@@ -108,7 +108,7 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
     )
     g = _SAME_OBJECT.sub(lambda m: f"{m['name']} is the same object", g)
     g = _dict_sources(g)  # before the split below: Dynamo's dict forms hold spaces
-    internal = ("L[", "G[", "___stack", "._modules[", "._parameters[", "._buffers[")
+    internal = ("L[", "G[", "___stack", "___from_numpy", "._modules[", "._parameters[", "._buffers[")
     g = " ".join(local_name(part) if any(i in part for i in internal) else part for part in g.split(" "))
     for raw, user in names:
         g = re.sub(re.escape(raw) + r"(?![\w(])", user, g)

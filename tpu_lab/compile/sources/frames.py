@@ -299,6 +299,8 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
     if isinstance(value, (torch.dtype, torch.device)):  # torch.float32, not "dtype"
         return str(value)
+    if type(value).__name__ == "ndarray" and hasattr(value, "dtype"):  # Dynamo reads it as a tensor: by shape
+        return f"ndarray {tensor_text(str(value.dtype), value.shape, False)}"
     if isinstance(value, enum.Enum):  # each member is a graph of its own: Mode.TRAIN, not "Mode"
         return f"{type(value).__name__}.{value.name}"
     if first := _first_tensor(value):  # BaseModelOutput: its first tensor, the one the decoder reads
