@@ -78,3 +78,25 @@ def test_a_numpy_input_shows_its_dtype_and_shape_and_its_guard_reads_its_name(dy
     check_against_dynamo(w, dynamo, also=("rank mismatch",))  # Dynamo logs the dtype only, the first it checks
     assert [r.signature for r in w.table.rows] == ["obs: ndarray f64[4]", "obs: ndarray f32[3, 4]"]
     assert "___from_numpy" not in str(w.table)
+
+
+class AutoCorrelation(torch.nn.Module):  # Autoformer's time-delay aggregation: top-k delays as Python ints
+    def forward(self, values, corr):
+        top_k = int(math.log(values.shape[3]))
+        mean_value = corr.mean(1).mean(1)
+        index = torch.topk(mean_value.mean(0), top_k, dim=-1)[1]
+        weights = torch.stack([mean_value[:, index[i]] for i in range(top_k)], dim=-1).softmax(-1)
+        out = torch.zeros_like(values)
+        for i in range(top_k):
+            out = out + torch.roll(values, -int(index[i]), -1) * weights[:, i].view(-1, 1, 1, 1)
+        return out
+
+
+def test_a_tensor_element_used_as_an_int_is_said_in_words_and_told_to_index_with_the_tensor(dynamo):
+    f = torch.compile(AutoCorrelation(), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2, 2, 4, 24), torch.randn(2, 2, 4, 24))
+    check_against_dynamo(w, dynamo)
+    assert "aten._local_scalar_dense.default` has a non-Tensor output" not in str(w.table)
+    assert w.table.breaks and all("capture_scalar_outputs = True" not in b.fix for b in w.table.breaks)
+    assert all("index with the tensor itself (x[:, idx], torch.gather" in b.fix for b in w.table.breaks)

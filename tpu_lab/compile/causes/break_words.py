@@ -237,6 +237,12 @@ def graph_break_words(
     if shaped and (public := _torch_op(shaped[1])):  # aten._unique2 is the user's torch.unique
         words = f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data"
         cause = dataclasses.replace(cause, words=cause.words.replace(shaped[0], words))
+    dense = re.search(
+        r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
+    )
+    if dense:  # the op behind .item(), int(t) and a 0-d tensor used as an index
+        said = "a tensor's value is read back as a Python number here (.item(), int(t), or a 0-d tensor as an index)"
+        cause = dataclasses.replace(cause, words=cause.words.replace(dense[0], said))
     if "does not support sparse Tensors" in cause.words:  # Dynamo's hint (fullgraph=False) is already the case
         cause = dataclasses.replace(cause, fix=SPARSE_FIX)
     if "`Tensor.backward()`" in cause.words:

@@ -61,7 +61,7 @@ def _op_fix(shown: str, name: str) -> str:
 
 _RANGE = re.compile(r"^for\b.+?\bin\s+range\(")
 _SUBSCRIPT = re.compile(r"[\w)\]]\s*\[[^\]]*[A-Za-z_]")  # x[start:end], self.experts[e]
-_EXPLICIT = re.compile(r"\.(?:item|tolist)\(|\b(?:int|float|bool)\(")
+_EXPLICIT = re.compile(r"\.(?:item|tolist)\(")  # reads the value itself: logging, bookkeeping
 
 
 def python_int_fix(code: str) -> str:
@@ -75,8 +75,8 @@ def python_int_fix(code: str) -> str:
         )
     if _SUBSCRIPT.search(code) and not _EXPLICIT.search(code):
         return (
-            "a tensor is used as an index or slice bound of a Python list or tuple here, which needs a Python int "
-            "(read back with .item()): compute the bounds in Python (from shapes or lengths), or keep the items in "
-            "one tensor and index it with tensors"
+            "an element of a tensor is used here where Python needs an int (an index, a slice bound of a list, an "
+            "op's int argument), so it is read back with .item(): index with the tensor itself (x[:, idx], "
+            "torch.gather, torch.index_select), or compute the int in Python (from shapes or lengths)"
         )
     return ""
