@@ -25,7 +25,7 @@ def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) ->
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
-    if function.resumes_in and slots:
+    if function.resumes_in == "inside line" and slots:  # (at .astype(...): a method of the value, same thing)
         return line, code, slots[-1][1], {}
     target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
     items = _unpacked(code)

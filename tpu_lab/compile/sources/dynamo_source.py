@@ -24,7 +24,6 @@ from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynami
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
-    RESUME,
     Capture,
     FunctionKey,
     Signature,
@@ -35,7 +34,7 @@ from tpu_lab.compile.sources.frames import (
 )
 from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
-from tpu_lab.compile.sources.resume_code import carried_slots
+from tpu_lab.compile.sources.resume_code import carried_names
 from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
 
 LIMIT_TRIGGER = (
@@ -176,13 +175,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
-            names += closure_names(frame, reasons) + wrappers.field_names(frame.f_locals)
-            if frame.f_code.co_name.startswith(RESUME):  # carried values as the break's line writes them
-                names += tuple(
-                    (raw, user)
-                    for raw, user in carried_slots(frame.f_code, frame.f_locals).items()
-                    if not callable(frame.f_locals.get(raw))  # a function the line was about to call
-                )
+            names += closure_names(frame, reasons) + wrappers.field_names(frame.f_locals) + carried_names(frame)
             now = subjects(frame, reasons)
             signature = with_nones(signature, guarded_nones(frame, reasons))  # a None whose change made it
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))
@@ -305,13 +298,11 @@ def compile_seconds(record: Any) -> float:
     return float(getattr(record, "backward_cumulative_compile_time_us", 0) or 0) / 1e6
 
 
-def empty_graph(record: Any) -> bool:
-    """A graph with no operation in it (a graph break before any work): the function's work runs eagerly."""
+def empty_graph(record: Any) -> bool:  # no operation in it (a graph break before any work): all runs eagerly
     return getattr(record, "graph_op_count", None) == 0
 
 
-def served_from_cache(record: Any) -> bool:
-    """Whether inductor's or AOTAutograd's persistent cache served this compile."""
+def served_from_cache(record: Any) -> bool:  # inductor's or AOTAutograd's persistent cache served it
     return any(int(getattr(record, f, 0) or 0) for f in CACHE_HIT_FIELDS)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import short_path
-from tpu_lab.compile.sources.resume_code import carried_slots
+from tpu_lab.compile.sources.resume_code import RESUME, carried_slots
 from tpu_lab.compile.sources.tensor_text import autocast_modes, layout_of, tensor_text
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
@@ -39,7 +39,6 @@ def where_label(filename: str, line: int) -> str:
     return f"{short}:{line}" if line else short  # 0: not known
 
 
-RESUME = "torch_dynamo_resume_in_"
 CARRIED_VALUE = "the value carried over the graph break"
 """A resumed frame's input (Dynamo's ``___stack0``) in words: a value the code before the break computed."""
 _CARRIED = re.compile(r"___stack\d+")

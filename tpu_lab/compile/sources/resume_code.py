@@ -12,6 +12,8 @@ import linecache
 import re
 from typing import Any
 
+RESUME = "torch_dynamo_resume_in_"  # Dynamo's name for the part of a function after a graph break
+
 _STACK = re.compile(r"___stack(\d+)")
 _BREAKING_OPS = ("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_FUNCTION_EX", "CALL_KW", "BINARY_SUBSCR")  # or x[mask]
 
@@ -92,6 +94,15 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", line)):
         out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), active = logits[mask]: by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
+
+
+def carried_names(frame: Any) -> tuple[tuple[str, str], ...]:
+    """A resumed frame's carried values (``___stack2``) by what its line calls them (``ids.tolist()``), for
+    its causes; the functions the line was about to call are left out (nothing a cause is about)."""
+    if not frame.f_code.co_name.startswith(RESUME):
+        return ()
+    slots = carried_slots(frame.f_code, frame.f_locals)
+    return tuple((raw, user) for raw, user in slots.items() if not callable(frame.f_locals.get(raw)))
 
 
 def _pending(line: str, call: str) -> list[str]:
