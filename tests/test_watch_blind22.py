@@ -60,11 +60,11 @@ def span_count(length, prob):  # wav2vec2's _compute_mask_indices: probabilistic
 def collecting(fn):  # transformers' output-capturing decorator: a try/finally around forward
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        token = object()
+        collected = []
         try:
             return fn(*args, **kwargs)
         finally:
-            del token
+            collected.clear()
 
     return wrapper
 
@@ -329,8 +329,9 @@ def test_a_tensor_loop_count_is_told_range_needs_an_int_and_guards_read_in_the_u
         for iters in (1, 2):
             f(torch.randn(1, 3, 4), torch.full((1, 3), -1.1), torch.full((1, 4), -1.4), torch.tensor(iters))
     check_against_dynamo(w, dynamo)
-    (item,) = [b for b in w.table.breaks if "`Tensor.item()`" in b.words]
-    assert item.fix.startswith("range() needs a Python int: pass the count as an int, not a tensor"), item.fix
+    # torch 2.15 reads the count back with .item(); 2.13 refuses range() on a tensor: the same fix either way
+    told = [b for b in w.table.breaks if b.fix.startswith("range() needs a Python int: pass the count as an int")]
+    assert len(told) == 1, w.table.breaks
     assert "___stack" not in str(w.table) and "range(iters).stop == 1" in str(w.table)
 
 

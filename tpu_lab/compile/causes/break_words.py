@@ -266,7 +266,9 @@ def graph_break_words(
             "function) if the split costs time, else accept the break",
         )
     ours = cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
-    scalar = re.search(r"\.item\(\)|\.tolist\(\)|_local_scalar_dense", reason)
+    scalar = re.search(
+        r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|operator `range` with argument types \['Tensor", reason
+    )
     if ours and scalar and (counted := python_int_fix(code)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
     elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
