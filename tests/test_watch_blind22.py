@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
+from test_watch_blind21 import sinkhorn
 
 import tpu_lab as tl
 
@@ -315,16 +316,8 @@ def test_a_custom_op_without_a_fake_implementation_is_told_to_register_one(dynam
     assert "custom_ops.py" not in cause.words and "library code" not in cause.words
 
 
-def sinkhorn_iterations(scores, log_mu, log_nu, iters):  # SuperGlue's loop, its count passed as a tensor
-    u, v = torch.zeros_like(log_mu), torch.zeros_like(log_nu)
-    for _ in range(iters):
-        u = log_mu - torch.logsumexp(scores + v.unsqueeze(1), dim=2)
-        v = log_nu - torch.logsumexp(scores + u.unsqueeze(2), dim=1)
-    return scores + u.unsqueeze(2) + v.unsqueeze(1)
-
-
 def test_a_tensor_loop_count_is_told_range_needs_an_int_and_guards_read_in_the_users_names(dynamo):
-    f = torch.compile(sinkhorn_iterations, backend=BACKEND)
+    f = torch.compile(sinkhorn, backend=BACKEND)  # SuperGlue's loop, its count passed as a tensor
     with tl.watch() as w:
         for iters in (1, 2):
             f(torch.randn(1, 3, 4), torch.full((1, 3), -1.1), torch.full((1, 4), -1.4), torch.tensor(iters))
