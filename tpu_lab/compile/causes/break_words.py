@@ -24,7 +24,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
+from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number, torch_function
 from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -300,10 +300,7 @@ def graph_break_words(
 
 def _torch_op(aten: str) -> str:
     """The torch function an ATen overload serves (``aten._unique2.default`` -> ``torch.unique``), '' if none."""
-    import torch
-
-    name = re.sub(r"\d+$", "", aten.removeprefix("aten.").split(".")[0]).lstrip("_")
-    return f"torch.{name}" if name and callable(getattr(torch, name, None)) else ""
+    return torch_function(re.sub(r"\d+$", "", aten.removeprefix("aten.").split(".")[0]).lstrip("_"))
 
 
 SPARSE_FIX = (

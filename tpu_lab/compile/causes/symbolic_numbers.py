@@ -46,12 +46,16 @@ def _called(words: str, code: str) -> tuple[str, str]:
     return (written[1] if written else name or "this call"), name
 
 
-def _op_fix(shown: str, name: str) -> str:
-    torch_own = {"percentile": "torch.quantile", "quantile": "torch.quantile"}.get(name, "")
-    if not torch_own and name and not shown.startswith("torch."):
-        import torch  # the torch op of the same name, where there is one
+def torch_function(name: str) -> str:
+    """``torch.<name>`` where torch has a function of that name (``unique``), else ''."""
+    import torch
 
-        torch_own = f"torch.{name}" if callable(getattr(torch, name, None)) else ""
+    return f"torch.{name}" if name and callable(getattr(torch, name, None)) else ""
+
+
+def _op_fix(shown: str, name: str) -> str:
+    torch_own = {"percentile": "torch.quantile"}.get(name, "")  # NumPy's name for torch's op
+    torch_own = torch_own or ("" if shown.startswith("torch.") else torch_function(name))
     own = f" ({torch_own})" if torch_own else ""
     return (
         f"keep the values as tensors and use torch's own op{own} inside the compiled function, or call {shown} "

@@ -28,10 +28,22 @@ class GraphBreak(NamedTuple):
     """A break Dynamo could not resume from: the line it compiled the function up to (the rest runs eagerly)."""
 
 
-UNRESUMABLE = "Encountered graph break that we cannot resume from"
+_UNRESUMABLE = "Encountered graph break that we cannot resume from"
 _TRACING = "Encountered graph break when attempting to trace"
-# (reason, stack, unresumable): each graph break Dynamo logged, newest last
-_heard: collections.deque[tuple[str, list[traceback.FrameSummary], bool]] = collections.deque(maxlen=64)
+
+
+class _Heard(NamedTuple):
+    """A graph break Dynamo logged."""
+
+    reason: str
+    stack: list[traceback.FrameSummary]
+    unresumable: bool
+    at: tuple[int, int]
+    """(breaks Dynamo had recorded, resets): the place in ``graph_break_reasons`` the compile it belongs to
+    takes, so a break is paired only with the record that follows it."""
+
+
+_heard: collections.deque[_Heard] = collections.deque(maxlen=64)  # newest last
 _LOCATED = re.compile(r"in user code at (.+):(\d+)\n")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
@@ -46,7 +58,7 @@ class _Unresumable(logging.Handler):
             return
         head, _, stack = text.partition("User code traceback:")
         reason = head.partition("Graph Break Reason: ")[2]
-        unresumable = UNRESUMABLE in reason
+        unresumable = _UNRESUMABLE in reason
         if unresumable:
             reason = reason.partition("Graph break encountered:")[2]
         elif reason.startswith(_TRACING):  # "...trace CALL: a function call, e.g. f(x, y):", then the break
@@ -54,7 +66,10 @@ class _Unresumable(logging.Handler):
         frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
         if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
             frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
-        _heard.append((reason.strip() or head, frames, unresumable))
+        import torch._dynamo.utils as dynamo_utils
+
+        recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
+        _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets)))
 
 
 def hear_unresumable() -> None:
@@ -71,9 +86,11 @@ def hear_unresumable() -> None:
         log.addHandler(_Unresumable())
 
 
-def _unresumable(checkpoint: list) -> GraphBreak | None:
-    """The heard break behind a "step_unsupported" compile whose last resumable point is ``checkpoint``
-    (its frame): the oldest heard break in that same frame."""
+def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
+    """The heard break behind a "step_unsupported" record at ``index`` of Dynamo's list, whose last resumable
+    point is ``checkpoint`` (its frame), among the breaks logged just before that record: the one logged as
+    unresumable; else (met first inside a call, Dynamo logged it there and not again) the latest in that
+    frame; else the latest repeat (logged by place alone)."""
     if not checkpoint:
         return None
     point = checkpoint[-1]
@@ -83,19 +100,15 @@ def _unresumable(checkpoint: list) -> GraphBreak | None:
     def at(stack: list[traceback.FrameSummary]) -> int:  # where the checkpoint's frame is in a heard stack
         return next((i for i, f in enumerate(stack) if f.filename == point.filename and f.name == name), -1)
 
-    # the break logged as one it cannot resume from; else (met first inside a call, Dynamo logged it there
-    # and not again) the latest break logged in that frame; else the latest repeat (logged by place alone)
-    found = next((i for i, (_, stack, cut) in enumerate(_heard) if cut and at(stack) >= 0), None)
-    if found is None:
-        found = next((i for i in reversed(range(len(_heard))) if at(_heard[i][1]) >= 0), None)
-    if found is None:
-        found = next((i for i in reversed(range(len(_heard))) if [f.name for f in _heard[i][1]] == [""]), None)
+    near = [h for h in _heard if h.at == (index, dynamo_source.resets)]
+    found = next((h for h in near if h.unresumable and at(h.stack) >= 0), None)
+    found = found or next((h for h in reversed(near) if at(h.stack) >= 0), None)
+    found = found or next((h for h in reversed(near) if [f.name for f in h.stack] == [""]), None)
     if found is None:
         return None
-    reason, stack, _ = _heard[found]
-    del _heard[found]
-    inside = stack[at(stack) :] if at(stack) >= 0 else list(checkpoint)  # the compiled frame down
-    return GraphBreak(reason, *break_location(inside), stopped_at=int(point.lineno or 0))
+    _heard.remove(found)
+    inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else list(checkpoint)  # the compiled frame down
+    return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
 
 
 def graph_break_marker() -> tuple[int, int, int]:
@@ -117,8 +130,8 @@ def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], 
     same = marker[0] == id(found) and marker[2] == dynamo_source.resets and marker[1] <= len(found)
     start = marker[1] if same else 0
     out = []
-    for item in found[start:]:
+    for index, item in enumerate(found[start:], start):
         stack = list(getattr(item, "user_stack", None) or [])
-        heard = _unresumable(stack) if str(item.reason) == "step_unsupported" else None
+        heard = _unresumable(stack, index) if str(item.reason) == "step_unsupported" else None
         out.append(heard or GraphBreak(str(item.reason), *break_location(stack)))
     return out, (id(found), len(found), dynamo_source.resets)

@@ -86,9 +86,13 @@ class FunctionKey(NamedTuple):
     def through(self) -> str:
         """The function named with the wrapper Dynamo compiled for it (``step via @logged``), for when the
         function compiled as a frame of its own as well: two rows that would otherwise read the same."""
+        return f"{self.name} via {self.wrapper} ({where_label(self.filename, self.line)})" if self.via else str(self)
+
+    @property
+    def wrapper(self) -> str:
+        """The wrapper ``via`` names: ``@logged``, or ``Module's wrapper`` for a hook's (``Module.__call__``)."""
         owner, _, last = self.via.rpartition(".")
-        via = f"{owner}'s wrapper" if last.startswith("__") and owner else f"@{self.via}"  # a hook's wrapper
-        return f"{self.name} via {via} ({where_label(self.filename, self.line)})" if self.via else str(self)
+        return f"{owner}'s wrapper" if last.startswith("__") and owner else f"@{self.via}"
 
 
 def _backward(name: str) -> tuple[str, str]:

@@ -150,8 +150,7 @@ def _frame_named(fn: frames.FunctionKey) -> str:
     a frame of its own (a row of its own), so only the wrapper runs eagerly."""
     if not fn.via or fn.via.startswith("torch."):
         return fn.label
-    owner, _, last = fn.via.rpartition(".")
-    wrapper = f"{owner}'s wrapper" if last.startswith("__") and owner else f"the @{fn.via} wrapper"
+    wrapper = f"the {fn.wrapper} wrapper" if fn.wrapper.startswith("@") else fn.wrapper  # or Module's wrapper
     return f"{wrapper} of {fn.label}"
 
 
