@@ -30,10 +30,13 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
 
 
 def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
-    """(line, code) of the nearest line above ``line``, inside its function, that assigns one of the names
-    ``code`` reads from a Python random draw; (0, '') where none does."""
+    """(line, code) of ``line`` where ``code`` draws a Python random number itself, else of the nearest line
+    above it, inside its function, that assigns one of the names ``code`` reads from such a draw; (0, '')
+    where none does."""
     if not (code and file and line):
         return 0, ""
+    if _RANDOM.search(code):  # drawn on the line itself: if np.random.rand() < 0.5:
+        return line, code.strip()
     names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code))
     for n in range(line - 1, max(line - 100, 0), -1):  # the nearest assignment above, inside the function
         text = linecache.getline(file, n).strip()

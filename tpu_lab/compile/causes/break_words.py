@@ -24,6 +24,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number, torch_function
 from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
@@ -83,28 +84,14 @@ def usable_hints(hints: list[str], reason: str = "") -> list[str]:
     left out."""
     usable = (h for h in hints if not re.search(r"\{[\w.()\[\]]+\}", h))  # a template Dynamo never filled in
     usable = (h for h in usable if not (h.startswith("If the HOP is") and "checkpoint" not in reason.lower()))
-    usable = (h for h in usable if "reorderable_logging_functions" not in h or _reorderable(reason))
+    usable = (h for h in usable if "reorderable_logging_functions" not in h or reorderable(reason))
     return [clean(h) for h in usable if not any(u in h for u in _UNHELPFUL) and not unresolved_names(h)]
 
 
-_ARG_TYPES = re.compile(r"argument types \[([^\]]*)\] \(has_kwargs (\w+)\)")
-_REORDERABLE = {"Tensor", "Parameter", "str", "int", "float", "bool", "NoneType", "complex"}
-LOGGING_FIX = (
-    "print outside the compiled function (before or after the call), or only while not compiling: "
-    "if not torch.compiler.is_compiling(): print(...) (Dynamo drops it from the graph; it runs when called eagerly)"
+_READ_BACK_FIX = (
+    "keep the value a tensor: index with torch.index_select or torch.gather instead of a 0-d tensor index, "
+    "select with torch.where, or read it with .item() outside the compiled function and pass the number in"
 )
-
-
-def _reorderable(reason: str) -> bool:
-    """Dynamo reorders a logging call past the graph only when every argument is a tensor, a constant or a
-    string formatter, without keywords (``can_reorder_logs``): a ``torch.Size`` or another object still breaks."""
-    m = _ARG_TYPES.search(reason)
-    if m is None:
-        return "can't actually be reordered" not in reason
-    types = {t.strip().strip("'\"") for t in m[1].split(",") if t.strip()}
-    return m[2] == "False" and types <= _REORDERABLE
-
-
 _SCOPE_FIX = (
     "a hook (or a torch.cond / checkpoint body) stores into state outside it (an attribute, a global, a list): "
     "return the value instead of storing it, or register that hook outside the compiled call"
@@ -150,7 +137,17 @@ TRAINING_STEP_FIX = (
 )
 
 
-def graph_break_words(
+def graph_break_words(reason: str, *args: Any) -> Cause:
+    """A graph break in words (see ``_break_words``); where that fails on tpu_lab's own error, Dynamo's
+    first line of it, saying so: the watch never fails the user's code."""
+    try:
+        return _break_words(reason, *args)
+    except Exception as e:  # a bug here must not end the user's `with tl.watch()` block
+        said = f"{type(e).__name__}: {e}"[:120]
+        return Cause("graph_break", f"{clean(_sections(reason)[0] or reason)} (not put in words: {said})", reason, "")
+
+
+def _break_words(
     reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0), stopped_at: int = 0
 ) -> Cause:
     """A graph break in words, with Dynamo's usable hints as the fix. ``library``: file:line where it
@@ -202,18 +199,21 @@ def graph_break_words(
         made = _CONSTRUCTED.search(inner)
         if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
             words, fix = _constructor_words(made[1], code)
-        if re.search(r"builtin operator `print`|reorder a debugging function", inner) and not _reorderable(inner):
+        if re.search(r"builtin operator `print`|reorder a debugging function", inner) and not reorderable(inner):
             fix = LOGGING_FIX  # Dynamo's own hints point at reorderable_logging_functions, which refuses these
+        if logged := LOGGER_CALL.search(inner):  # Dynamo's hint says "the exact method" but not which
+            words, fix = logger_words(logged["name"], logged["method"])
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
         cause = Cause("graph_break", words or clean(first), first, fix)
         drawn_at, drawn = random_origin(code, *at) if "_local_scalar_dense" in inner else (0, "")
         if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
             words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
-            cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=RANDOM_VALUE_FIX)
+            fix = RANDOM_BRANCH_FIX if re.match(r"\s*(?:el)?if\b|\s*while\b", code) else RANDOM_VALUE_FIX
+            cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=fix)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)
         whose = "torch " if re.search(r"file `torch/|function `torch\.", cause.words) else ""  # or a builtin
-        fix = (
+        fix = reorder_fix(inner, code) or (  # warnings.warn: Dynamo can move it past the graph
             "call it outside the compiled function where you can (before or after it): Dynamo skips this "
             f"{whose}function on purpose and runs it eagerly, between two graphs; else accept the break"
         )
@@ -275,6 +275,11 @@ def graph_break_words(
         cause = dataclasses.replace(cause, fix=CONTROL_FIX)  # capture_scalar_outputs only moves the break there
     elif ours and scalar and feeds_bookkeeping(code):
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
+    if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
+        said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
+        cause = dataclasses.replace(
+            cause, words=cause.words.replace("aten._local_scalar_dense.default", said), fix=_READ_BACK_FIX
+        )
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)
@@ -295,6 +300,7 @@ def graph_break_words(
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
         setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
         fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
+        fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tpu_lab.compile.causes import guard_words
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
@@ -60,7 +61,19 @@ def explain(reason: str | None, *, limit_hit: bool = False) -> str:
     failures = guard_words.parse([reason])
     if not failures or not failures[0].graph:
         return reason.strip().splitlines()[0]  # a source's own words (torch_tpu's cache miss)
-    return "; ".join(dict.fromkeys(guard_words.words(f).words for f in failures))
+    return "; ".join(dict.fromkeys(_in_words(f).words for f in failures))
+
+
+def _in_words(f: Failure, **how: Any) -> Cause:
+    """One failed guard in words or, where that fails on tpu_lab's own error, Dynamo's guard as it wrote it,
+    saying so: the watch never fails the user's code."""
+    try:
+        return guard_words.words(f, **how)
+    except Exception as e:  # a bug here must not end the user's `with tl.watch()` block
+        said = f"{type(e).__name__}: {e}"[:120]
+        return Cause(
+            "verbatim", f"Dynamo's guard, not translated ({said}): {local_name(f.guard)}", f.guard, VERBATIM_FIX
+        )
 
 
 def causes_of(
@@ -100,7 +113,7 @@ def causes_of(
         found = [
             (
                 f,
-                guard_words.words(
+                _in_words(
                     f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now, pipeline=pipeline
                 ),
             )

@@ -44,6 +44,15 @@ def container_words(
                 g,
                 f"pass {key} the same way every call (always, with the same value type)",
             )
+        if name.endswith(("._parameters", "._buffers")):  # pruning, weight norm: a parameter made an attribute
+            owner, what = name.rpartition("._")[::2]
+            return Cause(
+                "parameters",
+                f"{owner} has no {what[:-1]} {m['key']} now (the graph read it): it was removed or replaced by a "
+                "plain attribute, as torch.nn.utils.prune, weight_norm and parametrizations do",
+                g,
+                "expected once per change; make such changes before the first compiled call",
+            )
         return Cause(
             "dict_keys", f"{name} has no key {m['key']} now; the graph read it", g, f"keep the same keys in {name}"
         )
@@ -141,6 +150,8 @@ def container_words(
         name = local_name(m["name"])
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
+        if name.startswith("self.") and now == "gained":  # a module's own cache, never passed in
+            return Cause("dict_keys", f"dict {name} gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         flag = (inputs or {}).get(f"{name}[{m['key']}]") in ("True", "False")  # a flag passed only sometimes
         fix = (
             f"expected once per case: a flag passed only sometimes picks a code path (each set of keys and each "

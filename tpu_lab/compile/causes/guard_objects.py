@@ -83,7 +83,9 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 "enum",
                 f"{name} is another {cls} member (each enum value is its own graph)",
                 g,
-                "expected once per value; pass an int or a tensor instead if it changes often",
+                "expected once per value, and nothing to do for a few values: code that picks a path by the "
+                "value compiles each path as a graph of its own (an int in its place would too); where values "
+                "change often, compute each choice as tensor math and select with a tensor (torch.where)",
             )
         return Cause(
             "identity",
@@ -133,7 +135,13 @@ def none_fix() -> str:
 
 
 def always_pass(name: str) -> str:
-    example = " (e.g. an all-ones mask)" if "mask" in name else ""
+    example = (
+        " (e.g. an all-False mask: True marks padding there)"
+        if "padding_mask" in name
+        else " (a mask that masks nothing: e.g. all ones where 1 keeps a position)"
+        if "mask" in name
+        else ""
+    )
     return f"expected once per case; to keep one graph, always pass it{example}"
 
 

@@ -103,12 +103,52 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         if held_to:  # ((-1) + k + T) // k) == 2 as a reader writes it
             left, _, n = said.rpartition(" == ")
             said = f"{bare(left)} == {n}"
+        said = as_range(text, names) or said
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):
             if (said, g.strip()) not in out.setdefault(s, []):
                 out[s].append((said, g.strip()))
     return out
+
+
+_ANY_SIZE = re.compile(r"(?:L\[[^\]]+\]|(?<![\w.'\]])[A-Za-z_]\w*)(?:\[[^\]]+\]|\.\w+)*\.size\(\)\[\d+\]")  # named too
+_SCANNED = 4096  # sizes tried when a condition of one size is said as the range it keeps
+
+
+def as_range(condition: str, names: Sequence[tuple[str, str]]) -> str:
+    """A condition on arithmetic of one size (``1 + ((-1 + L['x'].size()[2]) // 8) == 12``) as the range of
+    that size it holds (``89 <= x.size()[2] <= 96``), or the one remainder it keeps (``((8 + 8*s) % 16) ==
+    0`` as ``x.size()[1] % 2 == 1``), found by trying each size; '' where it holds on more than one input or
+    is neither."""
+    sizes = {m[0] for m in _ANY_SIZE.finditer(condition)}
+    expr = _ANY_SIZE.sub("s", condition)
+    if len(sizes) != 1 or not re.search(r"[-+*/%]", expr) or not re.fullmatch(r"[\d\s+\-*/%()=<>!s]+", expr):
+        return ""
+    code = compile(expr, "<guard>", "eval")
+
+    def holds(s: int) -> bool:
+        try:
+            return bool(eval(code, {"__builtins__": {}}, {"s": s}))  # only digits, operators and s: checked above
+        except ArithmeticError:
+            return False
+
+    kept = [holds(s) for s in range(_SCANNED)]
+    size = renamed(local_name(sizes.pop()), names)
+    if not any(kept):
+        return ""
+    low, high = kept.index(True), _SCANNED - 1 - kept[::-1].index(True)
+    if all(kept[low : high + 1]):
+        if low == high:
+            return f"{size} == {low}"
+        if high == _SCANNED - 1:
+            return f"{size} >= {low}"
+        return f"{size} <= {high}" if low <= 2 else f"{low} <= {size} <= {high}"
+    for period in range(2, 65):  # Dynamo's own 2 <= size aside, the same every period sizes, one remainder kept
+        if all(kept[s] == kept[s + period] for s in range(2, _SCANNED - period)):
+            kept_at = {s % period for s in range(2, 2 + period) if kept[s]}
+            return f"{size} % {period} == {kept_at.pop()}" if len(kept_at) == 1 else ""
+    return ""
 
 
 def condition_place(guard: str, places: Mapping[str, str]) -> str:

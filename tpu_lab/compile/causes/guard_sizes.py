@@ -187,8 +187,11 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
         else:
             fix = f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
     if not tpu:
-        fix += "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
+        fix += ON_TPU
     return Cause("size", words, g, fix)
+
+
+ON_TPU = "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
 
 
 def is_parameter(raw: str, g: str) -> bool:

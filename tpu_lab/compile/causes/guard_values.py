@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, local_name
+from tpu_lab.compile.causes.cause import CARRIED, VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.sources.frames import shown_float
 
@@ -269,7 +269,7 @@ _ORDERED = re.compile(rf"(?:{_NUM} <=? )?(?P<name>{_NAME}) (?:<=?|>=?|!=) {_NUM}
 def numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
     """The Python numbers a guard compares (``(step % 2) != 0``, ``n <= 3``: a branch on a number Dynamo
     made dynamic), by the user's names; '' when the guard is about anything else."""
-    text = local_name(g)
+    text = local_name(g).replace(CARRIED, _CARRIED_NAME)  # a value carried over a break, compared: one name
     if not re.search(r"[<>]=?|[!=]=", text):
         return ""
     names = [n for n in dict.fromkeys(re.findall(_NAME, text)) if n not in ("and", "or", "not") and not _MATH.match(n)]
@@ -277,8 +277,11 @@ def numbers_compared(g: str, inputs: Mapping[str, str]) -> str:
     if not numbers and (m := _ORDERED.fullmatch(text.strip())) and ".size()" not in m["name"]:
         # Dynamo guards a plain value by an order (<, >=, !=) only where it made it symbolic: a number it made
         # dynamic that the inputs do not show (an attribute, self.drop_path.drop_prob)
-        return m["name"]
+        return m["name"].replace(_CARRIED_NAME, CARRIED)
     return ", ".join(numbers) if numbers and len(numbers) == len(names) else ""
+
+
+_CARRIED_NAME = "___carried_value"
 
 
 def number_condition_words(g: str, numbers: str, line: str, library: str, at: str) -> Cause:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
-from tpu_lab.compile.causes.guard_places import set_by, slocs
+from tpu_lab.compile.causes.guard_places import as_range, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
     is_parameter,
@@ -268,13 +268,16 @@ def words(
         return layout_words(name, detail, g, (inputs or {}).get(name), False)
     if (cause := offset_words(g)) is not None:
         return cause
-    if _BOUND.search(g) and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
+    periodic = " % " in as_range(g, ())  # odd sizes, not one value: each side of it a graph
+    if _BOUND.search(g) and not periodic and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
         return cause  # a number computed from a size, held to one value: each value is a graph
-    if _BOUND.search(g) and re.search(r"[<>]=?|==", g):
+    if _BOUND.search(g) and re.search(r"[<>]=?|[!=]=", g):
         line, library = set_by(f)
+        said = as_range(g, ()) or bare(local_name(g))
+        crossed = "no longer meets a condition" if re.search(r"%|!=", said) else "crossed a bound"  # odd, now even
         return Cause(
             "specialised",
-            f"a size crossed a bound the graph assumed ({local_name(g)}), set{line}",
+            f"a size {crossed} the graph assumed ({said}), set{line}",
             g,
             "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
             f"or drop it ({DROP_LAST})"

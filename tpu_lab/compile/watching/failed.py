@@ -124,11 +124,16 @@ def failed_compile(
             fn = cap.function.label.split(" after ")[0]
             eager += f": {fn} from line {cap.function.resumes_at} on, the loop included"
         words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}; {eager}"
-    fix = cause.fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
+    fix = cause.fix
+    if not cap.fullgraph:  # Dynamo's hint to set fullgraph=False: it is False already, the code ran eagerly
+        fix = "; ".join(h for h in fix.split("; ") if "fullgraph=False" not in h)
+    fix = fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
-    logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and file and not cap.fullgraph
-    break_at = (where or f"{short_path(file)}:{line}") if logged else ""
+    logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and not cap.fullgraph
+    break_at = (where or f"{short_path(file)}:{line}") if logged and file else ""
+    if logged and not file and cap.function.filename:  # a backend's failure: Dynamo logs it at the function
+        break_at = frames.where_label(cap.function.filename, cap.function.line)
     return FailedCompile(words, guard, fix, cause, break_at, raises=cap.fullgraph)
 
 

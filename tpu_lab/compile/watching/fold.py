@@ -25,7 +25,7 @@ from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, named_inputs
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
-from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text
+from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import pinned_sizes, reuse_bounds, what_next
 from tpu_lab.compile.watching.failed import failed_compile
@@ -65,7 +65,7 @@ class Fold:
         self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
-        self.hooks: dict[FunctionKey, tuple[tuple[str, Any, int], ...]] = {}  # each function's newest graph's
+        self.hooks: dict[FunctionKey, list[tuple[tuple[str, Any, int], ...]]] = {}  # each function's graphs', in order
         self.timeline: list[Point] = []
 
     def compiled(
@@ -86,7 +86,7 @@ class Fold:
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
         if cap.hooks:
-            self.hooks[cap.function] = cap.hooks
+            self.hooks.setdefault(cap.function, []).append(cap.hooks)
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
         causes = what_next.walked_tree(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value))
@@ -124,6 +124,9 @@ class Fold:
         pinned = self.pinned.setdefault(cap.function, set())
         causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned) + ([note] if note else [])
         causes = own_graph_first(what_next.in_layout(reuse_bounds.bounded(causes, guards, cap.names, places or {})))
+        self._none_before(
+            cap.function, [m[1] for c in causes if (m := re.match(r"(\S+) is now .+, was None", c.words))]
+        )
         compared = self.compared.setdefault(cap.function, set())
         compared |= reuse_bounds.compared_sizes(causes)
         if compared:  # the bound a later graph found withdraws mark_unbacked from the function's earlier causes too
@@ -141,6 +144,12 @@ class Fold:
                     r.causes = [dataclasses.replace(c, words=by_vmap(c.words)) for c in r.causes]
         if self._broken(cap.function):  # code after a break may fix the size, where a mark would raise
             causes = [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in causes]
+            for (key, _), r in self.rows.items():  # told before the break's other part compiled: the same fix
+                r.causes = (
+                    [dataclasses.replace(c, fix=maybe_marked(c.fix)) for c in r.causes]
+                    if key == cap.function
+                    else r.causes
+                )
         for name, dim in pinned_sizes.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
         seconds = dynamo.compile_seconds(record) if record is not None else 0.0
@@ -254,6 +263,18 @@ class Fold:
             ):
                 row.causes = [pinned_sizes.unmarked(c, name, dim, where) for c in row.causes]
 
+    def _none_before(self, function: FunctionKey, names: list[str]) -> None:
+        """The function's earlier rows show each of ``names`` as None: a later compile found it was None there
+        (the inputs shown skip a None, an unused default, but not one whose change made a graph)."""
+        for name in names:
+            self.nones.setdefault(function, set()).add(name)
+            self.rows = {
+                (k, with_nones(sig, [name]) if k == function and not _has(sig, name) else sig): r
+                for (k, sig), r in self.rows.items()
+            }
+            for (k, sig), r in self.rows.items():
+                r.signature = signature_text(sig) if k == function else r.signature
+
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         if nones := [n for n, d in signature if d == "None"]:
             self.nones.setdefault(key, set()).update(nones)
@@ -292,3 +313,8 @@ def _marks(cap: Capture) -> frozenset[str]:
         if (m := re.search(r"mark_dynamic\[([\d, ]+)\]", said))
         for i in m[1].split(", ")
     )
+
+
+def _has(signature: tuple, name: str) -> bool:
+    """Whether ``signature`` shows the input ``name`` or a part of it (``hidden[0]``, ``settings.top_k``)."""
+    return any(n == name or n.startswith((f"{name}[", f"{name}.")) for n, _ in signature)

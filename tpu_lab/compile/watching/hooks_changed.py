@@ -19,15 +19,18 @@ HOOKS_FIX = (
 )
 
 
-def hooks_cause(snapshot: Sequence[tuple[str, Any, int]]) -> RowCause | None:
-    """What changed in the hooks of the submodules in ``snapshot`` (name, weak reference, count at the
-    compile) since then, as a note on the graph (no compile of its own); None when nothing did, or when
-    Dynamo guards hooks (the change then recompiles, and the recompile says so)."""
+def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause | None:
+    """What changed in the hooks of the submodules since the function's newest graph was compiled (each of
+    ``snapshots``: name, weak reference, count at one compile, oldest first), as a note on that graph (no
+    compile of its own), saying so where an older graph was compiled with the hooks as they are now (its
+    guards may pick it again: pruned, then the pruning removed); None when nothing changed, or when Dynamo
+    guards hooks (the change then recompiles, and the recompile says so)."""
     import torch._dynamo.config as config
 
-    if not getattr(config, "skip_nnmodule_hook_guards", False):
+    if not snapshots or not getattr(config, "skip_nnmodule_hook_guards", False):
         return None
-    now = [(name, then, hook_count(m)) for name, ref, then in snapshot if (m := ref()) is not None]
+    counts = [[(name, then, hook_count(m)) for name, ref, then in s if (m := ref()) is not None] for s in snapshots]
+    now = counts[-1]
     added = [_named(n) for n, then, count in now if count > then]
     removed = [_named(n) for n, then, count in now if count < then]
     said = [f"a hook was added to {', '.join(added)} after this graph was compiled: the graph never runs it"]
@@ -40,6 +43,11 @@ def hooks_cause(snapshot: Sequence[tuple[str, Any, int]]) -> RowCause | None:
     if not said:
         return None
     words = "; ".join(said) + " (Dynamo does not guard the hooks of the modules inside a compiled module)"
+    if any(older and all(count == then for _, then, count in older) for older in counts[:-1]):
+        words += (  # pruned, then the pruning removed: the first graph's guards pass again
+            "; an earlier graph of this function was compiled with the hooks as they are now, and serves the calls "
+            "its guards still pass"
+        )
     return RowCause(words, "", HOOKS_FIX, "hooks", 0)
 
 

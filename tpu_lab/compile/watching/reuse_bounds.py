@@ -10,11 +10,20 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.guard_places import condition_place, held
+from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
+_MARK = re.compile(
+    r"to skip even this one: mark the dimension dynamic before the first call \([^()]*\([^()]*\)\), or pad to a few sizes"
+)
+_ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
+_NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
+    "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
+    "a count), so each value of it is a graph of its own; pad to a few sizes (buckets) to bound them"
+)
 
 
 def compared_sizes(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
@@ -65,6 +74,9 @@ def bounded(
             )
             if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
                 fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
+            if any(_ONE_RANGE.fullmatch(w) and "from your line" in condition_place(g, places) for w, g in found):
+                fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
+                fix = fix.replace(ON_TPU, "")  # the fix pads already
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
