@@ -181,3 +181,12 @@ def test_a_warning_is_told_the_setting_that_moves_it_past_the_graph_and_every_ma
     finally:
         torch._dynamo.config.reorderable_logging_functions.clear()
         torch._dynamo.config.reorderable_logging_functions.update(before)
+
+
+def test_the_guard_managers_own_word_for_a_failed_type_check_is_said_as_a_type_change():
+    # seen re-checking every guard of transformers' dory: two ModelOutput dataclasses' generated __init__
+    from tpu_lab.compile.causes import guard_words
+    from tpu_lab.compile.causes.cause import Failure
+
+    said = guard_words.words(Failure("0/3", "TYPE_MISMATCH(L['self'])", "", "", ()), inputs={"self": "CausalLMOutput"})
+    assert said.kind == "type" and said.words == "self is now a CausalLMOutput (a check of its type failed)", said

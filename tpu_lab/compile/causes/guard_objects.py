@@ -57,6 +57,15 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             "none for this one; but those callables (partials, objects with __call__) share one recompile "
             "limit (torch._dynamo.config.recompile_limit): for many, compile the function they call once",
         )
+    if m := re.fullmatch(r"TYPE_MISMATCH\((?P<name>[^()]+)\)", g.strip()):  # the C++ guard's own word for it
+        name = local_name(m["name"])
+        now = kind_of((inputs or {}).get(name, "")) or "of another type"
+        return Cause(
+            "type",
+            f"{name} is now {now} (a check of its type failed)",
+            g,
+            "expected once per type; pass the same type every call",
+        )
     if m := _TYPE_ID.search(g):
         name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
         module = "._modules[" in m["name"] or ".nn.modules." in (m["cls"] or "")
