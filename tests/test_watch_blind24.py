@@ -190,3 +190,40 @@ def test_the_guard_managers_own_word_for_a_failed_type_check_is_said_as_a_type_c
 
     said = guard_words.words(Failure("0/3", "TYPE_MISMATCH(L['self'])", "", "", ()), inputs={"self": "CausalLMOutput"})
     assert said.kind == "type" and said.words == "self is now a CausalLMOutput (a check of its type failed)", said
+
+
+def test_a_dict_with_fewer_keys_is_one_change_said_once_with_both_guards(dynamo):
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+    def task_loss(params, x, y):  # first-order MAML: torch.func.functional_call with the params dict given
+        return F.mse_loss(torch.func.functional_call(net, params, (x,)), y)
+
+    f = torch.compile(task_loss, backend=BACKEND)
+    every = dict(net.named_parameters())
+    head = {k: v for k, v in every.items() if k.startswith("2.")}  # adapt the head only
+    with tl.watch() as w:
+        f(every, torch.randn(5, 1), torch.randn(5, 1))
+        f(head, torch.randn(5, 1), torch.randn(5, 1))
+    check_against_dynamo(w, dynamo, also=("len(params) != 4", "list(dict.keys(params))["))
+    (keys,) = [c for c in w.table.rows[-1].causes]
+    assert keys.words.startswith("dict params has another number of keys (was 4; now '2.weight', '2.bias')"), keys
+    assert "list(params)[0] == '0.weight'" in keys.shown_guard and "'s keys" not in str(w.table)
+
+
+def early_out(x, w):
+    sel = x.sum(-1) > 0
+    if not sel.any():  # the common early-out of mixture-of-depths code
+        return x
+    return x + torch.where(sel[..., None], x @ w, 0)
+
+
+def test_a_refusal_quotes_the_users_line_without_its_comment(dynamo):
+    f = torch.compile(early_out, backend=BACKEND, fullgraph=True)
+    with tl.watch() as w:
+        try:
+            f(torch.randn(2, 4), torch.randn(4, 4))
+        except Exception:
+            pass  # fullgraph refuses the branch: the call raises, as the row says
+    check_against_dynamo(w, dynamo)
+    (refused,) = [c for r in w.table for c in r.causes if c.kind == "failed"]
+    assert "(if not sel.any():)" in refused.words and "early-out" not in refused.words, refused.words

@@ -10,6 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
+from tpu_lab.compile.causes.guard_containers import one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
@@ -125,7 +126,9 @@ def causes_of(
                 c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
             )
             for c in calling_style(
-                cache_first(merged([_next_values(f, c, dynamic, limit, baked, now) for f, c in _grad(found)]))
+                cache_first(
+                    one_dict_change(merged([_next_values(f, c, dynamic, limit, baked, now) for f, c in _grad(found)]))
+                )
             )
         ]
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile

@@ -3,6 +3,7 @@ the keyword arguments of a call, a ModuleList's depth, an optimizer's per-parame
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -164,7 +165,7 @@ def container_words(
     if m := _KEY.search(g):
         return Cause(
             "dict_keys",
-            f"dict {local_name(m['name'])}'s keys changed (added, dropped or reordered; key {m['i']} was {m['key']})",
+            f"the keys of dict {local_name(m['name'])} changed (added, dropped or reordered; key {m['i']} was {m['key']})",
             g,
             "pass the dict with the same keys in the same order every call",
         )
@@ -207,3 +208,18 @@ def _not_passed_fix(name: str) -> str:
         "read it outside the compiled function and pass only what the code needs (or move that part into "
         "a torch.compiler.disable'd helper)"
     )
+
+
+def one_dict_change(causes: list[Cause]) -> list[Cause]:
+    """A dict with another number of keys fails its key-order guard too: one change, said once (the number
+    of keys, with the keys now), with both guards; never a second cause on the same dict's keys."""
+    counted = {m[1]: i for i, c in enumerate(causes) if (m := re.match(r"dict (\S+) has another number of", c.words))}
+    moved: dict[int, list[str]] = {}
+    for c in causes:
+        if (m := re.match(r"the keys of dict (\S+) changed", c.words)) and m[1] in counted:
+            moved.setdefault(counted[m[1]], []).append(c.guard)
+    return [
+        dataclasses.replace(c, guard="\n".join([c.guard, *moved[i]])) if i in moved else c
+        for i, c in enumerate(causes)
+        if not ((m := re.match(r"the keys of dict (\S+) changed", c.words)) and m[1] in counted)
+    ]

@@ -66,7 +66,7 @@ def failed_compile(
     cause = graph_break_words(reason, library, code, (file, line))
     cause = _through(cause, stack_place.called_through(trace.stack) if trace else "", reason)
     where = frames.where_label(file, line) if file and not is_library(file) else ""
-    at = f" at {where}" + (f" ({code})" if whole_statement(code) else "") if where else ""
+    at = f" at {where}" + (f" ({whole_statement(code)})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
     name = _frame_named(cap.function)
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
@@ -144,7 +144,11 @@ def _cannot_resume(earlier: Cause, file: str, line: int) -> Cause:
     """A frame given up on because Dynamo could not resume after a graph break (it cannot rebuild the loop's
     iterator, a ``zip`` over a ModuleList): the break is the cause, and its fix the fix."""
     number, code = enclosing_loop(file, line)
-    inside = f" inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "") if number else ""
+    inside = (
+        f" inside the loop at line {number}" + (f" ({whole_statement(code)})" if whole_statement(code) else "")
+        if number
+        else ""
+    )
     what = "the loop's iterator" if number else "the values live there"
     words = f"{earlier.words}, and it cannot resume after that break{inside}: it cannot rebuild {what}"
     return dataclasses.replace(earlier, words=words)
@@ -266,4 +270,4 @@ def _in_loop(reason: str, file: str, line: int) -> str:
     number, code = enclosing_loop(file, line)
     if not number:
         return ""
-    return f", inside the loop at line {number}" + (f" ({code})" if whole_statement(code) else "")
+    return f", inside the loop at line {number}" + (f" ({whole_statement(code)})" if whole_statement(code) else "")
