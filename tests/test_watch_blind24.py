@@ -227,3 +227,18 @@ def test_a_refusal_quotes_the_users_line_without_its_comment(dynamo):
     check_against_dynamo(w, dynamo)
     (refused,) = [c for r in w.table for c in r.causes if c.kind == "failed"]
     assert "(if not sel.any():)" in refused.words and "early-out" not in refused.words, refused.words
+
+
+def test_gradual_unfreezing_is_told_one_graph_per_stage_is_fine(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    for p in model[0].parameters():
+        p.requires_grad_(False)  # the backbone frozen for the first stage
+    f = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(4, 8)).sum().backward()
+        for p in model[0].parameters():
+            p.requires_grad_(True)  # the next stage unfreezes it
+        f(torch.randn(4, 8)).sum().backward()
+    check_against_dynamo(w, dynamo, also=("requires_grad",))
+    unfrozen = [c for r in w.table for c in r.causes if c.kind == "requires_grad"]
+    assert unfrozen and all("gradual unfreezing compiles one per stage, which is fine" in c.fix for c in unfrozen)

@@ -154,7 +154,8 @@ def words(
                 "requires_grad",
                 f"parameter {name} was {'frozen' if was else 'unfrozen'} (requires_grad {was} -> {not was})",
                 g,
-                "expected once per setting; freeze or unfreeze parameters before the first compiled call",
+                "expected once per setting: each set of frozen parameters is a graph of its own (gradual "
+                "unfreezing compiles one per stage, which is fine); else freeze or unfreeze before the first call",
             )
         return Cause(
             "requires_grad",
