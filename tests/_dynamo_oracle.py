@@ -1,8 +1,10 @@
 """Dynamo's own account of a run, the oracle for the watch's tests: its compilation records and its
 TORCH_LOGS records (recompiles, graph_breaks), and the check that a watch agrees with them."""
 
+import contextlib
 import logging
 import re
+import warnings
 
 import pytest
 import torch
@@ -110,3 +112,18 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
 
 def only_causes(w, name):
     return [c for r in w.table.by_function(name) for c in r.causes if c.kind not in ("first", "dynamic")]
+
+
+@contextlib.contextmanager
+def printed_setting_applied(setting):
+    """A fix printed as ``torch._dynamo.config.<a set>.add(...)``, run as printed on a fresh Dynamo; the set
+    is restored after, so no other test sees it."""
+    held = getattr(torch._dynamo.config, re.match(r"torch\._dynamo\.config\.(\w+)\.add\(", setting)[1])
+    before = set(held)
+    torch._dynamo.reset()
+    try:
+        exec(setting, {"torch": torch, "logging": logging, "warnings": warnings})  # the fix as printed
+        yield
+    finally:
+        held.clear()
+        held.update(before)

@@ -9,7 +9,7 @@ import logging
 
 import torch
 import torch.nn.utils.prune as prune
-from _dynamo_oracle import check_against_dynamo
+from _dynamo_oracle import check_against_dynamo, printed_setting_applied
 
 import tpu_lab as tl
 
@@ -99,16 +99,9 @@ def test_a_loggers_call_names_the_exact_method_to_ignore_and_that_setting_remove
     assert broke.words.startswith("a logging call (logger 'tpu_lab_tests.metrics', .warning) cannot go into a graph")
     setting = "torch._dynamo.config.ignore_logging_functions.add(logging.getLogger('tpu_lab_tests.metrics').warning)"
     assert broke.fix.startswith(f"{setting} before the first call"), broke.fix
-    torch._dynamo.reset()
-    before = set(torch._dynamo.config.ignore_logging_functions)
-    try:
-        exec(setting)  # the fix as printed
-        with tl.watch() as w:
-            f(torch.randn(3))
-        assert w.table.breaks == () and w.table.total_compiles == 1, w.table
-    finally:
-        torch._dynamo.config.ignore_logging_functions.clear()
-        torch._dynamo.config.ignore_logging_functions.update(before)
+    with printed_setting_applied(setting), tl.watch() as w:
+        f(torch.randn(3))
+    assert w.table.breaks == () and w.table.total_compiles == 1, w.table
 
 
 def test_an_input_that_was_none_shows_as_none_in_the_earlier_graphs_row(dynamo):

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _dynamo_oracle import check_against_dynamo
+from _dynamo_oracle import check_against_dynamo, printed_setting_applied
 
 import tpu_lab as tl
 from tpu_lab.compile.causes import guard_objects
@@ -169,18 +169,11 @@ def test_a_warning_is_told_the_setting_that_moves_it_past_the_graph_and_every_ma
     (warned,) = w.table.breaks
     setting = "torch._dynamo.config.reorderable_logging_functions.add(warnings.warn)"
     assert warned.fix.startswith(f"{setting} before the first call"), warned.fix
-    torch._dynamo.reset()
-    before = set(torch._dynamo.config.reorderable_logging_functions)
-    try:
-        exec(setting)  # the fix as printed
-        with tl.watch() as w, torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for T in (20, 40, 24, 48):
-                f(torch.randn(2, T, 16))
-        assert w.table.breaks == (), w.table
-    finally:
-        torch._dynamo.config.reorderable_logging_functions.clear()
-        torch._dynamo.config.reorderable_logging_functions.update(before)
+    with printed_setting_applied(setting), tl.watch() as w, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for length in (20, 40, 24, 48):
+            f(torch.randn(2, length, 16))
+    assert w.table.breaks == (), w.table
 
 
 def test_the_guard_managers_own_word_for_a_failed_type_check_is_said_as_a_type_change():
