@@ -7,6 +7,7 @@ is all False; an error of tpu_lab's own while putting a guard in words never end
 against Dynamo's records."""
 
 import enum
+import logging
 import warnings
 
 import numpy as np
@@ -235,3 +236,25 @@ def test_gradual_unfreezing_is_told_one_graph_per_stage_is_fine(dynamo):
     check_against_dynamo(w, dynamo, also=("requires_grad",))
     unfrozen = [c for r in w.table for c in r.causes if c.kind == "requires_grad"]
     assert unfrozen and all("gradual unfreezing compiles one per stage, which is fine" in c.fix for c in unfrozen)
+
+
+def test_an_error_of_its_own_while_putting_a_break_in_words_never_ends_the_users_block(dynamo, monkeypatch):
+    from tpu_lab.compile.causes import break_words
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in tpu_lab")
+
+    monkeypatch.setattr(break_words, "logger_words", broken)
+    log = logging.getLogger("tpu_lab_tests.broken")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+
+    def step(x):
+        log.warning("step")
+        return x.sin()
+
+    with tl.watch() as w:
+        assert torch.compile(step, backend=BACKEND)(torch.randn(3)).shape == (3,)  # the user's code ran
+    check_against_dynamo(w, dynamo)
+    (broke,) = w.table.breaks
+    assert broke.words.endswith("(not put in words: RuntimeError: a bug in tpu_lab)"), broke.words

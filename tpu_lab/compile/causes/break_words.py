@@ -137,14 +137,15 @@ TRAINING_STEP_FIX = (
 )
 
 
-def graph_break_words(reason: str, *args: Any) -> Cause:
-    """A graph break in words (see ``_break_words``); where that fails on tpu_lab's own error, Dynamo's
-    first line of it, saying so: the watch never fails the user's code."""
+def graph_break_words(
+    reason: str, library: str = "", code: str = "", at: tuple[str, int] = ("", 0), stopped_at: int = 0
+) -> Cause:
+    """A graph break in words (``_break_words``), else, on tpu_lab's own error, Dynamo's first line of it."""
     try:
-        return _break_words(reason, *args)
+        return _break_words(reason, library, code, at, stopped_at)
     except Exception as e:  # a bug here must not end the user's `with tl.watch()` block
-        said = f"{type(e).__name__}: {e}"[:120]
-        return Cause("graph_break", f"{clean(_sections(reason)[0] or reason)} (not put in words: {said})", reason, "")
+        said = f"{clean(_sections(reason)[0] or reason)} (not put in words: {type(e).__name__}: {str(e)[:120]})"
+        return Cause("graph_break", said, reason, "")
 
 
 def _break_words(
@@ -277,9 +278,8 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
-        cause = dataclasses.replace(
-            cause, words=cause.words.replace("aten._local_scalar_dense.default", said), fix=_READ_BACK_FIX
-        )
+        words = cause.words.replace("aten._local_scalar_dense.default", said)
+        cause = dataclasses.replace(cause, words=words, fix=_READ_BACK_FIX)
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)

@@ -214,12 +214,12 @@ def one_dict_change(causes: list[Cause]) -> list[Cause]:
     """A dict with another number of keys fails its key-order guard too: one change, said once (the number
     of keys, with the keys now), with both guards; never a second cause on the same dict's keys."""
     counted = {m[1]: i for i, c in enumerate(causes) if (m := re.match(r"dict (\S+) has another number of", c.words))}
-    moved: dict[int, list[str]] = {}
-    for c in causes:
-        if (m := re.match(r"the keys of dict (\S+) changed", c.words)) and m[1] in counted:
-            moved.setdefault(counted[m[1]], []).append(c.guard)
-    return [
-        dataclasses.replace(c, guard="\n".join([c.guard, *moved[i]])) if i in moved else c
-        for i, c in enumerate(causes)
-        if not ((m := re.match(r"the keys of dict (\S+) changed", c.words)) and m[1] in counted)
+    reordered = [
+        counted.get(m[1]) if (m := re.match(r"the keys of dict (\S+) changed", c.words)) else None for c in causes
     ]
+    out = []
+    for i, c in enumerate(causes):
+        moved = [causes[j].guard for j, into in enumerate(reordered) if into == i]
+        if reordered[i] is None:
+            out.append(dataclasses.replace(c, guard="\n".join([c.guard, *moved])) if moved else c)
+    return out

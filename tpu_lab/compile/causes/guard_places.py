@@ -7,6 +7,7 @@ conditions a graph still holds on what it made dynamic (``x.size()[0] <= 15``, `
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -125,29 +126,35 @@ def as_range(condition: str, names: Sequence[tuple[str, str]]) -> str:
     expr = _ANY_SIZE.sub("s", condition)
     if len(sizes) != 1 or not re.search(r"[-+*/%]", expr) or not re.fullmatch(r"[\d\s+\-*/%()=<>!s]+", expr):
         return ""
+    kept = _kept(expr)
+    return kept.replace("{size}", renamed(local_name(sizes.pop()), names)) if kept else ""
+
+
+@functools.cache  # a graph's guards are read at each of its causes: the scan once per expression
+def _kept(expr: str) -> str:
+    """What ``expr`` (digits, operators and the size ``s``) keeps of ``s``, with ``{size}`` for its name."""
     code = compile(expr, "<guard>", "eval")
 
     def holds(s: int) -> bool:
         try:
-            return bool(eval(code, {"__builtins__": {}}, {"s": s}))  # only digits, operators and s: checked above
+            return bool(eval(code, {"__builtins__": {}}, {"s": s}))  # only digits, operators and s: checked
         except ArithmeticError:
             return False
 
     kept = [holds(s) for s in range(_SCANNED)]
-    size = renamed(local_name(sizes.pop()), names)
     if not any(kept):
         return ""
     low, high = kept.index(True), _SCANNED - 1 - kept[::-1].index(True)
     if all(kept[low : high + 1]):
         if low == high:
-            return f"{size} == {low}"
+            return f"{{size}} == {low}"
         if high == _SCANNED - 1:
-            return f"{size} >= {low}"
-        return f"{size} <= {high}" if low <= 2 else f"{low} <= {size} <= {high}"
+            return f"{{size}} >= {low}"
+        return f"{{size}} <= {high}" if low <= 2 else f"{low} <= {{size}} <= {high}"
     for period in range(2, 65):  # Dynamo's own 2 <= size aside, the same every period sizes, one remainder kept
         if all(kept[s] == kept[s + period] for s in range(2, _SCANNED - period)):
             kept_at = {s % period for s in range(2, 2 + period) if kept[s]}
-            return f"{size} % {period} == {kept_at.pop()}" if len(kept_at) == 1 else ""
+            return f"{{size}} % {period} == {kept_at.pop()}" if len(kept_at) == 1 else ""
     return ""
 
 

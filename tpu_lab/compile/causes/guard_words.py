@@ -269,12 +269,12 @@ def words(
         return layout_words(name, detail, g, (inputs or {}).get(name), False)
     if (cause := offset_words(g)) is not None:
         return cause
-    periodic = " % " in as_range(g, ())  # odd sizes, not one value: each side of it a graph
-    if _BOUND.search(g) and not periodic and (cause := size_value_words(g, set_by(f)[0], at, f.code)) is not None:
-        return cause  # a number computed from a size, held to one value: each value is a graph
+    kept = as_range(g, ()) if _BOUND.search(g) else ""  # what a condition on one size keeps of it
+    if _BOUND.search(g) and " % " not in kept and (cause := size_value_words(g, set_by(f)[0], at, f.code)):
+        return cause  # a number computed from a size, held to one value: each value is a graph (not odd sizes)
     if _BOUND.search(g) and re.search(r"[<>]=?|[!=]=", g):
         line, library = set_by(f)
-        said = as_range(g, ()) or bare(local_name(g))
+        said = kept or bare(local_name(g))
         crossed = "no longer meets a condition" if re.search(r"%|!=", said) else "crossed a bound"  # odd, now even
         return Cause(
             "specialised",

@@ -265,15 +265,17 @@ class Fold:
 
     def _none_before(self, function: FunctionKey, names: list[str]) -> None:
         """The function's earlier rows show each of ``names`` as None: a later compile found it was None there
-        (the inputs shown skip a None, an unused default, but not one whose change made a graph)."""
+        (the inputs shown skip a None, an unused default, but not one whose change made a graph). A row whose
+        new inputs another row already shows keeps its own, so no row's counts are ever lost."""
         for name in names:
             self.nones.setdefault(function, set()).add(name)
-            self.rows = {
-                (k, with_nones(sig, [name]) if k == function and not _has(sig, name) else sig): r
-                for (k, sig), r in self.rows.items()
-            }
+            rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
             for (k, sig), r in self.rows.items():
-                r.signature = signature_text(sig) if k == function else r.signature
+                shown = with_nones(sig, [name]) if k == function and not _has(sig, name) else sig
+                shown = sig if (k, shown) in self.rows else shown
+                r.signature = signature_text(shown) if shown != sig else r.signature
+                rows[(k, shown)] = r
+            self.rows = rows
 
     def row(self, key: FunctionKey, signature: tuple) -> WatchRow:
         if nones := [n for n, d in signature if d == "None"]:
