@@ -31,8 +31,9 @@ def test_a_float_the_graph_still_pins_is_never_called_dynamic(dynamo):
     assert not any(c.kind == "dynamic" for r in w.table for c in r.causes)
     assert all(not r.dynamic for r in w.table)
     found = causes(w)
-    assert len(found) == 3 and all("each new value compiles a graph of its own" in c.words for c in found)
-    assert all("keep it to a few values" in c.fix for c in found)
+    assert len(found) == 3 and all("each new value still compiles a graph of its own" in c.words for c in found)
+    assert all("torch's interpolate needs it as one fixed value" in c.words for c in found)
+    assert all("keep sf to a few values" in c.fix and "torch.tensor(" not in c.fix for c in found)
 
 
 def embed(x):

@@ -15,7 +15,8 @@ from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
 )
-from tpu_lab.compile.causes.guard_values import closures_unnamed, held_fix, static_number_fix
+from tpu_lab.compile.causes.guard_values import closures_unnamed
+from tpu_lab.compile.causes.held_numbers import held_cause, static_number_fix
 from tpu_lab.compile.causes.joined import INSTANCES_SHARE, cache_first, calling_style, merged, per_instance
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
@@ -90,7 +91,7 @@ def causes_of(
     limit: int | None = None,
     subjects: tuple[tuple[str, str], ...] = (),
     pipeline: bool = False,
-    baked: frozenset[str] = frozenset(),
+    baked: Mapping[str, tuple[str, str]] | None = None,
     compared: Sequence[tuple[str, str]] = (),
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
@@ -100,7 +101,7 @@ def causes_of(
     ``names``: Dynamo's input names -> the user's; ``caller``: the library that called the function;
     ``dynamic``: Python numbers (by Dynamo's source) that automatic dynamic shapes made symbolic in the
     new graph; ``limit``: the recompile limit, for numbers whose every value is a graph; ``pipeline``: called
-    from inside a transformers pipeline; ``baked``: numbers made dynamic whose computed values the new graph pins;
+    from inside a transformers pipeline; ``baked``: numbers made dynamic that the new graph pins, each with (the guard, Dynamo's comment on it);
     ``compared``: graphs compiled for another instance or callable (``Capture.compared``), said where picked."""
     failures = guard_words.parse(reasons)
     if not failures:
@@ -127,7 +128,9 @@ def causes_of(
             )
             for c in calling_style(
                 cache_first(
-                    one_dict_change(merged([_next_values(f, c, dynamic, limit, baked, now) for f, c in _grad(found)]))
+                    one_dict_change(
+                        merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
+                    )
                 )
             )
         ]
@@ -237,7 +240,7 @@ def _next_values(
     cause: Cause,
     dynamic: frozenset[str],
     limit: int | None,
-    baked: frozenset[str],
+    baked: Mapping[str, tuple[str, str]],
     now: Mapping[str, str],
 ) -> tuple[str, Cause]:
     """(the input a guard is about, its cause) with what happens to the next values of a Python number:
@@ -271,13 +274,9 @@ def _next_values(
             )
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
-    if source in {local_name(d) for d in baked}:
-        words = cause.words.removesuffix(_BAKED) + (
-            f"): Dynamo made {name} dynamic, but a value computed from it is baked into this graph, so each new "
-            f"value still compiles a graph of its own{at_most}"
-        )
-        fix = held_fix(name)
-        return name, dataclasses.replace(cause, words=words, fix=fix)
+    pin = next((p for d, p in baked.items() if local_name(d) == source), None)
+    if pin and (held := held_cause(cause, name, pin, at_most, baked=_BAKED, now=now.get(name, ""))):
+        return name, held
     if source in {local_name(d) for d in dynamic}:
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"
@@ -306,7 +305,7 @@ def capture_causes(
     tpu: bool = False,
     dynamic: frozenset[str] = frozenset(),
     limit: int | None = None,
-    baked: frozenset[str] = frozenset(),
+    baked: Mapping[str, tuple[str, str]] | None = None,
 ) -> list[Cause]:
     """``causes_of`` for one compile as the Dynamo source heard it."""
     found = causes_of(

@@ -1,6 +1,5 @@
 """Python values, global state, dispatch keys and tensor kinds in words, with the fix for the backend
-(a tensor argument, or a few values; sizes are ``guard_sizes``'). Pure, but for
-``static_number_fix``, which asks the installed Dynamo whether the config it names exists."""
+(a tensor argument, or a few values; sizes are ``guard_sizes``'). Pure."""
 
 from __future__ import annotations
 
@@ -230,20 +229,6 @@ def tensor_type_words(name: str, cls: str, want: str | None, g: str) -> Cause:
         g,
         "pass the same kind each time (x.as_subclass(torch.Tensor) for a plain tensor)",
     )
-
-
-def static_number_fix(name: str) -> str:
-    """The fix for a Python int Dynamo keeps static after it changed (each value a graph)."""
-    import torch._dynamo.config as config
-
-    if name.startswith("self.") and hasattr(config, "allow_unspec_int_on_nn_module"):
-        # an nn.Module's int attribute: Dynamo keeps those static unless told otherwise
-        return (
-            f"keep {name} out of the compiled forward's Python values: hold it in a tensor (a buffer, "
-            "self.register_buffer), or set torch._dynamo.config.allow_unspec_int_on_nn_module = True "
-            "so Dynamo may make it dynamic"
-        )
-    return "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time, or keep it to a few values"
 
 
 def closures_unnamed(words: str) -> str:

@@ -15,6 +15,7 @@ from tpu_lab.compile.sources.frames import FunctionKey
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
+_SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
 
 
 def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> tuple[str, str, str, dict[str, str]]:
@@ -79,6 +80,9 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
     break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
     _, _, target, items = _break_line(function, names)
     text = _items_named(text, items)
+    slots = {int(m[1]): user for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw))}
+    if len(slots) > 1:  # several values carried (``h + gn(h)`` broke in gn): each by what the line calls it
+        text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
     return _CARRIED_NAMED.sub(target, text) if target else text
 
 

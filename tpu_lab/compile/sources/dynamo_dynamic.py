@@ -43,16 +43,30 @@ def _code_parts(code: Any, compile_id: str) -> list[str] | None:
         if str(getattr(entry, "compile_id", "")) != compile_id:
             continue
         manager: Any = getattr(entry, "guard_manager", None)
-        parts = getattr(manager, "code_parts", None)
-        if not isinstance(parts, list):
+        try:
+            return _tree_parts(manager.root)
+        except Exception:  # another torch's guard tree: no claim
             return None
-        try:  # the shape environment's guards (a number pinned to a value): in code_parts from 2.15 on, else here
-            epilogue = manager.root.get_epilogue_lambda_guards()
-            parts = parts + [p for g in epilogue for p in g.verbose_code_parts()]
-        except Exception:
-            pass
-        return [str(p) for p in parts]
     return None
+
+
+_MAX_PARTS = 50_000  # a large model's graph has tens of thousands of guards at most
+
+
+def _tree_parts(root: Any) -> list[str]:
+    """Every guard of the tree with Dynamo's comment (``L['n'] == 4  # x = f(n)  # train.py:7 in step``):
+    Dynamo's own ``code_parts`` skips a dict's entries (a submodule's int attribute, a tensor in a batch
+    dict), and the shape environment's guards come after the tree's, as Dynamo checks them."""
+    from tpu_lab.compile.sources.dynamo_guards import guard_children
+
+    parts: dict[str, None] = {}  # a guard relating several nodes sits on each: said once
+    todo = [root]
+    while todo and len(parts) < _MAX_PARTS:
+        node = todo.pop()
+        parts.update((str(p), None) for leaf in node.get_leaf_guards() for p in leaf.verbose_code_parts())
+        todo += reversed(guard_children(node))
+    parts.update((str(p), None) for g in root.get_epilogue_lambda_guards() for p in g.verbose_code_parts())
+    return list(parts)
 
 
 def pinned(guards: list[str]) -> tuple[frozenset[str], frozenset[tuple[str, int]]]:
@@ -69,26 +83,32 @@ def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
     this record's graph: marked auto-dynamic in Dynamo's per-code state, and not pinned by the graph's own
     ``guards``, neither themselves nor a value computed from them (None: they cannot be read, so no number
     is claimed dynamic)."""
-    made, baked = _made_dynamic(record, guards)
-    return made - baked
+    made, computed, _ = _made_dynamic(record, guards)
+    return made - computed
 
 
-def baked_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
-    """The Python numbers automatic dynamic made symbolic whose computed values the graph's own ``guards``
-    pin to one value (``round(L['lo'] / ...) == 143``): later values of them still compile graphs."""
-    return _made_dynamic(record, guards)[1]
+def baked_scalars(record: Any, guards: list[str] | None) -> dict[str, str]:
+    """The Python numbers automatic dynamic made symbolic that the graph's own ``guards`` still pin, each with
+    the guard that pins it: the number itself (``L['groups'] == 4``: the code needs one fixed value there,
+    an nn.Module's int attribute is kept static) or a value computed from it (``round(L['lo'] / ...) ==
+    143``). Later values of them still compile graphs."""
+    _, computed, itself = _made_dynamic(record, guards)
+    pins = {m["source"].strip(): g.strip() for g in guards or () if (m := _EQUALS.match(g.strip()))}
+    found = {n: next((p for p in pins.values() if "(" in p and n in p), "") for n in computed}
+    return found | {n: pins[n] for n in itself}
 
 
-def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str], frozenset[str]]:
-    """(the numbers made dynamic and not pinned themselves, those of them a pinned expression computes on)."""
+def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(the numbers made dynamic and not pinned themselves, those of them a pinned expression computes on,
+    the numbers marked dynamic that the graph pins themselves to one value)."""
     if guards is None:
-        return frozenset(), frozenset()
+        return frozenset(), frozenset(), frozenset()
     try:
         from torch._dynamo import pgo
 
         states, dynamic = pgo.get_code_state(), pgo.auto_dynamic
     except (ImportError, AttributeError):  # another torch: none known, the words stay the general ones
-        return frozenset(), frozenset()
+        return frozenset(), frozenset(), frozenset()
     where = (
         getattr(record, "co_filename", None),
         getattr(record, "co_firstlineno", None),
@@ -105,7 +125,8 @@ def _made_dynamic(record: Any, guards: list[str] | None) -> tuple[frozenset[str]
     values, _ = pinned(guards)
     made = frozenset(out - values)
     derived = [v for v in values if "(" in v]  # an expression over numbers, pinned to one value
-    return made, frozenset(n for n in made if any(n in v for v in derived) and not _reusable(n, guards))
+    computed = frozenset(n for n in made if any(n in v for v in derived) and not _reusable(n, guards))
+    return made, computed, frozenset(out & values)
 
 
 def _reusable(source: str, guards: list[str]) -> bool:

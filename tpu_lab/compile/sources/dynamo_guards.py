@@ -150,7 +150,7 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
     out: list[str] = []
     related: set[int] = set()
     held = [manager.root]  # wrappers kept alive, so the ids in ``path`` stay theirs while we clone
-    todo = [(node, frozenset({id(manager.root)})) for node in reversed(_children(manager.root))]
+    todo = [(node, frozenset({id(manager.root)})) for node in reversed(guard_children(manager.root))]
     dict_checks = _MAX_CHECKS
     while todo and len(held) < _MAX_NODES:
         node, path = todo.pop()
@@ -183,7 +183,7 @@ def _leaf_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
                 out.append(parts[0])
             stop = stop or kind in _STOPS or (kind == "LENGTH_CHECK" and _moved(node, value, parts[0]))
         if not stop:
-            todo += [(child, path | {id(node)}) for child in reversed(_children(node))]
+            todo += [(child, path | {id(node)}) for child in reversed(guard_children(node))]
     # the root's relations between inputs (``L['q'] is L['k']``, shape relations) are expressions, many per
     # guard: Dynamo evaluates them one by one for its own reason, and so does this; a relation on a tensor
     # whose own size or layout failed follows from that failure
@@ -209,7 +209,7 @@ def _moved(node: Any, value: Any, length: str) -> bool:
     if not isinstance(value, (list, tuple)) or was is None or not all(isinstance(v, torch.Tensor) for v in value):
         return True
     items = []
-    for child in _children(node)[:_MAX_CHECKS]:
+    for child in guard_children(node)[:_MAX_CHECKS]:
         if m := re.search(r"\[(\d+)\]$", child.get_source()):
             items.append((int(m[1]), [g for g in child.get_leaf_guards() if not isinstance(g, RelationalGuard)]))
     old, new = int(was[1]), len(value)
@@ -233,7 +233,7 @@ def _holds(code: str, globals_: dict[str, Any], scope: dict[str, Any]) -> bool:
         return True  # cannot tell: say nothing
 
 
-def _children(node: Any) -> list[Any]:
+def guard_children(node: Any) -> list[Any]:
     """A node's child managers; a dict's own (keys and values, one pair per entry) come separately."""
     out = list(node.get_child_managers())
     pairs = node.get_key_value_managers() if hasattr(node, "get_key_value_managers") else {}

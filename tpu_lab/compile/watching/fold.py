@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import by_vmap, calls_vmap
@@ -37,8 +38,9 @@ _FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's valu
 
 
 EMPTY_GRAPH = (
-    "the graph holds no operation: a graph break comes before any work (see the graph breaks), so all of this "
-    "function's work runs eagerly on every call"
+    "the graph holds no operation: a graph break comes before any work (see the graph breaks), so the work up "
+    "to that break runs eagerly on every call; the code after it is compiled apart, in a row of its own, where "
+    "Dynamo can resume there"
 )
 EMPTY_FIX = "fix the graph break it stops at (its fix is with the graph breaks): until then compiling it does nothing"
 
@@ -75,13 +77,13 @@ class Fold:
         guards: list[str] | None,
         scalars: frozenset[str],
         earlier: FunctionKey | None,
-        baked: frozenset[str] = frozenset(),
+        baked: Mapping[str, tuple[str, str]] | None = None,
         places: dict[str, str] | None = None,
     ) -> CompileEvent:
         """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own
         (None: unreadable), ``scalars`` the numbers made dynamic, ``earlier`` another definition of the same
-        function seen before (a re-run notebook cell), ``baked`` numbers made dynamic whose computed values
-        the graph pins (each new value still a graph), ``places`` Dynamo's comment on each of the graph's guards."""
+        function seen before (a re-run notebook cell), ``baked`` numbers made dynamic that the graph
+        still pins, each with (the guard, Dynamo's comment on it): each new value still a graph, ``places`` Dynamo's comment on each of the graph's guards."""
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap

@@ -157,8 +157,9 @@ class Watch:
             return self._fold.backward(cap, record)
         guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
-        baked = baked_scalars(record, guards) if cap.reasons else frozenset()
         places = guard_places(cap.code, cap.compile_id) if guards else {}
+        pins = baked_scalars(record, guards) if cap.reasons else {}
+        baked = {source: (g, places.get(g, "")) for source, g in pins.items()}
         return self._fold.compiled(cap, record, guards, scalars, cap.earlier, baked, places)
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:

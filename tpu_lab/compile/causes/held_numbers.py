@@ -1,0 +1,84 @@
+"""A Python number automatic dynamic shapes marked dynamic that the new graph still pins to one value: the
+number itself (the code hands it to torch where one fixed value is needed, such as group_norm's group
+count; an nn.Module's int attribute, which Dynamo keeps static), or a value computed from it (math.exp on
+it). Each new value still compiles a graph, and the fix is not "make it dynamic" nor, where torch needs a
+Python number, "pass a tensor". And the fix for a number Dynamo keeps static. Pure, but for
+``module_int_fix``, which asks the installed Dynamo whether the config it names exists."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_places import condition_place, owner
+from tpu_lab.compile.causes.guard_values import held_fix
+from tpu_lab.compile.sources.packages import USER
+
+_MODULE_HINT = "integer attributes of the nn.Module"  # Dynamo's own hint on such a guard
+_INNERMOST = re.compile(r"\((?P<file>[^()\s]+\.py):(?P<line>\d+) in (?P<fn>\w+)\)\s*$")  # the library's frame
+
+
+def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, baked: str, now: str) -> Cause | None:
+    """``cause`` (a changed number, ``baked``: the end of its words saying it is baked in) said with what
+    pins it: ``pin`` is (the new graph's guard that pins it, Dynamo's comment on that guard); None where the
+    number itself is pinned at 0 or 1 (``now``: its new value), which Dynamo compiles apart always."""
+    guard, comment = pin
+    start = cause.words.removesuffix(baked)
+    itself = local_name(guard.split(" == ", 1)[0].strip()) == name
+    if itself and re.fullmatch(r"int [01]", now):
+        return None
+    if itself and _MODULE_HINT in comment:
+        words = f"): Dynamo keeps an nn.Module's int attribute static, so each new value compiles a graph of its own{at_most}"
+        return dataclasses.replace(cause, words=start + words, fix=module_int_fix(name))
+    if itself:
+        who = _needs_it(comment)
+        place = condition_place(guard, {guard: comment})
+        words = (
+            f"): Dynamo made {name} dynamic, but {who} needs it as one fixed value{place}, so each new value "
+            f"still compiles a graph of its own{at_most}"
+        )
+        fix = (
+            f"keep {name} to a few values (each is a graph of its own), or raise torch._dynamo.config."
+            f"recompile_limit to the number of values you use; a tensor in its place would not do: {who} takes "
+            "a Python number there"
+        )
+        return dataclasses.replace(cause, words=start + words, fix=fix)
+    words = (
+        f"): Dynamo made {name} dynamic, but a value computed from it is baked into this graph, so each new "
+        f"value still compiles a graph of its own{at_most}"
+    )
+    return dataclasses.replace(cause, words=start + words, fix=held_fix(name))
+
+
+def _needs_it(comment: str) -> str:
+    """Who needs the number fixed, from the innermost frame Dynamo's comment names: ``torch's group_norm``,
+    ``your code``; ``the code`` where the comment names none."""
+    m = _INNERMOST.search(comment)
+    package = owner(f"{m['file']}:{m['line']}") if m else None
+    if m is None or package is None:
+        return "the code"
+    return "your code" if package == USER else f"{package}'s {m['fn']}"
+
+
+def static_number_fix(name: str) -> str:
+    """The fix for a Python int Dynamo keeps static after it changed (each value a graph)."""
+    if name.startswith("self."):  # an nn.Module's int attribute: Dynamo keeps those static unless told otherwise
+        return module_int_fix(name)
+    return "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time, or keep it to a few values"
+
+
+def module_int_fix(name: str) -> str:
+    """An nn.Module's int attribute that changed: Dynamo's setting to make it dynamic (where the installed
+    Dynamo has it), else a few values; a tensor only where the number scales tensors (a Python number may be
+    needed: a triu diagonal, a group count)."""
+    import torch._dynamo.config as config
+
+    few = f"keep {name} to a few values, or raise torch._dynamo.config.recompile_limit to the number you use"
+    if not hasattr(config, "allow_unspec_int_on_nn_module"):
+        return few
+    return (
+        "set torch._dynamo.config.allow_unspec_int_on_nn_module = True before the first compiled call, so Dynamo "
+        f"makes {name} dynamic after one recompile (where torch needs one fixed value there, each value stays a "
+        f"graph: then {few})"
+    )
