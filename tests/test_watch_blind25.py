@@ -2,7 +2,7 @@
 count) is told as such, never "pass it as a tensor"; an nn.Module's int attribute reached through a
 container (``model[1].window``), which Dynamo keeps static, is never claimed "made dynamic", and the fix
 is Dynamo's own setting, which the test applies as printed; several values carried over one graph break
-are each named as the line calls them. Checked against Dynamo's records."""
+are each named as the line calls them, in the words and in the guards shown. Checked against Dynamo's records."""
 
 import re
 
@@ -96,3 +96,7 @@ def test_several_values_carried_over_one_break_are_each_named_as_the_line_calls_
     resumed = [c for r in w.table for c in r.causes if "after the graph break" in r.function]
     dynamic = " ".join(c.words for c in resumed if c.kind == "dynamic")
     assert "grouped(h, num_groups) dim 1" in dynamic and "h dim 1" in dynamic, dynamic
+    (size,) = [c for c in resumed if c.kind not in ("first", "dynamic")]
+    assert size.words.startswith("h and grouped(h, num_groups) changed size (dimension 1: 8 -> 16)"), size.words
+    for carried in ("h", "grouped(h, num_groups)"):
+        assert f"tensor '{carried}' size mismatch" in size.shown_guard, size.shown_guard

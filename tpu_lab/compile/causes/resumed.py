@@ -75,12 +75,26 @@ def _items_named(text: str, items: dict[str, str]) -> str:
     return _CARRIED_ITEM.sub(named, text)
 
 
+def _slots(names: Sequence[tuple[str, str]]) -> dict[int, str]:
+    """The carried values the line names, by their slot (``___stack1``: 1)."""
+    return {int(m[1]): user for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw))}
+
+
+def slots_named(guard: str, names: Sequence[tuple[str, str]]) -> str:
+    """Dynamo's ``guard`` with each of several carried values (``L['___stack1']``) by what the line calls
+    it, before a reader's names make them all one carried value; unchanged where one value is carried."""
+    slots = _slots(names)
+    if len(slots) < 2:
+        return guard
+    return re.sub(r"(?:L\[')?\b___stack(\d+)\b(?:'\])?", lambda m: slots.get(int(m[1]), m[0]), guard)
+
+
 def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> str:
     """``text`` (what Dynamo made dynamic: ``the carried value[3] dim 0``) with the carried value named as the
     break line assigns it (``lam``), as the causes name it; unchanged where the line assigns no name."""
     _, _, target, items = _break_line(function, names)
     text = _items_named(text, items)
-    slots = {int(m[1]): user for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw))}
+    slots = _slots(names)
     if len(slots) > 1:  # several values carried (``h + gn(h)`` broke in gn): each by what the line calls it
         text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
     return _CARRIED_NAMED.sub(target, text) if target else text
@@ -95,11 +109,16 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
         f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
         "(see its fix) so the function is one graph, and mark the function's own input"
     )
+    slots = _slots(names)
     out = []
     for c in causes:
         words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
         words, fix = (_items_named(t, items) for t in (words, fix))
-        if target:
+        own = sorted({int(n) for n in re.findall(r"___stack(\d+)", c.guard)})
+        if len(slots) > 1 and own and all(n in slots for n in own):  # several carried: by the guards' own
+            who = " and ".join(slots[n] for n in own)
+            words, fix = words.replace(CARRIED, who), fix.replace(CARRIED, who)
+        elif target:
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)

@@ -23,7 +23,7 @@ from tpu_lab.compile.causes.explain import (
     limit_raised,
 )
 from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
-from tpu_lab.compile.causes.resumed import carried_named, named_inputs
+from tpu_lab.compile.causes.resumed import carried_named, named_inputs, slots_named
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
@@ -179,7 +179,7 @@ class Fold:
     def _shown(guard: str, cap: Capture) -> str:
         """Dynamo's guard in the user's names; in a resumed frame, the carried value by the name its line
         assigns (``ptr == 0`` for ``ptr = int(self.queue_ptr)``), as the causes name it."""
-        shown = readable_guard(guard, cap.names)
+        shown = readable_guard(slots_named(guard, cap.names), cap.names)
         if not cap.function.name.startswith(RESUME):
             return shown
         named = carried_named(shown.replace(CARRIED, "the carried value"), cap.function, cap.names)
