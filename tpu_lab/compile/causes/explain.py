@@ -17,7 +17,8 @@ from tpu_lab.compile.causes.guard_sizes import (
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import held_cause, static_number_fix
-from tpu_lab.compile.causes.joined import INSTANCES_SHARE, cache_first, calling_style, merged, per_instance
+from tpu_lab.compile.causes.instances import whose_graph
+from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
@@ -140,37 +141,9 @@ def causes_of(
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
-    return _whose([_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best))
-
-
-def _whose(causes: list[Cause], whose: str | None) -> list[Cause]:
-    """Causes found against a graph another instance or callable compiled, saying so: on an instance's
-    own attributes (``self.decay``) the change is that instance; against another callable's graph, whose."""
-    if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
-        causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
-    if not whose:
-        return causes
-    if not whose.startswith("another instance of "):  # the shared wrapper's last callable, or the graph's
-        held, n = re.subn(r"\(it last held [^)]*\)$", lambda _: f"(it last held {whose})", causes[0].words)
-        words = held if n else f"{causes[0].words} (compared with the graph of {whose})"
-        return [dataclasses.replace(causes[0], words=words), *causes[1:]]
-    note = f" ({whose} than the one the graph was compiled for: {INSTANCES_SHARE})"
-    out = [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
-    # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
-    # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
-    own = [c for c in out if per_instance(c)]
-    if not own:
-        return out
-    cls = whose.removeprefix("another instance of ")
-    fix = (
-        f"none per instance, but each {cls} (a layer compiled on its own) is a graph of its own, up to the recompile "
-        f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
-        "the module that calls them all once"
+    return whose_graph(
+        [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best)
     )
-    return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
-
-
-_SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:

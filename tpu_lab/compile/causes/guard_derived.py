@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 
 _NAME = re.compile(r"(?<![\w.'\]])(?:[LG]\['[^']+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*")
+RAISE_LIMIT = ", or raise torch._dynamo.config.recompile_limit to the number you use"
 _WAS = re.compile(r"\(was ([^;]+); it is baked")
 
 
@@ -36,7 +37,7 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
         f.guard,
         f"where the code{at} takes a tensor, pass one (compute it with tensor ops from {names} held in tensors "
         "or buffers, or torch.tensor(value)) so the graph reads it at run time; where it must be a Python "
-        f"number, keep {names} to a few values",
+        f"number, keep {names} to a few values{RAISE_LIMIT}",
         f.where,
     )
 

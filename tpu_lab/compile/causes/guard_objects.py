@@ -151,7 +151,7 @@ def always_pass(name: str) -> str:
         if "mask" in name
         else ""
     )
-    return f"expected once per case; to keep one graph, always pass it{example}"
+    return f"expected once per case (None and a value are a graph each); where a value exists at every call, pass it always to keep one graph{example}"
 
 
 def kind_of(description: str) -> str:

@@ -29,7 +29,8 @@ _STATE = {
     ),
     "autocast": (
         "autocast was switched on or off, or its dtype changed (torch.autocast around the call)",
-        "call the compiled function under the same autocast setting each time",
+        "expected once per setting (each setting keeps its own graph: an evaluation pass in full precision costs "
+        "one); to keep one graph, call the compiled function under the same autocast setting each time",
     ),
     "torch_function": (
         "a torch function mode was entered or left around the call",
@@ -277,8 +278,9 @@ def number_condition_words(g: str, numbers: str, line: str, library: str, at: st
         return Cause("value", words + f"value of {numbers} compiles a graph of its own", g, held_fix(numbers), at)
     return Cause(
         "number_branch",
-        f"{numbers} crossed a condition the graph assumed ({local_name(g)}), set{line}: each side of it is a "
-        "graph of its own",
+        f"{numbers} crossed a condition the graph assumed ({local_name(g)})"
+        + (f", set{line}" if line else "")
+        + ": each side of it is a graph of its own",
         g,
         "expected once per side of that condition; keep the value on one side of it where you can"
         if library

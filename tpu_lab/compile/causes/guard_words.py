@@ -32,7 +32,7 @@ from tpu_lab.compile.causes.guard_values import (
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
-_PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")  # the path as Dynamo shortens it
+_PLACE = re.compile(r"(?P<file>[^\s(]+\.py):(?P<line>\d+) in ")  # the path as Dynamo shortens it
 _FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in')
 TENSOR_MISMATCH = re.compile(  # a tensor's size or stride guard, as Dynamo reports it failed
     r"tensor '(?P<name>.+?)' (?P<what>size|stride) mismatch at index (?P<i>\d+)\. expected (?P<a>\d+), actual (?P<b>\d+)"
@@ -73,6 +73,8 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
         # one failed guard per graph (Dynamo stops at the first unless recompiles_verbose is on)
         guard, _, comment = text.partition("  # ")
         code, _, place = comment.partition("  # ")
+        if code.startswith("(") and not place:  # no line of the user's: only a library's frame, bracketed
+            code, place = "", code
         if not where and (m := _PLACE.search(place)):
             where = f"{m['file']}:{m['line']}"
         out.append(Failure(graph, guard.strip(), code.strip(), where, tuple(slocs(comment))))

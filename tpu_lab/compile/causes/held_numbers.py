@@ -34,6 +34,22 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
     if itself:
         who = _needs_it(comment)
         place = condition_place(guard, {guard: comment})
+        if who == "your line":  # Dynamo's own frame: the line uses it as a Python value (betas[t], math.sqrt(t))
+            indexed = ", ".join(dict.fromkeys(re.findall(rf"[\w.]+\[{re.escape(name)}\]", place)))
+            use = f"it indexes a Python list or tuple ({indexed})" if indexed else "it is used as a plain Python number"
+            words = (
+                f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
+                f"still compiles a graph of its own{at_most}"
+            )
+            fix = (
+                f"hold what the line indexes in tensors (a schedule list as torch.tensor(...)) and pass {name} as a "
+                f"one-element tensor (torch.tensor([{name}]); torch before 2.15 reads a 0-d one back as an int), "
+                "branching on it with torch.where, not if, so one graph serves every value; else raise "
+                "torch._dynamo.config.recompile_limit to the number of values you use"
+                if indexed
+                else held_fix(name)
+            )
+            return dataclasses.replace(cause, words=start + words, fix=fix)
         words = (
             f"): Dynamo made {name} dynamic, but {who} needs it as one fixed value{place}, so each new value "
             f"still compiles a graph of its own{at_most}"
@@ -52,13 +68,15 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
 
 
 def _needs_it(comment: str) -> str:
-    """Who needs the number fixed, from the innermost frame Dynamo's comment names: ``torch's group_norm``,
-    ``your code``; ``the code`` where the comment names none."""
+    """Who needs the number fixed, from the innermost frame Dynamo's comment names: ``torch's group_norm``;
+    ``your line`` where that frame is Dynamo's own (the line used it as a Python value) or the user's;
+    ``the code`` where the comment names none."""
     m = _INNERMOST.search(comment)
     package = owner(f"{m['file']}:{m['line']}") if m else None
     if m is None or package is None:
         return "the code"
-    return "your code" if package == USER else f"{package}'s {m['fn']}"
+    own = package == USER or re.search(r"(?:^|/)(?:_dynamo|fx/experimental|_subclasses)/", m["file"])
+    return "your line" if own else f"{package}'s {m['fn']}"
 
 
 def static_number_fix(name: str) -> str:

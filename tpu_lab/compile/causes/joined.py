@@ -285,8 +285,8 @@ def _merged_words(names: list[str], same: Sequence[tuple[str, Cause]]) -> str:
 
 
 _WAS = re.compile(
-    r"(?P<head>[^;()]+ (?:changed|grows at every compile)) \(was (?P<was>[^;()]+)(?P<tail>(?:;[^()]*)?\)(?::.*)?)"
-)  # after the colon, anything: a quoted line of code has brackets of its own
+    r"(?P<head>[^;]+? (?:changed|grows at every compile)) \(was (?P<was>[^;()]+)(?P<tail>(?:;[^()]*)?\)(?:[: ].*)?)"
+)  # before and after it, brackets too: a quoted line of code, a note on whose graph it was told against
 """One cause told against an earlier value: ``self.p changed (was 0.0; ...)``, ``h grows at every compile (was 1)``."""
 
 

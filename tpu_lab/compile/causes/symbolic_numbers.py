@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 
 _GUARD = "Could not guard on data-dependent expression"
+_EXTRACT = "Could not extract specialized integer from data-dependent expression"  # needed as an int
+_LOOP = re.compile(r"^for\b.+?\bin\s+([\w.]+)\s*:")
 _CALLED = re.compile(r"call_function <(?:Wrapped function <original (\w+)>|[^>]*?(\w+)[^>]*)>")
 _BRANCH = re.compile(r"^(?:if|elif|while|assert)\b|\bif\b.+\belse\b")
 
@@ -15,8 +17,18 @@ _BRANCH = re.compile(r"^(?:if|elif|while|assert)\b|\bif\b.+\belse\b")
 def symbolic_number(words: str, code: str) -> tuple[str, list[str]] | None:
     """(words, [fix]) for Dynamo's text ``words`` where it needed the value of a symbolic number at the
     user's line ``code``; None for any other text."""
-    if _GUARD not in words:
+    if _GUARD not in words and _EXTRACT not in words:
         return None
+    if _EXTRACT in words and (loop := _LOOP.match(code.strip())):  # a tensor walked whose length depends on data
+        said = (
+            f"this loop walks {loop[1]}, whose length depends on tensor data (an op such as unique or nonzero made "
+            "it): while tracing, Dynamo knows that length only as a symbol, so it cannot unroll the loop"
+        )
+        fix = (
+            "compute the count in Python from what you know (shapes or lengths, as Python ints) before the loop, "
+            "or move the loop out of the compiled function"
+        )
+        return said, [fix]
     if "FX node with fake tensors" in words:  # an op run on it (np.percentile): the op is named
         shown, name = _called(words, code)
         into = "turn them into a NumPy array" if "to ndarray" in words else "compute with them"

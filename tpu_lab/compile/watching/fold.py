@@ -229,6 +229,7 @@ class Fold:
         last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
         last = pinned_sizes.at_limit(last, self.pinned.get(cap.function, set()))
+        last = what_next.as_told(last, [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes])
         fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
         if cap.raises:
             self.raising.add(cap.function)

@@ -208,3 +208,18 @@ def walked_tree(causes: list[RowCause]) -> list[RowCause]:
         else c
         for c in causes
     ]
+
+
+def as_told(last: list[RowCause], earlier: Iterable[RowCause]) -> list[RowCause]:
+    """Causes of a refusal at the recompile limit (no new graph, so nothing pins the number now) said as the
+    same number's change was told at the function's last compiles, where its graph showed what pins it."""
+    told = {c.guard.split(" == ")[0]: c for c in earlier if c.kind == "value" and " still compiles " in c.words}
+    out = []
+    for c in last:
+        before = told.get(c.guard.split(" == ")[0]) if c.kind == "value" else None
+        if before and (was := re.search(r"\(was ([^;()]+);", c.words)):
+            c = dataclasses.replace(
+                c, words=re.sub(r"\(was [^;():]+", f"(was {was[1]}", before.words, count=1), fix=before.fix
+            )
+        out.append(c)
+    return out

@@ -1,0 +1,53 @@
+"""Causes found against a graph another instance of the same class compiled (its code's graphs are shared
+by every instance: a layer compiled on its own, a block per depth), or another callable through one shared
+wrapper: said so, with the fix for a number each instance holds its own value of. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.guard_derived import RAISE_LIMIT
+from tpu_lab.compile.causes.joined import INSTANCES_SHARE, per_instance
+
+_NUMBER = re.compile(r"^(?:a )?Python (?:int|float) ")  # a number of the instance's, or one computed from it
+
+
+def whose_graph(causes: list[Cause], whose: str | None) -> list[Cause]:
+    """Causes found against a graph another instance or callable compiled, saying so: on an instance's
+    own attributes (``self.decay``) the change is that instance; against another callable's graph, whose."""
+    if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
+        causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
+    if not whose:
+        return causes
+    if not whose.startswith("another instance of "):  # the shared wrapper's last callable, or the graph's
+        held, n = re.subn(r"\(it last held [^)]*\)$", lambda _: f"(it last held {whose})", causes[0].words)
+        words = held if n else f"{causes[0].words} (compared with the graph of {whose})"
+        return [dataclasses.replace(causes[0], words=words), *causes[1:]]
+    note = f" ({whose} than the one the graph was compiled for: {INSTANCES_SHARE})"
+    out = [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
+    # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
+    # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
+    cls = whose.removeprefix("another instance of ")
+    own = [c for c in out if per_instance(c)]
+    if not own:  # a float per instance (a drop-path rate per block): each instance's value is a graph as well
+        limit = (
+            f"or, as each {cls} holds its own value, raise torch._dynamo.config.recompile_limit to at least the "
+            f"number of {cls} instances, or compile the module that calls them all once"
+        )
+        return [  # the general limit hint is said per instance instead
+            dataclasses.replace(c, fix=f"{c.fix.replace(RAISE_LIMIT, '')}; {limit}")
+            if _NUMBER.match(c.words) and note in c.words
+            else c
+            for c in out
+        ]
+    fix = (
+        f"none per instance, but each {cls} (a layer compiled on its own) is a graph of its own, up to the recompile "
+        f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
+        "the module that calls them all once"
+    )
+    return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
+
+
+_SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it
