@@ -98,12 +98,8 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     where = f" ({where})" if where else ""
     held_to = next(((w, g) for w, g in found if " == " in g), None)  # one value: it decides each value's graph
     if held_to is None:
-        said = (
-            f"the {len(every)} conditions it holds on {subject} pass"
-            if len(every) > 1
-            else f"the condition it holds on {subject} passes"
-        )
-        return said + where
+        many = f"the {len(every)} conditions it holds on {subject} pass"
+        return (many if len(every) > 1 else f"the condition it holds on {subject} passes") + where
     more = f" and {len(every) - 1} more conditions on {subject} pass{where}" if len(every) > 1 else ""
     return f"{held_to[0]} holds{condition_place(held_to[1], places) if not more else ''}{more}"
 
