@@ -38,9 +38,8 @@ _FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's valu
 
 
 EMPTY_GRAPH = (
-    "the graph holds no operation: a graph break comes before any work (see the graph breaks), so the work up "
-    "to that break runs eagerly on every call; the code after it is compiled apart, in a row of its own, where "
-    "Dynamo can resume there"
+    "the graph holds no operation: a graph break comes before any work (see the graph breaks) and no part after "
+    "it compiled, so this function's work runs eagerly on every call"
 )
 EMPTY_FIX = "fix the graph break it stops at (its fix is with the graph breaks): until then compiling it does nothing"
 
