@@ -68,15 +68,17 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
 
 
 def _needs_it(comment: str) -> str:
-    """Who needs the number fixed, from the innermost frame Dynamo's comment names: ``torch's group_norm``;
-    ``your line`` where that frame is Dynamo's own (the line used it as a Python value) or the user's;
+    """Who needs the number fixed, from the innermost frame Dynamo's comment names: ``torch's group_norm``, ``a
+    check inside torch`` for a private module's; ``your line`` where that frame is Dynamo's own (the line used
+    it as a Python value) or the user's;
     ``the code`` where the comment names none."""
     m = _INNERMOST.search(comment)
     package = owner(f"{m['file']}:{m['line']}") if m else None
     if m is None or package is None:
         return "the code"
     own = package == USER or re.search(r"(?:^|/)(?:_dynamo|fx/experimental|_subclasses)/", m["file"])
-    return "your line" if own else f"{package}'s {m['fn']}"
+    private = re.search(r"(?:^|/)_(?!_init__\.py)", m["file"]) or m["fn"].startswith("_")  # _prims_common, _refs
+    return "your line" if own else f"a check inside {package}" if private else f"{package}'s {m['fn']}"
 
 
 def static_number_fix(name: str) -> str:
