@@ -98,6 +98,9 @@ _TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<
 _SAME_OBJECT = re.compile(r"___check_obj_id\((?P<name>[^,()]+), \d+\)")
 
 
+_CONTAINS = re.compile(r"(?P<not>not )?___dict_contains\((?P<key>'[^']*'|\([^()]*\)|[\w.]+), (?P<dict>[^()]+)\)")
+
+
 def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
     """Dynamo's guard text as the user's code names things (what it checks is unchanged): inputs by their
     names (``args[0]`` -> ``pixel_values``, ``L['x']`` -> ``x``), a module's children as attributes, a
@@ -113,6 +116,7 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
     for raw, user in names:
         g = re.sub(re.escape(raw) + r"(?![\w(])", user, g)
     g = re.sub(r"\bkwargs\['(\w+)'\]", r"\1", g)  # a keyword passed through **kwargs: the user's own keyword
+    g = _CONTAINS.sub(lambda m: f"{m['key']} {'not in' if m['not'] else 'in'} {m['dict']}", g)  # Dynamo's helper
     # Dynamo's hint to make parameters dynamic follows any failed guard on one; it is about sizes only
     g = re.sub(r"(mismatch\. expected (?!size)[^\n]*?)\. Guard failed on a parameter, consider using [^\n]*", r"\1", g)
     return g.replace("GLOBAL_STATE changed", "global state changed")

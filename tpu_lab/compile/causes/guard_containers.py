@@ -74,7 +74,7 @@ def container_words(
             "call it the same way every time"
             if name == "args"
             else _not_passed_fix(name)
-            if m["name"].startswith("G[") or name.startswith("self.")
+            if m["name"].startswith("G[") or _on_module(name, inputs)
             else LENGTH_FIX,
         )
     m = _LEN.match(g)
@@ -143,7 +143,7 @@ def container_words(
             f"{local_name(m['name'])}{GLOBAL_DICT if _global_dict(m['name'], inputs) else ''} has a different length (was {m['n']}{shorter})",
             g,
             _not_passed_fix(local_name(m["name"]))
-            if m["name"].startswith("G[") or local_name(m["name"]).startswith("self.")
+            if m["name"].startswith("G[") or _on_module(local_name(m["name"]), inputs)
             else LENGTH_FIX,
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
@@ -151,7 +151,7 @@ def container_words(
         name = local_name(m["name"])
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
-        if name.startswith("self.") and now == "gained":  # a module's own cache, never passed in
+        if _on_module(name, inputs) and now == "gained":  # a module's own cache, never passed in
             return Cause("dict_keys", f"dict {name} gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         flag = (inputs or {}).get(f"{name}[{m['key']}]") in ("True", "False")  # a flag passed only sometimes
         fix = (
@@ -173,6 +173,14 @@ def container_words(
 
 
 GLOBAL_DICT = " (a global dict)"
+
+
+def _on_module(name: str, inputs: Mapping[str, str] | None) -> bool:
+    """A container held on a module (``self.cache``, or ``s.cache`` where forward names its module ``s``)."""
+    owner, dot, _ = name.partition(".")
+    return bool(dot) and (
+        owner == "self" or re.search(r" \((?:train|eval)\)$", (inputs or {}).get(owner, "")) is not None
+    )
 
 
 def _global_dict(source: str, inputs: Mapping[str, str] | None) -> bool:

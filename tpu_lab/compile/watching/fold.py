@@ -90,6 +90,8 @@ class Fold:
             self.hooks.setdefault(cap.function, []).append(cap.hooks)
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
+        for (key, _), r in self.rows.items():  # what pins a number, known now, said of its earlier changes too
+            r.causes = what_next.as_told(r.causes, causes) if key == cap.function else r.causes
         causes = what_next.walked_tree(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value))
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())

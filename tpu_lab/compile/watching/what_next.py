@@ -81,13 +81,16 @@ def dynamic_note(
 _LENGTH = re.compile(r"^(?P<name>.+?) (?:has a different length \(was (?P<n>\d+)\)$|holds items now; )")
 
 
+_GAINED = re.compile(r"^(?:dict )?(\S+?)(?: \(a global dict\))? gained the key ")  # a cache's name
+
+
 def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None) -> list[RowCause]:
     """Length causes of a container whose length only went up from compile to compile (``lengths``: the
     function's lengths so far, by container, updated here) named as growing: appended to every step. A global
     dict that grows is a cache filled on a miss; its length said beside the key it gained is one change."""
     out = []
     at_most = f", at most {limit}" if limit else ""
-    keyed = {c.words.split(GLOBAL_DICT)[0] for c in causes if c.kind == "dict_keys" and CACHE in c.words}
+    keyed = {m[1] for c in causes if c.kind == "dict_keys" and CACHE in c.words and (m := _GAINED.match(c.words))}
     lens = [c for c in causes if c.kind == "length" and (m := _LENGTH.match(c.words))]
     told = {m["name"].removesuffix(GLOBAL_DICT): c for c in lens if (m := _LENGTH.match(c.words))}
     for c in causes:
@@ -100,7 +103,7 @@ def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | 
             continue  # the key it gained says it
         if c.kind == "dict_keys" and CACHE in c.words:
             words = c.words.replace("up to the recompile limit", f"at most {limit}") if limit else c.words
-            same = told.get(c.words.split(GLOBAL_DICT)[0])  # its length's guard, kept beside the key's
+            same = told.get(gained[1]) if (gained := _GAINED.match(c.words)) else None  # its length's guard too
             guard = "\n".join(filter(None, [c.guard, same.guard if same else ""]))
             shown = "\n".join(filter(None, [c.shown_guard, same.shown_guard if same else ""]))
             c = dataclasses.replace(c, words=words, guard=guard, shown_guard=shown)
@@ -210,16 +213,21 @@ def walked_tree(causes: list[RowCause]) -> list[RowCause]:
     ]
 
 
-def as_told(last: list[RowCause], earlier: Iterable[RowCause]) -> list[RowCause]:
-    """Causes of a refusal at the recompile limit (no new graph, so nothing pins the number now) said as the
-    same number's change was told at the function's last compiles, where its graph showed what pins it."""
-    told = {c.guard.split(" == ")[0]: c for c in earlier if c.kind == "value" and " still compiles " in c.words}
+def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
+    """``causes`` that say a number changed and is baked in, said as ``told`` says the same number's change
+    where a graph showed what pins it (torch needs one value there, an nn.Module's int attribute is kept
+    static): a refusal at the limit (no new graph) and a compile before Dynamo marked it dynamic read alike."""
+    known = {c.guard.split(" == ")[0]: c for c in told if c.kind == "value" and any(w in c.words for w in _PINNED)}
     out = []
-    for c in last:
-        before = told.get(c.guard.split(" == ")[0]) if c.kind == "value" else None
+    for c in causes:
+        before = known.get(c.guard.split(" == ")[0]) if c.kind == "value" and _BAKED in c.words else None
         if before and (was := re.search(r"\(was ([^;()]+);", c.words)):
             c = dataclasses.replace(
                 c, words=re.sub(r"\(was [^;():]+", f"(was {was[1]}", before.words, count=1), fix=before.fix
             )
         out.append(c)
     return out
+
+
+_BAKED = "; its value is baked into the graph"
+_PINNED = (" still compiles a graph", "Dynamo keeps an nn.Module's int attribute static")
