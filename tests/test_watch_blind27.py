@@ -2,7 +2,8 @@
 filled on a miss whatever forward calls its module (``s``, not ``self``), with the cache's fix, never "pass
 the dict with the same keys"; a step counter a module bumps in forward is one cause said alike at every
 compile, the first and the refusal at the limit included, and the printed setting works when applied;
-Dynamo's ``___dict_contains`` helper is shown as ``in``. Checked against Dynamo's records."""
+Dynamo's ``___dict_contains`` helper is shown as ``in``; a tuple of task names that changes length is a code
+path, never "pass one stacked tensor". Checked against Dynamo's records."""
 
 import re
 
@@ -70,3 +71,25 @@ def test_a_step_counter_on_a_module_is_one_cause_said_alike_and_the_printed_sett
         for _ in range(10):
             g(torch.randn(2, 8))
     assert fixed.table.total_compiles == 2 and not fixed.table.limit_hit
+
+
+class MultiTask(torch.nn.Module):  # the heads a batch needs, named by a tuple of task names
+    def __init__(s):
+        super().__init__()
+        s.enc = torch.nn.Linear(6, 8)
+        s.heads = torch.nn.ModuleDict({"cls": torch.nn.Linear(8, 4), "reg": torch.nn.Linear(8, 1)})
+
+    def forward(s, x, tasks):
+        h = s.enc(x).relu()
+        return {t: s.heads[t](h) for t in tasks}
+
+
+def test_a_tuple_of_task_names_that_changes_length_is_a_code_path_not_a_list_of_images(dynamo):
+    f = torch.compile(MultiTask(), backend=BACKEND)
+    with tl.watch() as w:
+        for tasks in (("cls", "reg"), ("cls",), ("cls", "reg")):
+            f(torch.randn(3, 6), tasks)
+    check_against_dynamo(w, dynamo)
+    (length,) = [c for r in w.table for c in r.causes if c.kind == "length"]
+    assert length.fix.startswith("expected once per length: items that are not tensors"), length.fix
+    assert "stacked tensor" not in length.fix and "images" not in length.fix, length.fix

@@ -144,6 +144,8 @@ def container_words(
             g,
             _not_passed_fix(local_name(m["name"]))
             if m["name"].startswith("G[") or _on_module(local_name(m["name"]), inputs)
+            else _OPTIONS_FIX
+            if _options(local_name(m["name"]), inputs)
             else LENGTH_FIX,
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
@@ -173,6 +175,21 @@ def container_words(
 
 
 GLOBAL_DICT = " (a global dict)"
+
+
+_OPTIONS_FIX = (
+    "expected once per length: items that are not tensors (names, numbers, flags) pick a code path (which heads run), each "
+    "length and each value a graph of its own; if they vary per call, pass a fixed set and a mask tensor of which apply"
+)
+
+
+def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
+    """A container of Python strings or numbers, not tensors (task names): its items shown as such, or, where
+    none is shown (the inputs spell out only tensors and numbers), the container alone by its length."""
+    items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
+    if not items:
+        return re.fullmatch(r"(?:list|tuple) len=\d+", (inputs or {}).get(name, "")) is not None
+    return all(d.split(" ", 1)[0] in ("str", "int", "float", "bool") or d.startswith("'") for d in items)
 
 
 def _on_module(name: str, inputs: Mapping[str, str] | None) -> bool:
