@@ -43,7 +43,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             )
             fix = (
                 f"hold what the line indexes in tensors (a schedule list as torch.tensor(...)) and pass {name} as a "
-                f"one-element tensor (torch.tensor([{name}]); torch before 2.15 reads a 0-d one back as an int), "
+                f"one-element tensor (torch.tensor([{name}]): torch 2.13 reads a 0-d one back as an int), "
                 "branching on it with torch.where, not if, so one graph serves every value; else raise "
                 "torch._dynamo.config.recompile_limit to the number of values you use"
                 if indexed
