@@ -224,9 +224,17 @@ def test_model_loader_reports_after_load(lab, browser):
     status = loader.locator(".tpu-lab-status")
     loader.locator("button", has_text="Load").click()
     # "loading ..." first, then "ok: ..." (the notebook's own load already left a report on screen, and its
-    # "ok:" can still show before the click's "loading" does: wait until no load is under way)
-    wait_until(lambda: text_of(status).startswith("ok:") and "loading tiny" not in text_of(loader), 60)
-    text = text_of(loader)
+    # "ok:" can still show before the click's "loading" does: wait until no load is under way, judged on one
+    # reading of the whole loader, and assert on that same reading, never on a later one a load may have begun)
+    seen: list[str] = []
+
+    def loaded() -> bool:
+        seen.append(text_of(loader))
+        return text_of(status).startswith("ok:") and "loading tiny" not in seen[-1] and "ok: tiny" in seen[-1]
+
+    time.sleep(1)  # the click's load begins (or ends) before the first reading
+    wait_until(loaded, 60)
+    text = seen[-1]
     assert "placement" in text and "cpu: 27" in text and "ok: tiny:qwen3 on cpu" in text, text
     assert clipped(loader) == []  # "Loading weights", "device", "tpu (unavailable)" all whole
     # The tiny model writes words, and the seed's sentence continues in English.
