@@ -111,6 +111,30 @@ def test_kernel_death_with_ranks_ignoring_sigterm_ends_everything_within_5s(tmp_
     print(f"everything gone {took:.1f} s after the kernel died")
 
 
+# CI once found a rank of a run whose torchrun had been SIGKILLed still alive just after tl.launch raised:
+# a SIGKILL takes effect as the process exits, and one holding memory takes a while to exit.
+HOLDER = "import time\nb = bytearray(1500 * 2**20)\nb[::4096] = b'\\1' * len(b[::4096])\nprint('up', flush=True)\ntime.sleep(60)"
+
+
+def test_a_killed_run_is_gone_when_kill_run_returns():
+    from tpu_lab.tp.launch.process import kill_run
+
+    env = dict(os.environ, TPU_LAB_RUN_ID="holder")
+    holders = [
+        subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdout=subprocess.PIPE, start_new_session=True)
+        for _ in range(2)
+    ]
+    try:
+        for proc in holders:
+            assert proc.stdout.readline() == b"up\n"
+        assert kill_run("holder") == 2
+        assert [proc.pid for proc in holders if alive(proc.pid)] == []  # 2 of 2 were still exiting before
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
 def test_launch_listens_on_loopback_only():
     ss = shutil.which("ss")
     if ss is None:

@@ -24,8 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tpu_lab.host.processes import descendants, pids_with_env
+from tpu_lab.host.processes import alive, descendants, pids_with_env
 from tpu_lab.tp.launch.torchrun_command import RUN_ID_ENV
+
+KILLED_EXIT_WAIT_S = 10.0  # how long a SIGKILLed process may take to exit (memory freed) before we go on
 
 
 def kill_run(run_id: str, root: int | None = None) -> int:
@@ -53,6 +55,11 @@ def _freeze_and_kill(find: Callable[[], list[int]], rounds: int = 20) -> int:
     for pid in frozen:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    # A SIGKILL takes effect only as the process exits: one holding gigabytes lives on for a while after
+    # the signal. Wait until each is gone, so nothing of the run is still there when the caller goes on.
+    deadline = time.monotonic() + KILLED_EXIT_WAIT_S
+    while any(alive(pid) for pid in frozen) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return len(frozen)
 
 
