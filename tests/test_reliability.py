@@ -135,6 +135,7 @@ def test_a_killed_run_is_gone_when_kill_run_returns():
             proc.wait()
             proc.stdout.close()
 
+
 def test_launch_listens_on_loopback_only():
     ss = shutil.which("ss")
     if ss is None:
