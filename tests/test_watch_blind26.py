@@ -4,8 +4,8 @@ never "pass it as a tensor" beside "a tensor would not do"; a value each instanc
 drop-path rate per block, each block compiled on its own) is said once with its values and told to raise
 the limit to the number of instances; a condition set only inside torch names torch, never a dangling
 "set:"; one condition is "the condition", not "the 1 conditions"; a loop over a tensor whose length depends on
-its data (after capture_dynamic_output_shape_ops) is said in words, never as a sympy symbol. Checked
-against Dynamo's records."""
+its data (after capture_dynamic_output_shape_ops) is said in words, never as a sympy symbol; a builtin a
+resumed line calls (``int(t.item())``) is no input. Checked against Dynamo's records."""
 
 import torch
 from _dynamo_oracle import check_against_dynamo
@@ -137,3 +137,20 @@ def test_a_loop_over_a_tensor_of_data_dependent_length_is_said_in_words(dynamo):
     assert loop.words.startswith("this loop walks ends, whose length depends on tensor data"), loop.words
     assert "torch._check" not in loop.words and "u0" not in loop.words, loop.words
     assert loop.fix.startswith("compute the count in Python"), loop.fix
+
+
+def spec_mask_width(spec, max_t):  # SpecAugment: a mask width drawn as a Python int
+    t = int(torch.randint(0, max_t, ()).item())
+    return spec[..., : spec.shape[-1] - t] * 2
+
+
+def test_a_builtin_the_resumed_line_calls_is_not_listed_among_its_inputs(dynamo):
+    f = torch.compile(spec_mask_width, backend=BACKEND)
+    torch.manual_seed(0)
+    with tl.watch() as w:
+        for _ in range(3):
+            f(torch.randn(2, 16), 8)
+    check_against_dynamo(w, dynamo)
+    resumed = [r for r in w.table.rows if "after the graph break" in r.function]
+    assert resumed and all("torch.randint(0, max_t, ()).item(): int" in r.signature for r in resumed)
+    assert not [r.signature for r in resumed if "int: class" in r.signature]  # int(...): never another int

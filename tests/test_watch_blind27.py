@@ -3,7 +3,9 @@ filled on a miss whatever forward calls its module (``s``, not ``self``), with t
 the dict with the same keys"; a step counter a module bumps in forward is one cause said alike at every
 compile, the first and the refusal at the limit included, and the printed setting works when applied;
 Dynamo's ``___dict_contains`` helper is shown as ``in``; a tuple of task names that changes length is a code
-path, never "pass one stacked tensor". Checked against Dynamo's records."""
+path, never "pass one stacked tensor"; a recompile that fails one guard on each of several graphs is told
+against the graph of the same type (an attribute changed), not one of another type. Checked against
+Dynamo's records."""
 
 import re
 
@@ -93,3 +95,28 @@ def test_a_tuple_of_task_names_that_changes_length_is_a_code_path_not_a_list_of_
     (length,) = [c for r in w.table for c in r.causes if c.kind == "length"]
     assert length.fix.startswith("expected once per length: items that are not tensors"), length.fix
     assert "stacked tensor" not in length.fix and "images" not in length.fix, length.fix
+
+
+class SwappedAct(torch.nn.Module):  # an ablation in a notebook: the activation swapped between runs
+    def __init__(s):
+        super().__init__()
+        s.fc1, s.act, s.fc2 = torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+
+    def forward(s, x):
+        return s.fc2(s.act(s.fc1(x)))
+
+
+def test_a_recompile_tied_between_graphs_is_told_against_the_one_of_the_same_type(dynamo):
+    net = SwappedAct()
+    f = torch.compile(net, backend=BACKEND)
+    with tl.watch() as w:
+        for act in (torch.nn.ReLU(), torch.nn.GELU(), torch.nn.SiLU(), torch.nn.GELU(approximate="tanh")):
+            net.act = act
+            f(torch.randn(4, 8))
+    check_against_dynamo(w, dynamo)
+    # the last call fails one guard on each graph: ReLU's and SiLU's on the type, GELU's on approximate
+    last = [c for r in w.table for c in r.causes if "approximate" in c.guard]
+    assert [c.words for c in last] == [
+        "Python string s.act.approximate changed (was 'none'; its value is baked into the graph)"
+    ], str(w.table)
+    assert sum(c.count for r in w.table for c in r.causes if c.kind == "type") == 2  # was 3: "now a GELU, was a SiLU"

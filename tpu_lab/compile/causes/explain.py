@@ -15,7 +15,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
 )
-from tpu_lab.compile.causes.guard_values import closures_unnamed
+from tpu_lab.compile.causes.guard_values import BAKED, closures_unnamed
 from tpu_lab.compile.causes.held_numbers import held_cause, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
@@ -142,7 +142,7 @@ def causes_of(
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
     return whose_graph(
-        [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best)
+        [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best), signature
     )
 
 
@@ -205,7 +205,7 @@ def _run_count(cell: str) -> int:
     return int(m[1]) if m else 0
 
 
-_BAKED = "; its value is baked into the graph)"
+_BAKED = BAKED + ")"
 
 
 def _next_values(

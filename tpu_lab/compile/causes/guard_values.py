@@ -39,6 +39,7 @@ _STATE = {
 }
 
 
+BAKED = "; its value is baked into the graph"  # how a changed number is said; later steps match on it
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
 
@@ -60,7 +61,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
     if raw.startswith("G["):
         return Cause(
             "global",
-            f"the global {name} changed (was {value}; its value is baked into the graph)",
+            f"the global {name} changed (was {value}{BAKED})",
             g,
             "Dynamo keeps a global's value baked in: each value is a graph of its own. If it changes per call (a "
             "counter, a schedule), compute what depends on it outside the compiled function and pass the result "
@@ -96,7 +97,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
         )
     if "cell_contents" in raw:  # named by the closure's own code where read, see closures_unnamed
         name = f"the closure variable {name}"
-    words = f"Python {kind} {name} changed (was {value}; its value is baked into the graph)"
+    words = f"Python {kind} {name} changed (was {value}{BAKED})"
     became = now.split()[0] if now else kind
     if became != kind and kind in ("int", "float") and (became.isidentifier() or _TENSOR_NOW.match(became)):
         # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
@@ -282,7 +283,8 @@ def number_condition_words(g: str, numbers: str, line: str, library: str, at: st
         + (f", set{line}" if line else "")
         + ": each side of it is a graph of its own",
         g,
-        "expected once per side of that condition; keep the value on one side of it where you can"
+        "expected once per side of that condition (two graphs for it at most); keep the value on one side of it where "
+        "you can"
         if library
         else "expected once per side of that branch; if values cross it often, branch on a tensor instead "
         "(torch.where, or torch.cond)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import RAISE_LIMIT
@@ -14,9 +15,10 @@ from tpu_lab.compile.causes.joined import INSTANCES_SHARE, per_instance
 _NUMBER = re.compile(r"^(?:a )?Python (?:int|float) ")  # a number of the instance's, or one computed from it
 
 
-def whose_graph(causes: list[Cause], whose: str | None) -> list[Cause]:
+def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tuple[str, str]] = ()) -> list[Cause]:
     """Causes found against a graph another instance or callable compiled, saying so: on an instance's
-    own attributes (``self.decay``) the change is that instance; against another callable's graph, whose."""
+    own attributes (``self.decay``, or ``s.decay`` where the method calls it ``s``: an input of the instance's
+    class in ``signature``) the change is that instance; against another callable's graph, whose."""
     if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
         causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
     if not whose:
@@ -26,10 +28,12 @@ def whose_graph(causes: list[Cause], whose: str | None) -> list[Cause]:
         words = held if n else f"{causes[0].words} (compared with the graph of {whose})"
         return [dataclasses.replace(causes[0], words=words), *causes[1:]]
     note = f" ({whose} than the one the graph was compiled for: {INSTANCES_SHARE})"
-    out = [dataclasses.replace(c, words=c.words + note) if _SELF.search(c.words) else c for c in causes]
+    cls = whose.removeprefix("another instance of ")
+    names = {"self"} | {n for n, d in signature if d.split(" ", 1)[0] == cls}
+    on_instance = re.compile(rf"(?<![\w.])(?:{'|'.join(map(re.escape, sorted(names)))})\b")
+    out = [dataclasses.replace(c, words=c.words + note) if on_instance.search(c.words) else c for c in causes]
     # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
     # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
-    cls = whose.removeprefix("another instance of ")
     own = [c for c in out if per_instance(c)]
     if not own:  # a float per instance (a drop-path rate per block): each instance's value is a graph as well
         limit = (
@@ -48,6 +52,3 @@ def whose_graph(causes: list[Cause], whose: str | None) -> list[Cause]:
         "the module that calls them all once"
     )
     return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
-
-
-_SELF = re.compile(r"(?<![\w.])self\b")  # a cause on the instance's own state, as the words name it

@@ -42,6 +42,9 @@ def nearest(
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
             g in superseded,
             sum(_changes(c) for c in _distinct(per_graph[g])),
+            # as many changes: one to an attribute of a value of the same type (GELU's approximate) is nearer
+            # than a value of another type (a SiLU in its place), which shares nothing with the new call
+            sum(c.kind == "type" for c in per_graph[g]),
             _distance(_covered(inputs[g], signature, [f.guard for f in failures if f.graph == g]), signature)
             if g in inputs
             else far,

@@ -205,7 +205,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         if frame is not None and heard
         else (),
         all_dynamic=dynamic_from_the_start(),
-        hooks=wrappers.module_hooks(frame.f_locals) if frame is not None and heard else (),
+        hooks=wrappers.module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
     )
 
 

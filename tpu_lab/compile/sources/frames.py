@@ -184,7 +184,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         value, raw = values[name], name
         name = slots.get(name) or carried_name(name)
         if raw in slots and (isinstance(value, type) or inspect.isroutine(value)):  # a callable the line calls
-            out.append((name, "class" if isinstance(value, type) else "function"))
+            if getattr(value, "__module__", None) != "builtins":  # int(...), len(...): never another one
+                out.append((name, "class" if isinstance(value, type) else "function"))
             continue
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table

@@ -26,7 +26,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
     if code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or code.co_name.startswith(
         "tpu_lab_forward_"
     ):
-        first = values.get("self", values.get("fn"))  # torch.compile(module) wraps it in inner(fn, ...)
+        first = method_owner(code, values) or values.get("fn")  # torch.compile(module) wraps it in inner(fn, ...)
         first = getattr(first, "__self__", first)  # the session's private copy wraps a bound forward
         args = values.get("args")
         if first is None and isinstance(args, tuple) and args:
@@ -42,6 +42,20 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         line, rest = resume_point(code)
         return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, line, resumes_in=rest)
     return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+
+
+def method_owner(code: Any, values: dict[str, Any]) -> Any:
+    """The object whose method the frame runs, whatever its first parameter is called (``self``, or ``s`` in
+    ``def forward(s, x)``): its class defines a function with this very code; else the frame's ``self``, if any."""
+    first = values.get(code.co_varnames[0]) if code.co_argcount else None
+    for cls in type(first).__mro__ if first is not None else ():
+        fn = getattr(cls.__dict__.get(code.co_name), "__func__", cls.__dict__.get(code.co_name))  # a staticmethod's
+        try:
+            if callable(fn) and getattr(inspect.unwrap(fn), "__code__", None) is code:
+                return first
+        except (ValueError, TypeError):  # a wrapper chain that loops, an object unwrap cannot read
+            return None
+    return values.get("self")
 
 
 def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -115,7 +129,9 @@ def instance_of(code: Any, values: dict[str, Any]) -> tuple[str, Any] | None:
     import torch
 
     fn = values.get("fn") if code.co_name == "inner" else None
-    owner = fn.__self__ if inspect.ismethod(fn) else fn if isinstance(fn, torch.nn.Module) else values.get("self")
+    owner = (
+        fn.__self__ if inspect.ismethod(fn) else fn if isinstance(fn, torch.nn.Module) else method_owner(code, values)
+    )
     args = values.get("args")
     if inspect.isfunction(fn) and isinstance(args, tuple) and args:  # torch.compile(Class.method): args[0] is self
         cls = getattr(inspect.unwrap(fn), "__qualname__", "").rsplit("<locals>.", 1)[-1].rpartition(".")[0]
@@ -280,7 +296,7 @@ def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
-def module_hooks(values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
+def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
     """Each submodule of the module a frame compiles (``self``, or the module torch.compile's wrapper calls),
     with its hook count now: Dynamo does not guard a submodule's hooks (``skip_nnmodule_hook_guards``), so one
     added or removed after the compile is silently not what the graph runs. The module's own hooks run
@@ -288,7 +304,8 @@ def module_hooks(values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
     import torch
 
     fn = values.get("fn")
-    root = values.get("self") if isinstance(values.get("self"), torch.nn.Module) else getattr(fn, "__self__", fn)
+    root = method_owner(code, values)
+    root = root if isinstance(root, torch.nn.Module) else getattr(fn, "__self__", fn)
     if not isinstance(root, torch.nn.Module):
         return ()
     return tuple((name, weakref.ref(m), hook_count(m)) for name, m in itertools.islice(root.named_modules(), 1, 1025))

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
+from tpu_lab.compile.causes.guard_values import BAKED
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed, signature_text
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -220,7 +221,7 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
     known = {c.guard.split(" == ")[0]: c for c in told if c.kind == "value" and any(w in c.words for w in _PINNED)}
     out = []
     for c in causes:
-        before = known.get(c.guard.split(" == ")[0]) if c.kind == "value" and _BAKED in c.words else None
+        before = known.get(c.guard.split(" == ")[0]) if c.kind == "value" and BAKED in c.words else None
         if before and (was := re.search(r"\(was ([^;()]+);", c.words)):
             c = dataclasses.replace(
                 c, words=re.sub(r"\(was [^;():]+", f"(was {was[1]}", before.words, count=1), fix=before.fix
@@ -229,5 +230,4 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
     return out
 
 
-_BAKED = "; its value is baked into the graph"
 _PINNED = (" still compiles a graph", "Dynamo keeps an nn.Module's int attribute static")
