@@ -6,7 +6,8 @@ from tpu_lab.compile.causes.explain import explain
 from tpu_lab.compile.generation.signature import ShapeSignature
 from tpu_lab.compile.generation.tally import ForwardCall, ShapeTally
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs
-from tpu_lab.compile.sources.dynamo_source import is_limit_refusal, served_from_cache, take_record
+from tpu_lab.compile.sources.dynamo_records import is_limit_refusal, served_from_cache
+from tpu_lab.compile.sources.dynamo_source import take_record
 from tpu_lab.compile.sources.tpu_source import CompileEvent, TpuCacheSource, read_tpu_stats
 
 

@@ -244,6 +244,20 @@ def test_contract_the_dynamo_internals_the_new_reads_rely_on():
     (entry,) = _debug_get_cache_entry_list(f._torchdynamo_orig_callable.__code__)
     assert isinstance(entry.guard_manager.code_parts, list), f"torch {version}: a graph's guard code moved"
     assert callable(entry.guard_manager.root.get_epilogue_lambda_guards), f"torch {version}: shape guards moved"
+    # a graph whose weakly held object is freed keeps its entry, its guards deleted: found by the class name
+    import gc
+
+    def step_in_a_function():  # its optimizer is freed as it returns
+        model = torch.nn.Linear(2, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(2)).sum().backward()
+        torch.compile(lambda: opt.step(), backend=BACKEND)()
+        return inspect.unwrap(torch.optim.SGD.step).__code__
+
+    code = step_in_a_function()
+    gc.collect()
+    kinds = [type(e.guard_manager).__name__ for e in _debug_get_cache_entry_list(code)]
+    assert kinds and all("Deleted" in k for k in kinds), f"torch {version}: a freed object's graph: {kinds}"
 
 
 def test_a_frame_that_traces_no_op_is_not_a_compile_but_a_skip():

@@ -235,7 +235,8 @@ def _break_words(
             "data-dependent shape); else accept the break"
         )
         cause = dataclasses.replace(cause, fix=fix)
-    if shaped and (public := _torch_op(shaped[1])):  # aten._unique2 is the user's torch.unique
+    op = re.sub(r"\d+$", "", shaped[1].removeprefix("aten.").split(".")[0]).lstrip("_") if shaped else ""
+    if shaped and (public := torch_function(op)):  # the torch function an ATen op serves: aten._unique2 is torch.unique
         words = f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data"
         cause = dataclasses.replace(cause, words=cause.words.replace(shaped[0], words))
     dense = re.search(
@@ -294,6 +295,9 @@ def _break_words(
         return cause
     if "graph_break()" in reason or "User-inserted graph break" in reason or cause.kind == "disabled":
         fix = "none on your side: the library breaks the graph there on purpose"
+        own = f"{library.split('/')[0]}'s own code breaks the graph on purpose (a graph_break() call at {library})"
+        if cause.words.startswith("User-inserted graph break"):  # the library's own call, never the user's
+            return dataclasses.replace(cause, words=own, fix=fix)
     else:
         fix = "it is in library code: call it outside the compiled function, or accept the break"
         # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
@@ -302,11 +306,6 @@ def _break_words(
         fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
-
-
-def _torch_op(aten: str) -> str:
-    """The torch function an ATen overload serves (``aten._unique2.default`` -> ``torch.unique``), '' if none."""
-    return torch_function(re.sub(r"\d+$", "", aten.removeprefix("aten.").split(".")[0]).lstrip("_"))
 
 
 SPARSE_FIX = (

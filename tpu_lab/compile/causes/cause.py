@@ -95,7 +95,7 @@ def _dict_sources(s: str) -> str:
 
 
 _TYPE_CHECK = re.compile(r"___check_type_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
-_SAME_OBJECT = re.compile(r"___check_obj_id\((?P<name>[^,()]+), \d+\)")
+_SAME_OBJECT = re.compile(r"___check_obj_id\((?P<name>[^,()]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 
 
 _CONTAINS = re.compile(r"(?P<not>not )?___dict_contains\((?P<key>'[^']*'|\([^()]*\)|[\w.]+), (?P<dict>[^()]+)\)")
@@ -109,7 +109,9 @@ def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
         lambda m: f"type({m['name']}) is {m['cls'].rsplit('.', 1)[-1]}" if m["cls"] else f"type({m['name']}) unchanged",
         guard,
     )
-    g = _SAME_OBJECT.sub(lambda m: f"{m['name']} is the same object", g)
+    g = _SAME_OBJECT.sub(
+        lambda m: f"{m['name']} is the same object" + (f" (a {m['cls'].rsplit('.', 1)[-1]})" if m["cls"] else ""), g
+    )
     g = _dict_sources(g)  # before the split below: Dynamo's dict forms hold spaces
     internal = ("L[", "G[", "___stack", "___from_numpy", "._modules[", "._parameters[", "._buffers[")
     g = " ".join(local_name(part) if any(i in part for i in internal) else part for part in g.split(" "))

@@ -225,7 +225,8 @@ def _next_values(
     if cause.kind in ("derived", "loop_position"):
         return name, dataclasses.replace(cause, words=cause.words.removesuffix(")") + f"{at_most})")
     source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
-    if cause.kind == "lr" and source in {local_name(d) for d in dynamic}:
+    pin = next((p for d, p in baked.items() if local_name(d) == source), None)
+    if cause.kind == "lr" and source in {local_name(d) for d in dynamic} and not pin:  # pinned: each lr a graph
         was = re.search(r"\(was ([^;]+);", cause.words)
         words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"
         fix = (
@@ -247,7 +248,6 @@ def _next_values(
             )
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
-    pin = next((p for d, p in baked.items() if local_name(d) == source), None)
     if pin and (held := held_cause(cause, name, pin, at_most, baked=_BAKED, now=now.get(name, ""))):
         return name, held
     if source in {local_name(d) for d in dynamic}:

@@ -110,6 +110,15 @@ def container_words(
             g,
             "expected once: the graph for the steps after the first is reused from then on",
         )
+    if m and re.search(r"(^|\.)param_groups$", m["name"]):  # torch's optimizer step reads every group
+        return Cause(
+            "length",
+            f"the optimizer has another number of param groups (was {m['n']}; add_param_group, as progressive "
+            "unfreezing does): its compiled step is a graph per number of groups",
+            g,
+            "expected once per group added: nothing to change (creating every group at the start only moves this "
+            "compile to the step where their parameters first get gradients)",
+        )
     if m and m["name"].endswith("._modules"):  # a ModuleList or Sequential grew or shrank
         return Cause(
             "length",

@@ -31,6 +31,14 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             g,
             f"expected once per {kind}; pass one {kind} every call if it changes often",
         )
+    if m := re.fullmatch(r"CodeGuardAccessor: Not a function on (?P<name>.+)\.__code__", g.strip()):
+        return Cause(  # a guard on a Python function's code found no code: another function, a builtin now
+            "identity",
+            f"{local_name(m['name'])} is now another function, one without Python code (a builtin such as F.gelu): "
+            "each function passed is its own graph",
+            g,
+            "expected once per function; pass the same one every call where you can",
+        )
     if _RAISED.match(g.strip()):
         return Cause(
             "type",
@@ -112,7 +120,12 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
     name = local_name(raw)
     value = inputs.get(name, "") if now_value else ""
     now = (kind_of(value) if value and value != "None" else "a value") if now_value else "None"
-    if name.startswith("self."):
+    if re.search(r"param_groups\[\d+\]\['params'\]\[\d+\]\.grad$", name):  # an optimizer step's parameter
+        fix = (
+            "expected once per parameter group that starts training (its first gradient): nothing to change (a "
+            "zero gradient set by hand would make AdamW decay a frozen parameter)"
+        )
+    elif name.startswith("self."):
         fix = _set_before(name)
     elif caller:  # e.g. a model passes its full-attention layers no mask and its sliding-window layers one
         fix = (

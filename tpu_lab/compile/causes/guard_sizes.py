@@ -229,12 +229,13 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
     """A tensor's memory layout changed (a stride guard): named as it is now where the call's input is
     described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""
     layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
+    whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
     if layout == "non-contiguous":
-        words = f"{name}'s memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
+        words = f"{whose} memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
     elif layout:
-        words = f"{name}'s memory layout changed to {layout} ({detail})"
+        words = f"{whose} memory layout changed to {layout} ({detail})"
     else:
-        words = f"{name}'s memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
+        words = f"{whose} memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
     dims = now.count(",") + 1 if now and "[" in now else 4  # channels_last is for 4-D tensors, _3d for 5-D
     form = {4: "channels_last", 5: "channels_last_3d"}.get(dims)
     who = name if re.fullmatch(r"[\w.]+(?:\[[\w'\"]+\])*", name) else "x"  # as the call names it: past[0]

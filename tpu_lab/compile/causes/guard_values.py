@@ -172,15 +172,13 @@ def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
         if autograd and not any(k in has for k in autograd):  # autograd's keys gone: made without them
             return Cause("inference", f"{name} is now {now}, was {was}", g, _INFERENCE_FIX)
     added, dropped = [k for k in b if k not in a], [k for k in a if k not in b]
+    # the tensor kept its own keys; inference mode (thread-local) turns autograd off for every tensor
     if dropped and not added and all(k.startswith("Autograd") for k in dropped):
-        # the tensor kept its own keys; inference mode (thread-local) turns autograd off for every tensor
-        return Cause(
-            "inference",
-            f"{name} is seen without autograd: the call ran under torch.inference_mode(), the graph was "
-            "compiled outside it",
-            g,
-            _INFERENCE_FIX,
-        )
+        words = "the call ran under torch.inference_mode(), the graph was compiled outside it"
+        return Cause("inference", f"{name} is seen without autograd: {words}", g, _MODE_FIX)
+    if added and not dropped and all(k.startswith("Autograd") for k in added):
+        words = "the graph was compiled under torch.inference_mode(), the call ran outside it (no_grad or training)"
+        return Cause("inference", f"{name} is seen with autograd again: {words}", g, _MODE_FIX)
     return Cause(
         "dispatch",
         f"{name}'s dispatch keys changed (added: {', '.join(added) or 'none'}; dropped: "
@@ -190,6 +188,9 @@ def dispatch_words(name: str, expected: str, actual: str, g: str) -> Cause:
     )
 
 
+_MODE_FIX = (
+    "expected once per mode; evaluate under one of torch.no_grad() or torch.inference_mode() throughout, not both"
+)
 _INFERENCE_FIX = (
     "expected once per kind; make inputs the same way every call (all under torch.inference_mode(), "
     "or evaluate under torch.no_grad() throughout)"

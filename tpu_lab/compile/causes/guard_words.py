@@ -199,7 +199,8 @@ def words(
             "the default device or a torch function mode changed (torch.set_default_device, a "
             "TorchFunctionMode or a device context manager was entered or left)",
             g,
-            "expected once per mode; set the default device (or enter the mode) before the first compiled call",
+            "expected once per mode; keep every compiled call under the same one (a `with torch.device('meta')` "
+            "dry run is a mode of its own: run it uncompiled, it needs no graph)",
         )
     if any(h in g for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")):
         held = re.search(r"([\w\[\]'.]+?)\._(?:forward|backward)(?:_pre)?_hooks", g)  # the module that holds them

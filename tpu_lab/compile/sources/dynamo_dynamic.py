@@ -19,20 +19,11 @@ _CHECK = re.compile(
 )  # None: dynamic
 
 
-def graph_guards(code: Any, compile_id: str) -> list[str] | None:
-    """The guard code of the graph ``compile_id`` of ``code`` (None where it cannot be read)."""
-    parts = _code_parts(code, compile_id)
-    return None if parts is None else [p.split("  # ")[0].strip() for p in parts]
-
-
-def guard_places(code: Any, compile_id: str) -> dict[str, str]:
-    """Dynamo's comment on each guard of that graph that has one (``if alpha > 0:  # train.py:14 in mix``:
-    the code that set it, and where), by the guard's code."""
-    found = ((p.split("  # ")[0].strip(), p.partition("  # ")[2].strip()) for p in _code_parts(code, compile_id) or ())
-    return {g: comment for g, comment in found if comment}
-
-
-def _code_parts(code: Any, compile_id: str) -> list[str] | None:
+def guard_parts(code: Any, compile_id: str) -> list[str] | None:
+    """Every guard of the graph ``compile_id`` of ``code``, each with Dynamo's comment (None where it cannot
+    be read: another torch, the graph not installed yet, or its guards deleted: Dynamo deletes a graph's
+    guards once an object they hold by weak reference is freed, a model or optimizer local to a function
+    that has returned, so a watch reads them as soon as the graph is installed)."""
     try:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -43,11 +34,25 @@ def _code_parts(code: Any, compile_id: str) -> list[str] | None:
         if str(getattr(entry, "compile_id", "")) != compile_id:
             continue
         manager: Any = getattr(entry, "guard_manager", None)
+        if "Deleted" in type(manager).__name__:  # DeletedGuardManagerWrapper: nothing left to read
+            return None
         try:
             return _tree_parts(manager.root)
         except Exception:  # another torch's guard tree: no claim
             return None
     return None
+
+
+def graph_guards(parts: list[str] | None) -> list[str] | None:
+    """The guard code of a graph, from its ``guard_parts`` (None where they could not be read)."""
+    return None if parts is None else [p.split("  # ")[0].strip() for p in parts]
+
+
+def guard_places(parts: list[str] | None) -> dict[str, str]:
+    """Dynamo's comment on each guard of a graph that has one (``if alpha > 0:  # train.py:14 in mix``:
+    the code that set it, and where), by the guard's code, from its ``guard_parts``."""
+    found = ((p.split("  # ")[0].strip(), p.partition("  # ")[2].strip()) for p in parts or ())
+    return {g: comment for g, comment in found if comment}
 
 
 _MAX_PARTS = 50_000  # a large model's graph has tens of thousands of guards at most
@@ -243,7 +248,7 @@ def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = Fal
             name += "".join(f"[{i}]" for i in carried[2].split("_")[1:]) + (f".{carried[3]}" if carried[3] else "")
         # a symbol (s0, s0 + 1); a symbol Dynamo specialised again reads as its number ("5"): static
         dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str) and d.isdigit() == specialised]
-        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ")) for n, d in signature)
+        scalar = shape == [] and any(n == name and d.startswith(("int ", "float ", "np.")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input
             out += [f"{name} dim {d}" for d in dims]
         elif scalar:

@@ -1,6 +1,5 @@
-"""Every read of Dynamo's internals, in one module (torch_tpu's counters are ``tpu_source``); the watch
-only folds what this hands it. Names are Dynamo's (torch 2.13-2.14); where one is missing a compile is
-still counted, its cause shown as Dynamo's guard text.
+"""Every read of Dynamo's internals (torch_tpu's counters are ``tpu_source``); the watch only folds what this
+hands it. Names are Dynamo's (torch 2.13-2.15); where one is missing, a compile is still counted, told in Dynamo's text.
 
 * The compile-start callback reads ``convert_frame._compile``'s locals: the user's ``frame`` (function,
   live inputs) and ``reasons`` (the first failed guard per graph Dynamo holds; ``dynamo_guards`` adds
@@ -22,7 +21,7 @@ from typing import Any
 from tpu_lab.compile.sources import dynamo_failures, listening, wrappers
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
-from tpu_lab.compile.sources.dynamo_limit import LIMIT_ERROR, limit_of, limit_raises, limit_words, recompile_limit
+from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
     Capture,
     FunctionKey,
@@ -166,7 +165,15 @@ TORCH_FUNC = "torch.func"
 
 def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...], heard: bool = True) -> Capture:
     """One compile as the listeners hear it: the function, its inputs, every failed guard, the caller
-    (``heard=False``: nobody listens, so the guard re-check and the caller are skipped)."""
+    (``heard=False``: nobody listens, so the guard re-check and the caller are skipped). A failure to read
+    the frame never fails the user's compile (raised here, Dynamo would): it is still counted, unnamed."""
+    try:
+        return _read_capture(compile_id, trigger, frame, reasons, heard)
+    except Exception:
+        return _read_capture(compile_id, trigger, None, reasons, heard)
+
+
+def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...], heard: bool) -> Capture:
     names: tuple[tuple[str, str], ...] = ()
     caller, now, pipeline = "", (), False  # type: tuple[str, tuple[tuple[str, str], ...], bool]
     if frame is not None:
@@ -206,6 +213,7 @@ def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...]
         else (),
         all_dynamic=dynamic_from_the_start(),
         hooks=wrappers.module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
+        callers=wrappers.callers(sys._getframe(2)) if frame is not None and heard else (),
     )
 
 
@@ -246,12 +254,6 @@ def function_of(compile_id: str) -> FunctionKey | None:
 
 # ---- compilation records -------------------------------------------------------------------------
 
-CACHE_HIT_FIELDS = (
-    "inductor_fx_local_cache_hit_count",
-    "inductor_fx_remote_cache_hit_count",
-    "aotautograd_local_cache_hit_count",
-)
-
 _utils: Any = None  # torch._dynamo.utils, once imported (newest_record runs per session forward)
 
 
@@ -290,41 +292,3 @@ def record_function(record: Any) -> FunctionKey | None:
     if not name:
         return function_of(str(getattr(record, "compile_id", "")))
     return FunctionKey(str(name), str(record.co_filename or ""), int(record.co_firstlineno or 0))
-
-
-def compile_seconds(record: Any) -> float:
-    if seconds := getattr(record, "entire_frame_compile_time_s", None):
-        return float(seconds)
-    return float(getattr(record, "backward_cumulative_compile_time_us", 0) or 0) / 1e6
-
-
-def empty_graph(record: Any) -> bool:  # no operation in it (a graph break before any work): all runs eagerly
-    return getattr(record, "graph_op_count", None) == 0
-
-
-def served_from_cache(record: Any) -> bool:  # inductor's or AOTAutograd's persistent cache served it
-    return any(int(getattr(record, f, 0) or 0) for f in CACHE_HIT_FIELDS)
-
-
-def is_limit_refusal(record: Any) -> bool:
-    """A refusal at the recompile limit: the call ran uncompiled, or (``FailOnRecompileLimitHit``) raised."""
-    reason = (getattr(record, "fail_reason", None) or "").lower()
-    return "recompile limit" in reason or getattr(record, "fail_type", None) == LIMIT_ERROR
-
-
-def is_failed(record: Any) -> bool:
-    """A compile that produced no graph (an error, the limit, or a frame skipped for tracing no ops)."""
-    return (
-        bool(getattr(record, "fail_type", None)) and not getattr(record, "has_guarded_code", False)
-    ) or traced_nothing(record)
-
-
-def traced_nothing(record: Any) -> bool:
-    """Dynamo found no tensor operation to trace and skipped the frame (``SkipFrame``: "No ops traced"): its
-    record keeps guarded code (the skip is cached) but no graph was built, and the code runs eagerly from now on."""
-    return (
-        getattr(record, "has_guarded_code", False)
-        and not getattr(record, "fail_type", None)
-        and getattr(record, "graph_op_count", 0) is None
-        and getattr(record, "is_forward", True) is not False
-    )

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import short_path
 from tpu_lab.compile.sources.resume_code import RESUME, carried_slots
-from tpu_lab.compile.sources.tensor_text import autocast_modes, layout_of, tensor_text
+from tpu_lab.compile.sources.tensor_text import autocast_modes, layout_of, numpy_text, tensor_text
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
@@ -136,8 +136,7 @@ class Capture(NamedTuple):
     limit_value: int | None = None
     """The recompile limit in force for this compile (a function's own, or a ``config.patch``'s)."""
     raises: str = ""
-    """At a recompile-limit refusal that raised (``FailOnRecompileLimitHit``) instead of running the call
-    uncompiled: the setting that made it an error (``fullgraph=True``, or Dynamo's config)."""
+    """At a limit refusal that raised (``FailOnRecompileLimitHit``): what made it an error (``fullgraph=True``, config)."""
     code: Any = None
     """The code object compiled, to read the new graph's own guards once it exists."""
     earlier: FunctionKey | None = None
@@ -153,6 +152,8 @@ class Capture(NamedTuple):
     """Compiled with ``torch.compile(dynamic=True)``: every size is dynamic from the graph's start."""
     hooks: tuple[tuple[str, Any, int], ...] = ()
     """(name, weak reference, hook count) of each submodule of the compiled module, as the graph saw them."""
+    callers: tuple[Any, ...] = ()
+    """(file, first line, name) of the code on the stack as it started: a function compiled inside another's call."""
 
     @property
     def shown(self) -> Signature:
@@ -291,8 +292,8 @@ def describe(value: Any) -> str:
         layout = layout_of(value.shape, value.stride()) if strided else str(value.layout).removeprefix("torch.")
         extra += "" if layout == "contiguous" else f" {layout}"  # each layout is a graph of its own
         return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
-    if isinstance(value, bool) or value is None:
-        return repr(value)
+    if (said := numpy_text(value)) or isinstance(value, bool) or value is None:  # np.float64 is a float too
+        return said or repr(value)
     if isinstance(value, str) and len(value) <= 24:
         return f"str {value!r}"
     if isinstance(value, float):
@@ -303,8 +304,6 @@ def describe(value: Any) -> str:
         return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
     if isinstance(value, (torch.dtype, torch.device)):  # torch.float32, not "dtype"
         return str(value)
-    if type(value).__name__ == "ndarray" and hasattr(value, "dtype"):  # Dynamo reads it as a tensor: by shape
-        return f"ndarray {tensor_text(str(value.dtype), value.shape, False)}"
     if isinstance(value, enum.Enum):  # each member is a graph of its own: Mode.TRAIN, not "Mode"
         return f"{type(value).__name__}.{value.name}"
     if first := _first_tensor(value):  # BaseModelOutput: its first tensor, the one the decoder reads

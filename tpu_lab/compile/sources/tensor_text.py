@@ -51,3 +51,14 @@ def tensor_text(dtype: str, shape: Sequence[Any], requires_grad: bool) -> str:
     return f"{SHORT_DTYPES.get(dtype, dtype)}[{', '.join(map(str, shape))}]" + (
         " requires_grad" if requires_grad else ""
     )
+
+
+def numpy_text(value: Any) -> str | None:
+    """A numpy array or scalar, which Dynamo reads as a tensor: an array by its shape, a scalar by its type and
+    value (``np.float64 0.5``: never ``float``, whose values a graph would bake in); None for anything else."""
+    kind = type(value)
+    if getattr(kind, "__module__", "") != "numpy" or not hasattr(value, "dtype"):
+        return None
+    if kind.__name__ == "ndarray":
+        return f"ndarray {tensor_text(str(value.dtype), value.shape, False)}"
+    return f"np.{kind.__name__} {value.item()!r}" if hasattr(value, "item") else None

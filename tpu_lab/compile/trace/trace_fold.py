@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text, raises_of
+from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import (
     RESUME,
@@ -56,7 +56,7 @@ def fold_log(log: ProcessLog) -> WatchTable:
         cap = capture_of(c, graphs, last)
         record = SimpleNamespace(**c.record)
         frame = c.compile_id.split("/")[0]
-        if dynamo.is_limit_refusal(record):  # logged with no function: the frame's earlier compiles name it
+        if is_limit_refusal(record):  # logged with no function: the frame's earlier compiles name it
             key = functions.get(frame, cap.function)
             limit = limit_from_text(record.fail_reason) or cap.limit_value  # a refusal that raised states none
             where = LIMIT_WHERE.format(n=limit) if limit is not None else ""
@@ -64,7 +64,7 @@ def fold_log(log: ProcessLog) -> WatchTable:
             fold.refused(refusal._replace(limit_value=limit))
             continue
         functions.setdefault(frame, cap.function)
-        if dynamo.is_failed(record):
+        if is_failed(record):
             fold.failed(cap, record)
         else:
             guards = [m["expr"] for g in c.guards if (m := _EXPR.search(g))]

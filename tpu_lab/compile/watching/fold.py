@@ -24,24 +24,18 @@ from tpu_lab.compile.causes.explain import (
 )
 from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, named_inputs, slots_named
-from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
+from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import pinned_sizes, reuse_bounds, what_next
+from tpu_lab.compile.watching import empty_graphs, pinned_sizes, reuse_bounds, what_next
+from tpu_lab.compile.watching.empty_graphs import empty_note
 from tpu_lab.compile.watching.failed import failed_compile
-from tpu_lab.compile.watching.hooks_changed import hooks_cause
+from tpu_lab.compile.watching.hooks_changed import as_seen, hooks_cause
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
 from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
 
 _FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's value, in the user's words
-
-
-EMPTY_GRAPH = (
-    "the graph holds no operation: a graph break comes before any work (see the graph breaks) and no part after "
-    "it compiled, so this function's work runs eagerly on every call"
-)
-EMPTY_FIX = "fix the graph break it stops at (its fix is with the graph breaks): until then compiling it does nothing"
 
 
 class Fold:
@@ -67,7 +61,10 @@ class Fold:
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
         self.hooks: dict[FunctionKey, list[tuple[tuple[str, Any, int], ...]]] = {}  # each function's graphs', in order
+        self.hooks_seen: dict[FunctionKey, Any] = {}  # a hooks note a later compile's start saw (hooks_changed)
         self.timeline: list[Point] = []
+        self.code_of: dict[FunctionKey, Any] = {}
+        self.under: dict[Any, set[FunctionKey]] = {}  # a code (file, line, name) -> functions compiled in its calls
 
     def compiled(
         self,
@@ -86,6 +83,9 @@ class Fold:
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
+        self.code_of[cap.function] = cap.code and (cap.code.co_filename, cap.code.co_firstlineno, cap.code.co_name)
+        for code in cap.callers:
+            self.under.setdefault(code, set()).add(cap.function)
         if cap.hooks:
             self.hooks.setdefault(cap.function, []).append(cap.hooks)
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
@@ -122,6 +122,7 @@ class Fold:
             static=cap.static,
             every=cap.all_dynamic,
             marked=_marks(cap),
+            numpy=frozenset(n for n, d in cap.shown if d.startswith("np.")),
             failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
         pinned = self.pinned.setdefault(cap.function, set())
@@ -155,7 +156,7 @@ class Fold:
                 )
         for name, dim in pinned_sizes.keyed(causes):  # the size is a dict key: no part of the function may mark it
             self._unmark(cap.function, name, dim)
-        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
+        seconds = compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
         # a flag this graph is guarded on has the value the graph was compiled for, though no cause names it
         # (the graph it was told against had the same value: a PEFT adapter back on, its scaling changed)
@@ -169,9 +170,9 @@ class Fold:
         for c in causes:  # one cause counts the compile; the others are said with it (a compile is counted once)
             row.add(c if c is counted or c.kind == "dynamic" else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
-        if record is not None and dynamo.empty_graph(record) and not any(c.kind == "empty" for c in row.causes):
-            row.add(RowCause(EMPTY_GRAPH, "", EMPTY_FIX, "empty", 0))
-        cached = record is not None and dynamo.served_from_cache(record)
+        if record is not None and empty_graph(record) and not any(c.kind == "empty" for c in row.causes):
+            row.add(empty_note())
+        cached = record is not None and served_from_cache(record)
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))
         return CompileEvent("dynamo", cap.reason, seconds, cause=causes[0].words, cached=cached)
@@ -209,7 +210,7 @@ class Fold:
         # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
         forward = self.forward_of.pop(cap.compile_id, None)
         key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
-        seconds = dynamo.compile_seconds(record) if record is not None else 0.0
+        seconds = compile_seconds(record) if record is not None else 0.0
         row = self.row(key, forward.shown if forward else ())
         row.compiles += 1
         row.compile_seconds += seconds
@@ -297,10 +298,13 @@ class Fold:
         rows = tuple(r.frozen() for r in self.rows.values())
         last_row = {key: i for i, (key, _) in enumerate(self.rows)}  # each function's newest row
         for key, i in last_row.items():  # hooks changed since the function's newest graph: a note there
-            if key in self.hooks and (note := hooks_cause(self.hooks[key])):
+            now = hooks_cause(self.hooks[key]) if key in self.hooks else None
+            if note := as_seen(now, self.hooks_seen.get(key), len(self.hooks.get(key, ()))):
                 rows[i].causes.append(note)
-        for (key, _), r in zip(self.rows, rows, strict=True):  # an empty graph whose rest compiled after the break
-            r.causes = [c for c in r.causes if c.kind != "empty" or not self._broken(key)]
+        empty = {k for (k, _), r in self.rows.items() if any(c.kind == "empty" for c in r.causes)}
+        for (key, _), r in zip(self.rows, rows, strict=True):  # an empty graph: where its work runs, by now
+            callees = (k for k in self.under.get(self.code_of.get(key), ()) if k not in empty)
+            r.causes = empty_graphs.as_now(r.causes, key, self._broken(key), callees)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)

@@ -5,7 +5,8 @@ the graph silently runs without the new hook, or still runs the removed one. Che
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.sources.wrappers import hook_count
@@ -49,6 +50,29 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
             "its guards still pass"
         )
     return RowCause(words, "", HOOKS_FIX, "hooks", 0)
+
+
+def seen_now(
+    hooks: Mapping[Any, Sequence[Sequence[tuple[str, Any, int]]]], pending: Iterable[Any]
+) -> dict[Any, tuple[RowCause, int]]:
+    """Per function, the hooks note as things stand at another compile's start, with how many graphs it had then,
+    from the snapshots folded (``hooks``) and those of compiles not folded yet (``pending`` captures): a hook
+    added and removed again before the table is read is still told, by what a compile in between saw."""
+    snapshots = {key: list(s) for key, s in hooks.items()}
+    for cap in pending:
+        if cap.hooks:
+            snapshots.setdefault(cap.function, []).append(cap.hooks)
+    return {key: (note, len(s)) for key, s in snapshots.items() if (note := hooks_cause(s)) is not None}
+
+
+def as_seen(now: RowCause | None, seen: tuple[RowCause, int] | None, graphs: int) -> RowCause | None:
+    """The hooks note for a table: as the hooks are now, else as a compile in between saw them (since undone),
+    unless the function compiled another graph after that (``graphs``: how many it has now)."""
+    if now is not None or seen is None or seen[1] != graphs:
+        return now
+    note = seen[0]
+    words = f"{note.words}; seen at a later compile and undone since: the calls in between ran the graph as compiled"
+    return dataclasses.replace(note, words=words)
 
 
 def _named(name: str) -> str:

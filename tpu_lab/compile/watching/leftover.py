@@ -10,6 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text, limit_words, raises_of
+from tpu_lab.compile.sources.dynamo_records import is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture
 
@@ -21,7 +22,7 @@ def leftover_records(left: Iterable[Any], handled: set[str], now: float) -> tupl
         key, compile_id = dynamo.record_function(record), str(record.compile_id)
         if compile_id in handled:
             continue
-        if dynamo.is_limit_refusal(record) and key:
+        if is_limit_refusal(record) and key:
             reasons = (record.recompile_reason,) if record.recompile_reason else ()
             cap = Capture(compile_id, key, (), None, now, LIMIT_TRIGGER, None, reasons)
             limit = limit_from_text(record.fail_reason)  # a refusal that raised states none: the config's then

@@ -20,12 +20,20 @@ from typing import Any
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources import dynamo_breaks, frames, guarded, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
-from tpu_lab.compile.sources.dynamo_dynamic import baked_scalars, dynamic_scalars, graph_guards, guard_places
+from tpu_lab.compile.sources.dynamo_dynamic import (
+    baked_scalars,
+    dynamic_scalars,
+    graph_guards,
+    guard_parts,
+    guard_places,
+)
+from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import calls
 from tpu_lab.compile.watching.fold import Fold
+from tpu_lab.compile.watching.hooks_changed import seen_now
 from tpu_lab.compile.watching.leftover import leftover_records
 from tpu_lab.compile.watching.watch_table import Point, RowCause, WatchTable
 from tpu_lab.compile.watching.what_next import with_flags
@@ -46,6 +54,7 @@ class Watch:
         self._lock = threading.RLock()
         self._scopes: list[listening.Scope] = []  # one per entry, in the code that entered it
         self._pending: list[Capture] = []
+        self._guards_read: dict[int, list[str]] = {}  # by id of a pending capture: its graph's guards, read early
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self.refusals = 0
@@ -87,8 +96,20 @@ class Watch:
 
     def _on_compile(self, capture: Capture) -> None:
         with self._lock:
+            self._read_guards()
+            self._fold.hooks_seen.update(seen_now(self._fold.hooks, self._pending))  # before they change back
             self._pending.append(capture)
             self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
+
+    def _read_guards(self) -> None:
+        """Read the guards of the graphs compiled so far, installed by now: Dynamo deletes a graph's guards
+        once an object they hold is freed (a training loop's model, local to a function that returned), which
+        can happen before the fold. Per compile, never per call."""
+        for cap in self._pending:
+            if cap.code is not None and id(cap) not in self._guards_read:
+                parts = guard_parts(cap.code, cap.compile_id)
+                if parts is not None:
+                    self._guards_read[id(cap)] = parts
 
     def count_call(
         self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
@@ -138,11 +159,12 @@ class Watch:
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
-                elif record is not None and dynamo.is_failed(record) and not dynamo.is_limit_refusal(record):
+                elif record is not None and is_failed(record) and not is_limit_refusal(record):
                     events.append(self._fold_failed(cap, record))
                 else:
                     events.append(self._fold_compiled(cap, record))
             self._pending = waiting
+            self._guards_read = {i: p for i, p in self._guards_read.items() if i in {id(c) for c in waiting}}
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
             events += [self._fold_limit(cap) for cap in refusals]
             self._elsewhere += elsewhere
@@ -155,9 +177,10 @@ class Watch:
         self._handled.add(cap.compile_id)
         if "BACKWARD" in cap.trigger.upper():
             return self._fold.backward(cap, record)
-        guards = graph_guards(cap.code, cap.compile_id) if record is not None else None  # the new graph's own
+        parts = self._guards_read.pop(id(cap), None) or guard_parts(cap.code, cap.compile_id)
+        guards = graph_guards(parts) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
-        places = guard_places(cap.code, cap.compile_id) if guards else {}
+        places = guard_places(parts) if guards else {}
         pins = baked_scalars(record, guards) if cap.reasons else {}
         baked = {source: (g, places.get(g, "")) for source, g in pins.items()}
         return self._fold.compiled(cap, record, guards, scalars, cap.earlier, baked, places)

@@ -50,10 +50,11 @@ def dynamic_note(
     every: bool = False,
     marked: frozenset[str] = frozenset(),
     failed: bool = False,
+    numpy: frozenset[str] = frozenset(),
 ) -> tuple[str, RowCause | None, str]:
     """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
     ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a
-    mark_dynamic on; ``failed``: an earlier compile of the function failed. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
+    mark_dynamic on; ``failed``: an earlier compile of the function failed; ``numpy``: numpy scalar inputs. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
     told = list(told)
     dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
     said = ", ".join(filter(None, [seen, *told]))
@@ -69,6 +70,8 @@ def dynamic_note(
     elif first and failed:  # Dynamo kept the sizes of the call whose compile failed, and compared with them
         words = f"Dynamo made {', '.join(new)} dynamic from this first graph (automatic dynamic shapes: the size "
         words += "differs from the earlier call whose compile failed)"
+    elif first and set(new) <= numpy:  # Dynamo reads a numpy scalar as a 0-d tensor
+        words = f"{', '.join(new)} dynamic from the first compile (a numpy scalar, which Dynamo reads as a tensor)"
     elif first:  # automatic dynamic needs an earlier graph: this was asked for
         words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
     elif every:  # torch.compile(dynamic=True): a new graph's sizes are dynamic from its start
