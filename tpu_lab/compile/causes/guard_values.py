@@ -10,6 +10,7 @@ from tpu_lab.compile.causes.cause import CARRIED, VERBATIM_FIX, Cause, local_nam
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.sources.frames import shown_float
 
+_ONCE = "set it once, before the first compiled call"
 _STATE = {
     "grad_mode": (
         "grad mode changed (torch.no_grad(), inference_mode or enable_grad around the call)",
@@ -23,6 +24,9 @@ _STATE = {
         "torch.use_deterministic_algorithms() was switched",
         "set it once, before the first compiled call",
     ),
+    "cuda_matmul_precision": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),
+    "allow_fp16_reduce": ("fp16 reduced-precision reductions were switched (torch.backends.cuda.matmul)", _ONCE),
+    "allow_bf16_reduce": ("bf16 reduced-precision reductions were switched (torch.backends.cuda.matmul)", _ONCE),
     "default_dtype": (
         "torch's default dtype changed (torch.set_default_dtype)",
         "set the default dtype once, before the first compiled call",
@@ -137,9 +141,11 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
 def state_words(g: str) -> Cause:
     fields = g.split("GLOBAL_STATE changed:", 1)[-1].split()
     said = [_autocast(f) or next((v for k, v in _STATE.items() if f.startswith(k)), None) for f in fields]
-    if not fields or None in said:
+    if not fields or not any(said):
         return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
-    return Cause("global_state", "; ".join(s[0] for s in said if s), g, "; ".join(s[1] for s in said if s))
+    # a setting of a newer torch: named as Dynamo names it, beside the ones known
+    named = [s or (f"torch's global setting {f} changed", _ONCE) for f, s in zip(fields, said, strict=True)]
+    return Cause("global_state", "; ".join(s[0] for s in named), g, "; ".join(dict.fromkeys(s[1] for s in named)))
 
 
 def _autocast(field: str) -> tuple[str, str] | None:

@@ -293,7 +293,7 @@ def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
 def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
@@ -324,4 +324,4 @@ def callers(frame: Any, most: int = 256) -> tuple[tuple[str, int, str], ...]:
 
 
 def hook_count(module: Any) -> int:
-    return sum(len(getattr(module, a, None) or ()) for a in _HOOKS)
+    return sum(len(getattr(module, a, None) or ()) for a in HOOK_DICTS)

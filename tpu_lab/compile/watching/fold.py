@@ -299,7 +299,7 @@ class Fold:
         last_row = {key: i for i, (key, _) in enumerate(self.rows)}  # each function's newest row
         for key, i in last_row.items():  # hooks changed since the function's newest graph: a note there
             now = hooks_cause(self.hooks[key]) if key in self.hooks else None
-            if note := as_seen(now, self.hooks_seen.get(key), len(self.hooks.get(key, ()))):
+            if note := as_seen(now, self.hooks_seen.get(key), self.hooks.get(key, [])):
                 rows[i].causes.append(note)
         empty = {k for (k, _), r in self.rows.items() if any(c.kind == "empty" for c in r.causes)}
         for (key, _), r in zip(self.rows, rows, strict=True):  # an empty graph: where its work runs, by now

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tpu_lab.compile.sources.wrappers import hook_count
+from tpu_lab.compile.sources.wrappers import HOOK_DICTS, hook_count
 from tpu_lab.compile.watching.watch_table import RowCause
 
 HOOKS_FIX = (
@@ -34,7 +34,13 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
     now = counts[-1]
     added = [_named(n) for n, then, count in now if count > then]
     removed = [_named(n) for n, then, count in now if count < then]
-    said = [f"a hook was added to {', '.join(added)} after this graph was compiled: the graph never runs it"]
+    lib = _installed_by([m for name, ref, then in snapshots[-1] if (m := ref()) is not None and hook_count(m) > then])
+    said = [
+        f"{lib} added hooks to {', '.join(added)} after this graph was compiled (its own, not yours): the graph "
+        "never runs them"
+        if lib
+        else f"a hook was added to {', '.join(added)} after this graph was compiled: the graph never runs it"
+    ]
     said = (
         said[: bool(added)]
         + [f"a hook was removed from {', '.join(removed)} after this graph was compiled: the graph still runs it"][
@@ -49,7 +55,12 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
             "; an earlier graph of this function was compiled with the hooks as they are now, and serves the calls "
             "its guards still pass"
         )
-    return RowCause(words, "", HOOKS_FIX, "hooks", 0)
+    fix = (
+        f"expected ({lib} installs them as it runs): nothing to change unless what they capture is missing"
+        if lib
+        else HOOKS_FIX
+    )
+    return RowCause(words, "", fix, "hooks", 0)
 
 
 def seen_now(
@@ -65,14 +76,28 @@ def seen_now(
     return {key: (note, len(s)) for key, s in snapshots.items() if (note := hooks_cause(s)) is not None}
 
 
-def as_seen(now: RowCause | None, seen: tuple[RowCause, int] | None, graphs: int) -> RowCause | None:
-    """The hooks note for a table: as the hooks are now, else as a compile in between saw them (since undone),
-    unless the function compiled another graph after that (``graphs``: how many it has now)."""
-    if now is not None or seen is None or seen[1] != graphs:
+def as_seen(now: RowCause | None, seen: tuple[RowCause, int] | None, snapshots: Sequence[Any]) -> RowCause | None:
+    """The hooks note for a table: as the hooks are now, else as a compile in between saw them (undone since,
+    or their modules freed), unless the function compiled another graph after that (``snapshots``: its graphs')."""
+    if now is not None or seen is None or seen[1] != len(snapshots):
         return now
-    note = seen[0]
-    words = f"{note.words}; seen at a later compile and undone since: the calls in between ran the graph as compiled"
-    return dataclasses.replace(note, words=words)
+    note, freed = seen[0], not any(ref() is not None for _, ref, _ in snapshots[-1])
+    undone = "" if freed else " and undone since: the calls in between ran the graph as compiled"
+    return dataclasses.replace(note, words=f"{note.words}; seen at a later compile{undone}")
+
+
+def _installed_by(modules: Sequence[Any]) -> str:
+    """The library whose functions all the hooks newly on ``modules`` are (transformers' output capturing
+    adds its own during a call), '' where any is the user's or none is known."""
+    from tpu_lab.compile.sources.packages import USER, package_of
+
+    owners = set()
+    for m in modules:
+        for attr in HOOK_DICTS:
+            for fn in list((getattr(m, attr, None) or {}).values()):
+                code = getattr(getattr(fn, "func", fn), "__code__", None)
+                owners.add(package_of(code.co_filename) if code is not None else USER)
+    return owners.pop() if len(owners) == 1 and USER not in owners and "torch" not in owners else ""
 
 
 def _named(name: str) -> str:

@@ -1,0 +1,54 @@
+"""tl.watch() checked blind, twenty-ninth round: torch's global settings in one guard (the float32 matmul
+precision beside grad mode and deterministic algorithms) are each said, never the whole guard left as
+Dynamo's text; hooks a library installs as it runs (transformers' output capturing) are said to be its
+own, with no fix to register them earlier, and never "undone" because their model was freed. Checked
+against Dynamo's records."""
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "aot_eager"
+
+
+def test_the_matmul_precision_beside_grad_mode_is_said_not_left_as_dynamos_text(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    f = torch.compile(model, backend=BACKEND)
+    x, before = torch.randn(4, 16), torch.get_float32_matmul_precision()
+    try:
+        with tl.watch() as w:
+            torch.set_float32_matmul_precision("high")
+            f(x).sum().backward()  # training, TF32-style
+            torch.set_float32_matmul_precision("highest")
+            with torch.no_grad():  # evaluation, full precision
+                f(x)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    check_against_dynamo(w, dynamo)
+    (state,) = [c for r in w.table for c in r.causes if c.kind == "global_state"]
+    assert "the float32 matmul precision changed (torch.set_float32_matmul_precision)" in state.words, state.words
+    assert "grad mode changed" in state.words and "not translated" not in w.table.to_text()
+
+
+def probe():  # a probing loop that asks a compiled GPT-2 for its hidden states on some calls
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100, n_positions=64)
+    model = torch.compile(GPT2LMHeadModel(config).eval(), backend=BACKEND)
+    ids = torch.randint(0, 100, (1, 12))
+    with torch.no_grad():
+        model(input_ids=ids)
+        model(input_ids=ids, output_hidden_states=True)
+
+
+def test_hooks_a_library_installs_as_it_runs_are_its_own_and_never_undone_by_a_freed_model(dynamo):
+    with tl.watch() as w:
+        probe()  # the model is freed as it returns
+    # transformers' hook installer recompiles per layer and output kind: logged with its first guard only
+    check_against_dynamo(w, dynamo, also=("index == ", "check_type_id(module"))
+    notes = [c for r in w.table for c in r.causes if c.kind == "hooks"]
+    assert notes and all(c.words.startswith("transformers added hooks to ") for c in notes), notes
+    assert all("(its own, not yours)" in c.words and "undone" not in c.words for c in notes), notes
+    assert all(c.fix.startswith("expected (transformers installs them as it runs)") for c in notes), notes
