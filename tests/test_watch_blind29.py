@@ -1,7 +1,9 @@
 """tl.watch() checked blind, twenty-ninth round: torch's global settings in one guard (the float32 matmul
 precision beside grad mode and deterministic algorithms) are each said, never the whole guard left as
 Dynamo's text; hooks a library installs as it runs (transformers' output capturing) are said to be its
-own, with no fix to register them earlier, and never "undone" because their model was freed. Checked
+own, with no fix to register them earlier, and never "undone" because their model was freed; a hook of the
+user's that sets an attribute breaks in the user's code, not in torch's Module.__setattr__; a break whose
+explanation is only "Dynamo does not support this" is said by what it is. Checked
 against Dynamo's records."""
 
 import torch
@@ -52,3 +54,44 @@ def test_hooks_a_library_installs_as_it_runs_are_its_own_and_never_undone_by_a_f
     assert notes and all(c.words.startswith("transformers added hooks to ") for c in notes), notes
     assert all("(its own, not yours)" in c.words and "undone" not in c.words for c in notes), notes
     assert all(c.fix.startswith("expected (transformers installs them as it runs)") for c in notes), notes
+
+
+class CamNet(torch.nn.Module):  # Grad-CAM, hand-rolled: a gradient hook registered inside forward
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+        self.fc, self.gradients = torch.nn.Linear(8, 5), None
+
+    def save_grad(self, g):
+        self.gradients = g
+
+    def forward(self, x):
+        a = self.features(x)
+        a.register_hook(self.save_grad)
+        return self.fc(a.mean((2, 3)))
+
+
+def test_a_hook_of_the_users_that_sets_an_attribute_is_the_users_break_not_torchs(dynamo):
+    f = torch.compile(CamNet(), backend=BACKEND)
+    with tl.watch() as w:
+        out = f(torch.randn(1, 3, 16, 16))
+        out[0, out.argmax()].backward()
+    check_against_dynamo(w, dynamo)
+    (brk,) = w.table.breaks
+    assert "library code" not in brk.words and "module.py" not in brk.words, brk.words  # Module.__setattr__
+    assert "register that hook outside the compiled call" in brk.fix, brk.fix
+
+
+def smooth_ce(logits, target, eps=0.1):  # label smoothing with F.one_hot, the class count read from the data
+    onehot = torch.nn.functional.one_hot(target).float() * (1 - eps) + eps / logits.shape[-1]
+    return -(onehot * torch.nn.functional.log_softmax(logits, -1)).sum(-1).mean()
+
+
+def test_a_break_whose_explanation_has_no_subject_is_said_by_its_type_line(dynamo):
+    f = torch.compile(smooth_ce, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(32, 10), torch.arange(32) % 10)
+    check_against_dynamo(w, dynamo)
+    (brk,) = w.table.breaks
+    assert brk.words.startswith("Attempted to use `torch.nn.functional.one_hot` with data-dependent output shape")
+    assert "num_classes" in brk.fix

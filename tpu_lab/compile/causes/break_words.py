@@ -178,6 +178,7 @@ def _break_words(
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
         hints = [*hints, *advice]
         words = clean(explanation or (found.explanation if found and "{" not in found.explanation else "") or first)
+        words = clean(first) if first and re.fullmatch(r"Dynamo does not support this\.?", words) else words
         if symbolic := symbolic_number(words, code):  # a value read from tensor data, where a real one is needed
             words, hints = symbolic
         elif len(words) > 200 and _FX_DUMP.search(words):  # an FX node with its fake tensors: the type and error say it

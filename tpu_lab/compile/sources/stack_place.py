@@ -22,11 +22,16 @@ def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
     if not mine:
         return "", 0, ""
     inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
+    # self.x = g in the user's line runs Module.__setattr__: the attribute access is the user's own, not torch's
+    own = all(s.name in _ATTRIBUTE_ACCESS for s in below if not _dynamo_own(s.filename))
     return (
         mine[-1].filename,
         int(mine[-1].lineno or 0),
-        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] and inner is not None else "",
+        f"{short_path(inner.filename)}:{inner.lineno}" if library[-1] and inner is not None and not own else "",
     )
+
+
+_ATTRIBUTE_ACCESS = ("__setattr__", "__getattr__", "__delattr__", "__setitem__", "__getitem__")
 
 
 def called_through(stack: Sequence[Any]) -> str:
