@@ -3,8 +3,11 @@ precision beside grad mode and deterministic algorithms) are each said, never th
 Dynamo's text; hooks a library installs as it runs (transformers' output capturing) are said to be its
 own, with no fix to register them earlier, and never "undone" because their model was freed; a hook of the
 user's that sets an attribute breaks in the user's code, not in torch's Module.__setattr__; a break whose
-explanation is only "Dynamo does not support this" is said by what it is. Checked
+explanation is only "Dynamo does not support this" is said by what it is; a warnings.warn passed its category
+is never told to be reordered, which Dynamo refuses for it. Checked
 against Dynamo's records."""
+
+import warnings
 
 import torch
 from _dynamo_oracle import check_against_dynamo
@@ -95,3 +98,19 @@ def test_a_break_whose_explanation_has_no_subject_is_said_by_its_type_line(dynam
     (brk,) = w.table.breaks
     assert brk.words.startswith("Attempted to use `torch.nn.functional.one_hot` with data-dependent output shape")
     assert "num_classes" in brk.fix
+
+
+def attend(q, k, scale_attn=None):  # a deprecated keyword warned about inside forward, as transformers does
+    if scale_attn is not None:
+        warnings.warn("`scale_attn` is deprecated and will be removed in v5", FutureWarning)  # noqa: B028 (as written)
+    return (q @ k.transpose(-1, -2)).softmax(-1)
+
+
+def test_a_warning_with_its_category_is_never_told_to_be_reordered(dynamo):
+    f = torch.compile(attend, backend=BACKEND)
+    with tl.watch() as w, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(torch.randn(2, 4, 8), torch.randn(2, 4, 8), scale_attn=True)
+    check_against_dynamo(w, dynamo)
+    (brk,) = w.table.breaks
+    assert "_warnings.warn" in brk.words and "reorderable_logging_functions" not in brk.fix, brk.fix  # it stays

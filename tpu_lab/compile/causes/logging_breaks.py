@@ -46,9 +46,11 @@ _LOGGING_HINT = re.compile(r"attempting to call a logging function \(e\.g\. `(?P
 def reorder_fix(reason: str, code: str) -> str:
     """Dynamo's hint that a builtin it skips is a logging call (``_warnings.warn``) as the exact setting, by
     the name the user calls (``warnings.warn``); '' where the hint is absent or the call on the user's line
-    ``code`` cannot move (Dynamo moves only calls without keyword arguments: ``stacklevel=2`` stops it)."""
+    ``code`` cannot move (Dynamo moves only calls without keyword arguments whose arguments are tensors, numbers or
+    strings: ``stacklevel=2`` or a ``FutureWarning`` stops it)."""
     m = _LOGGING_HINT.search(reason)
-    if m is None or not reorderable(reason) or re.search(r",\s*\w+\s*=(?!=)", code):
+    # a keyword (stacklevel=2) or a class among the arguments (FutureWarning) stops Dynamo moving the call
+    if m is None or not reorderable(reason) or re.search(r",\s*\w+\s*=(?!=)|,\s*[A-Z]\w*(?:Warning|Error)\b", code):
         return ""
     name = re.sub(r"^_warnings\.", "warnings.", m["name"])
     fix = (
