@@ -4,7 +4,8 @@ Dynamo's text; hooks a library installs as it runs (transformers' output capturi
 own, with no fix to register them earlier, and never "undone" because their model was freed; a hook of the
 user's that sets an attribute breaks in the user's code, not in torch's Module.__setattr__; a break whose
 explanation is only "Dynamo does not support this" is said by what it is; a warnings.warn passed its category
-is never told to be reordered, which Dynamo refuses for it. Checked
+is never told to be reordered, which Dynamo refuses for it; a value carried over a break into an attribute
+(self.rng_state = torch.get_rng_state()) is named by it. Checked
 against Dynamo's records."""
 
 import warnings
@@ -114,3 +115,25 @@ def test_a_warning_with_its_category_is_never_told_to_be_reordered(dynamo):
     check_against_dynamo(w, dynamo)
     (brk,) = w.table.breaks
     assert "_warnings.warn" in brk.words and "reorderable_logging_functions" not in brk.fix, brk.fix  # it stays
+
+
+class RevBlock(torch.nn.Module):  # RevNet / Reformer: the RNG state saved in forward to replay dropout
+    def __init__(self, d):
+        super().__init__()
+        self.f, self.g = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x1, x2):
+        self.rng_state = torch.get_rng_state()
+        y1 = x1 + torch.nn.functional.dropout(self.f(x2), 0.1, self.training)
+        torch.set_rng_state(self.rng_state)
+        return y1, x2 + torch.nn.functional.dropout(self.g(y1), 0.1, self.training)
+
+
+def test_a_value_carried_over_a_break_into_an_attribute_is_named_by_it(dynamo):
+    f = torch.compile(RevBlock(16), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(4, 16), torch.randn(4, 16))
+    check_against_dynamo(w, dynamo)
+    resumed = [r for r in w.table.rows if "after the graph break at line" in r.function]
+    assert any(r.signature.startswith("self.rng_state: uint8[") for r in resumed), [r.signature for r in resumed]
+    assert "the carried value" not in w.table.to_text()

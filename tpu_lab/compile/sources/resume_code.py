@@ -91,8 +91,8 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
             out[name] = pending[i]
     if call and not _assigned(call, line):
         out[slots[-1][1]] = call
-    elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", line)):
-        out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), active = logits[mask]: by the name it is given
+    elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_][\w.]*)\s*=(?!=)", line)):
+        out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), self.rng = get_rng_state(): by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
 
 
