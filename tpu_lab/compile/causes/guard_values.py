@@ -25,6 +25,7 @@ _STATE = {
         "set it once, before the first compiled call",
     ),
     "cuda_matmul_precision": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),
+    "allow_tf32": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),  # torch 2.13
     "allow_fp16_reduce": ("fp16 reduced-precision reductions were switched (torch.backends.cuda.matmul)", _ONCE),
     "allow_bf16_reduce": ("bf16 reduced-precision reductions were switched (torch.backends.cuda.matmul)", _ONCE),
     "default_dtype": (
