@@ -22,7 +22,7 @@ _STATE = {
     ),
     "deterministic_algorithms": (
         "torch.use_deterministic_algorithms() was switched",
-        "set it once, before the first compiled call",
+        _ONCE,
     ),
     "cuda_matmul_precision": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),
     "allow_tf32": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),  # torch 2.13

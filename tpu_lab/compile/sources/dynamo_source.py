@@ -5,7 +5,7 @@ hands it. Names are Dynamo's (torch 2.13-2.15); where one is missing, a compile 
   live inputs) and ``reasons`` (the first failed guard per graph Dynamo holds; ``dynamo_guards`` adds
   the others while a watch listens). ``reset()`` clears callbacks: ours is put back and the reset
   counted. The recompile-limit warning is heard too.
-* Records: ``get_compilation_metrics()`` (time, cache hits, dynamic dims, limit refusals).
+* Records: ``get_compilation_metrics()``, taken as they come; what one says is ``dynamo_records``'.
 Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo_breaks`` (graph breaks).
 """
 

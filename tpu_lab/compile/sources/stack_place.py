@@ -31,7 +31,7 @@ def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
     )
 
 
-_ATTRIBUTE_ACCESS = ("__setattr__", "__getattr__", "__delattr__", "__setitem__", "__getitem__")
+_ATTRIBUTE_ACCESS = ("__setattr__", "__getattr__", "__delattr__")  # a container's __getitem__ may do real work
 
 
 def called_through(stack: Sequence[Any]) -> str:

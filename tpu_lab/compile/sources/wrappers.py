@@ -49,7 +49,8 @@ def method_owner(code: Any, values: dict[str, Any]) -> Any:
     ``def forward(s, x)``): its class defines a function with this very code; else the frame's ``self``, if any."""
     first = values.get(code.co_varnames[0]) if code.co_argcount else None
     for cls in type(first).__mro__ if first is not None else ():
-        fn = getattr(cls.__dict__.get(code.co_name), "__func__", cls.__dict__.get(code.co_name))  # a staticmethod's
+        fn = cls.__dict__.get(code.co_name)
+        fn = getattr(fn, "__func__", fn)  # a staticmethod's or classmethod's function
         try:
             if callable(fn) and getattr(inspect.unwrap(fn), "__code__", None) is code:
                 return first

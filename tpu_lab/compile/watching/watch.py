@@ -54,7 +54,9 @@ class Watch:
         self._lock = threading.RLock()
         self._scopes: list[listening.Scope] = []  # one per entry, in the code that entered it
         self._pending: list[Capture] = []
-        self._guards_read: dict[int, list[str]] = {}  # by id of a pending capture: its graph's guards, read early
+        self._guards_read: dict[
+            int, list[str] | None
+        ] = {}  # by id of a pending capture: its graph's guards, read early
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self.refusals = 0
@@ -105,11 +107,9 @@ class Watch:
         """Read the guards of the graphs compiled so far, installed by now: Dynamo deletes a graph's guards
         once an object they hold is freed (a training loop's model, local to a function that returned), which
         can happen before the fold. Per compile, never per call."""
-        for cap in self._pending:
+        for cap in self._pending:  # tried once each (a failed compile has none); the fold tries again if None
             if cap.code is not None and id(cap) not in self._guards_read:
-                parts = guard_parts(cap.code, cap.compile_id)
-                if parts is not None:
-                    self._guards_read[id(cap)] = parts
+                self._guards_read[id(cap)] = guard_parts(cap.code, cap.compile_id)
 
     def count_call(
         self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
@@ -164,7 +164,8 @@ class Watch:
                 else:
                     events.append(self._fold_compiled(cap, record))
             self._pending = waiting
-            self._guards_read = {i: p for i, p in self._guards_read.items() if i in {id(c) for c in waiting}}
+            kept = {id(c) for c in waiting}
+            self._guards_read = {i: p for i, p in self._guards_read.items() if i in kept}
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
             events += [self._fold_limit(cap) for cap in refusals]
             self._elsewhere += elsewhere
