@@ -104,6 +104,14 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 "value compiles each path as a graph of its own (an int in its place would too); where values "
                 "change often, compute each choice as tensor math and select with a tensor (torch.where)",
             )
+        held = (inputs or {}).get(name.removesuffix(".func"), "") if name.endswith(".func") else ""
+        if held.startswith("partial("):  # functools.partial: Dynamo guards the function it wraps
+            return Cause(
+                "identity",
+                f"{name.removesuffix('.func')} wraps another function now ({held}): each function is its own graph",
+                g,
+                "expected once per function; for many, pass a flag or a name and pick the function inside",
+            )
         return Cause(
             "identity",
             f"{name} is a different object than the one compiled for (another module "
@@ -124,6 +132,12 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
         fix = (
             "expected once per parameter group that starts training (its first gradient): nothing to change (a "
             "zero gradient set by hand would make AdamW decay a frozen parameter)"
+        )
+    elif name.endswith(".grad"):  # None until a first gradient, and after zero_grad() (set_to_none by default)
+        fix = (
+            "expected once per case: a parameter's .grad is None until its first backward and after each "
+            "optimizer.zero_grad(); where some parameters skip steps (a head used every other step), "
+            "zero_grad(set_to_none=False) keeps zeros there instead, and one graph"
         )
     elif name.startswith("self."):
         fix = _set_before(name)

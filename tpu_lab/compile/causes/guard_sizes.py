@@ -222,7 +222,11 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
     )
 
 
-_LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")  # as a row describes a tensor (``frames.describe``)
+_LAYOUTS = (
+    "channels_last_3d",
+    "channels_last",
+    "non-contiguous",
+)  # as a row describes a tensor (``value_text.describe``)
 
 
 def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import CARRIED, VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_objects import none_fix
-from tpu_lab.compile.sources.frames import shown_float
+from tpu_lab.compile.sources.value_text import shown_float
 
 _ONCE = "set it once, before the first compiled call"
 _STATE = {

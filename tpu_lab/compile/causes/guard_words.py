@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
-from tpu_lab.compile.causes.guard_objects import always_pass, backend_words, none_words, object_words
+from tpu_lab.compile.causes.guard_objects import backend_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
@@ -179,7 +179,7 @@ def words(
             "none",
             f"{local_name(m['name'])} is now None, was a tensor (each case is its own graph)",
             g,
-            always_pass(m["name"]),
+            none_words(m["name"], False, g, inputs or {}, caller).fix,
         )
     if m:
         return tensor_type_words(local_name(m["name"]), m["cls"], m["want"], g)

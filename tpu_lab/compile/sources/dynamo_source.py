@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import dynamo_failures, listening, wrappers
+from tpu_lab.compile.sources import dynamo_failures, listening, stack_place, wrappers
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
@@ -213,7 +213,7 @@ def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str,
         else (),
         all_dynamic=dynamic_from_the_start(),
         hooks=wrappers.module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
-        callers=wrappers.callers(sys._getframe(2)) if frame is not None and heard else (),
+        callers=stack_place.callers(sys._getframe(2)) if frame is not None and heard else (),
     )
 
 

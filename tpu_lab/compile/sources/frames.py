@@ -5,7 +5,6 @@ Read from the live frame Dynamo compiles (``dynamo_source`` hands it over); neve
 from __future__ import annotations
 
 import dataclasses
-import enum
 import inspect
 import re
 import sys
@@ -14,7 +13,8 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.packages import short_path
 from tpu_lab.compile.sources.resume_code import RESUME, carried_slots
-from tpu_lab.compile.sources.tensor_text import autocast_modes, layout_of, numpy_text, tensor_text
+from tpu_lab.compile.sources.tensor_text import autocast_modes
+from tpu_lab.compile.sources.value_text import describe, first_tensor
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
@@ -261,63 +261,7 @@ def _interesting(value: Any) -> bool:
     import torch
 
     shown = isinstance(value, (torch.Tensor, int, float, torch.nn.Module)) or hasattr(value, "get_seq_length")
-    return (shown or _first_tensor(value) is not None) and not isinstance(value, bool)
-
-
-def _first_tensor(value: Any) -> tuple[str, Any] | None:
-    """A ModelOutput's (a dict of tensors: an encoder's output passed to the decoder) first tensor, by key."""
-    import torch
-
-    if not isinstance(value, dict) or type(value) is dict:
-        return None
-    return next(((k, v) for k, v in value.items() if isinstance(v, torch.Tensor)), None)
-
-
-def shown_float(value: float) -> str:
-    """A float as a reader writes it: ``0.3`` for 0.30000000000000004 (binary rounding, not the value; the
-    exact value stays in Dynamo's guard), else its repr."""
-    return f"{value:.12g}" if len(repr(value)) > 14 else repr(value)
-
-
-def describe(value: Any) -> str:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        marked = getattr(value, "_dynamo_dynamic_indices", None)  # torch._dynamo.mark_dynamic
-        extra = f" mark_dynamic{sorted(marked)}" if marked else ""
-        static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
-        extra += f" mark_static{sorted(static)}" if static else ""
-        extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""
-        strided = value.layout == torch.strided  # else sparse_coo, sparse_csr: no strides to read
-        layout = layout_of(value.shape, value.stride()) if strided else str(value.layout).removeprefix("torch.")
-        extra += "" if layout == "contiguous" else f" {layout}"  # each layout is a graph of its own
-        return tensor_text(str(value.dtype), value.shape, value.requires_grad) + extra
-    if (said := numpy_text(value)) or isinstance(value, bool) or value is None:  # np.float64 is a float too
-        return said or repr(value)
-    if isinstance(value, str) and len(value) <= 24:
-        return f"str {value!r}"
-    if isinstance(value, float):
-        return f"float {shown_float(value)}"
-    if isinstance(value, int):
-        return f"{type(value).__name__} {value!r}"
-    if isinstance(value, torch.nn.Module):
-        return f"{type(value).__name__} ({'train' if value.training else 'eval'})"
-    if isinstance(value, (torch.dtype, torch.device)):  # torch.float32, not "dtype"
-        return str(value)
-    if isinstance(value, enum.Enum):  # each member is a graph of its own: Mode.TRAIN, not "Mode"
-        return f"{type(value).__name__}.{value.name}"
-    if first := _first_tensor(value):  # BaseModelOutput: its first tensor, the one the decoder reads
-        return f"{type(value).__name__} {first[0]}={describe(first[1])}"
-    layers = getattr(getattr(value, "self_attention_cache", value), "layers", None)  # an encoder-decoder's: its own
-    if layers:  # a transformers cache: its length is what a static cache specialises on
-        size = getattr(layers[0], "max_cache_len", None)
-        if size is None:  # a cache that grows (DynamicCache): its length is the tokens it holds now
-            try:
-                size = int(value.get_seq_length())
-            except Exception:
-                return type(value).__name__
-        return f"{type(value).__name__} len={size}"
-    return type(value).__name__
+    return (shown or first_tensor(value) is not None) and not isinstance(value, bool)
 
 
 def with_nones(signature: Signature, names: Iterable[str]) -> Signature:

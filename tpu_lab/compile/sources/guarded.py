@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from tpu_lab.compile.sources.frames import describe
+from tpu_lab.compile.sources.value_text import describe
 
 _SOURCE = r"(?:[LG]\['\w+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*"
 _SUBJECT = re.compile(

@@ -4,6 +4,7 @@ Stacks are Dynamo's ``traceback.FrameSummary`` lists; files are told apart by pa
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -41,6 +42,20 @@ def called_through(stack: Sequence[Any]) -> str:
     return str(stack[users[-1] + 1].name) if users and users[-1] + 1 < len(stack) else ""
 
 
+def callers(frame: Any, most: int = 256) -> tuple[tuple[str, int, str], ...]:
+    """(file, first line, name) of ``frame`` and the frames that called it, nearest first, Dynamo's own left
+    out: from Dynamo's callback, the code that called the function being compiled (its own frame has no
+    ``f_back`` yet). A compiled frame runs Dynamo's rewrite of its code, which keeps these three."""
+    out: list[tuple[str, int, str]] = []
+    f = frame
+    while f is not None and len(out) < most:
+        if not _dynamo_own(f.f_code.co_filename):
+            out.append((f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name))
+        f = f.f_back
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
 def _dynamo_own(filename: str) -> bool:
     """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
     folder = torch_folder()

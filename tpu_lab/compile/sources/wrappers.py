@@ -312,17 +312,5 @@ def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, int
     return tuple((name, weakref.ref(m), hook_count(m)) for name, m in itertools.islice(root.named_modules(), 1, 1025))
 
 
-def callers(frame: Any, most: int = 256) -> tuple[tuple[str, int, str], ...]:
-    """(file, first line, name) of ``frame`` and the frames that called it, nearest first: from Dynamo's callback,
-    the code that called the function being compiled (its own frame has no ``f_back`` yet). A compiled frame
-    runs Dynamo's rewrite of its code, which keeps these three."""
-    out: list[tuple[str, int, str]] = []
-    f = frame
-    while f is not None and len(out) < most:
-        out.append((f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name))
-        f = f.f_back
-    return tuple(out)
-
-
 def hook_count(module: Any) -> int:
     return sum(len(getattr(module, a, None) or ()) for a in HOOK_DICTS)

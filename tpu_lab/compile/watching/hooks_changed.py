@@ -30,8 +30,9 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
 
     if not snapshots or not getattr(config, "skip_nnmodule_hook_guards", False):
         return None
-    counts = [[(name, then, hook_count(m)) for name, ref, then in s if (m := ref()) is not None] for s in snapshots]
-    now = counts[-1]
+    now = _counts(snapshots[-1])  # the newest graph's alone, unless it changed: the re-check at each compile start
+    if all(count == then for _, then, count in now):
+        return None
     added = [_named(n) for n, then, count in now if count > then]
     removed = [_named(n) for n, then, count in now if count < then]
     lib = _installed_by([m for name, ref, then in snapshots[-1] if (m := ref()) is not None and hook_count(m) > then])
@@ -50,7 +51,7 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
     if not said:
         return None
     words = "; ".join(said) + " (Dynamo does not guard the hooks of the modules inside a compiled module)"
-    if any(older and all(count == then for _, then, count in older) for older in counts[:-1]):
+    if any(older and all(count == then for _, then, count in older) for older in map(_counts, snapshots[:-1])):
         words += (  # pruned, then the pruning removed: the first graph's guards pass again
             "; an earlier graph of this function was compiled with the hooks as they are now, and serves the calls "
             "its guards still pass"
@@ -84,6 +85,11 @@ def as_seen(now: RowCause | None, seen: tuple[RowCause, int] | None, snapshots: 
     note, freed = seen[0], not any(ref() is not None for _, ref, _ in snapshots[-1])
     undone = "" if freed else " and undone since: the calls in between ran the graph as compiled"
     return dataclasses.replace(note, words=f"{note.words}; seen at a later compile{undone}")
+
+
+def _counts(snapshot: Sequence[tuple[str, Any, int]]) -> list[tuple[str, int, int]]:
+    """(name, count at the compile, count now) of each submodule of one snapshot still alive."""
+    return [(name, then, hook_count(m)) for name, ref, then in snapshot if (m := ref()) is not None]
 
 
 def _installed_by(modules: Sequence[Any]) -> str:
