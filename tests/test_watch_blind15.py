@@ -182,9 +182,8 @@ def test_a_cache_that_was_none_counts_the_compile_and_the_size_change_with_it_is
     assert "mark" not in size.fix.split("; if this changes again later: ")[0]
     layout = [c for r in w.table for c in r.causes if c.kind == "stride"]
     assert layout and all("x." not in c.fix and "channels_last" not in c.fix for c in layout)  # 3-D, named past[i]
-    assert {"past[0].contiguous()", "past[1].contiguous()"} <= {
-        re.search(r"past\[\d\]\.contiguous\(\)", c.fix)[0] for c in layout
-    }
+    assert any("past[0].contiguous()" in c.fix for c in layout)  # both layers named, alike ones as one change
+    assert {"past[0]", "past[1]"} <= {n for c in layout for n in re.findall(r"past\[\d\]", c.fix)}
 
 
 def test_a_cache_marked_each_step_under_dynamic_false_is_said_marked_and_its_view_offset_is_translated(dynamo):

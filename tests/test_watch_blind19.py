@@ -149,8 +149,9 @@ def test_values_carried_over_a_break_are_named_by_nested_unpacking_and_namedtupl
         for n in (3, 5):
             f(torch.randn(n, 4))
     check_against_dynamo(w, dynamo, also=("size mismatch",))  # Dynamo logs one of the two sizes
-    (row,) = [r for r in w.table if r.function.startswith("encode after the graph break")]
-    assert row.signature == "out: Packed len=2, (h, c): tuple len=2"
+    first, row = [r for r in w.table if r.function.startswith("encode after the graph break")]  # a row per size
+    assert first.signature == "out: Packed len=2 (f32[3, 4], ...), (h, c): tuple len=2 (f32[4], ...)"
+    assert row.signature == "out: Packed len=2 (f32[5, 4], ...), (h, c): tuple len=2 (f32[4], ...)"
     assert "out.data, out.lengths dimension 0 changed 3 -> 5" in row.cause
     assert "Dynamo made out.data dim 0, out.lengths dim 0 dynamic" in row.cause
     assert "out.data" in row.shown_guard and "carried" not in str(w.table) and "stack0" not in str(w.table)

@@ -329,7 +329,8 @@ def test_a_text_generation_pipeline_with_a_dynamic_cache(dynamo, qwen):
     assert dynamic and not any("kwargs_cache_layers" in d for d in dynamic), dynamic
     # the pipeline builds input_ids: no mark_dynamic on a tensor the user never holds; names as forward's
     (prompt,) = [c for c in causes(w) if c.words.startswith("a 6-token prompt (prefill)")]
-    assert "mark_dynamic(" not in prompt.fix and prompt.fix.startswith("transformers builds this input")
+    assert "mark_dynamic(" not in prompt.fix and prompt.fix.startswith("none needed: Dynamo made input_ids dim 1")
+    assert "; to skip even this one: transformers builds this input" in prompt.fix
     assert any(r.signature.startswith("self: Qwen3ForCausalLM (eval), input_ids: i64[1, 6]") for r in w.table)
 
 

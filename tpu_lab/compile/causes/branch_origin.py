@@ -156,10 +156,11 @@ def draws_random(code: str) -> bool:
     return bool(_RANDOM.search(code))
 
 
-RANDOM_BRANCH_FIX = (
-    "draw the random number outside the compiled function and pass it in as an argument (or make the choice "
-    "there and call the compiled function only for the branch that needs it); torch.cond does not fit a "
-    "branch on a Python random draw"
+RANDOM_BRANCH_FIX = (  # a float draw passed in is specialised, then guarded by the comparison: no fewer graphs
+    "make it branchless with a tensor draw (x = torch.where(torch.rand(()) < p, f(x), x): one graph, "
+    "both sides computed), or make the choice outside the compiled function and pass it in as a bool (flip="
+    "random.random() < p: a graph per side, not the float draw, which each value recompiles); torch.cond does "
+    "not fit a branch on a Python random draw"
 )
 RANDOM_LOOP_FIX = (
     "make the branch branchless (keep = torch.rand(()) >= p, then h = torch.where(keep, layer(h), h): one graph, "

@@ -25,8 +25,9 @@ from tpu_lab.compile.causes.branch_origin import (
 )
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
-from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number, torch_function
-from tpu_lab.compile.sources.dynamo_catalog import break_type, shape_op_captured, unresolved_names
+from tpu_lab.compile.causes.shape_ops import shape_op_said
+from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
+from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
 _UNHELPFUL = ("report an issue", "fundamental", "file an issue", "Please report", "may have been caused by an earlier")
@@ -227,19 +228,7 @@ def _break_words(
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
-    shaped = re.search(r"Operator `([\w.]+)`'s output shape depends on input Tensor data", cause.words)
-    if shaped and shape_op_captured(shaped[1]) is False:  # Dynamo's hint would only change the break's words
-        name = shaped[1].removeprefix("aten.").split(".")[0].lstrip("_")
-        fix = (
-            f"call {name} outside the compiled function (return what it takes, compute it after): Dynamo cannot "
-            "capture it even with capture_dynamic_output_shape_ops (torch has no fake-tensor rule for its "
-            "data-dependent shape); else accept the break"
-        )
-        cause = dataclasses.replace(cause, fix=fix)
-    op = re.sub(r"\d+$", "", shaped[1].removeprefix("aten.").split(".")[0]).lstrip("_") if shaped else ""
-    if shaped and (public := torch_function(op)):  # the torch function an ATen op serves: aten._unique2 is torch.unique
-        words = f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data"
-        cause = dataclasses.replace(cause, words=cause.words.replace(shaped[0], words))
+    cause = shape_op_said(cause, code)
     dense = re.search(
         r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
     )

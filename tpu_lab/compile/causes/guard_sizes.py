@@ -49,7 +49,9 @@ def prompt_length_words(a: str, b: str, where: str = "", training: bool = False)
 DROP_LAST = "DataLoader(drop_last=True) if you use one"  # whether the inputs came through one is not known
 
 
-def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "") -> Cause:
+def size_words(
+    m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "", pipeline: bool = False
+) -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
     ``caller``: the library that called the compiled function (``transformers``), when not the user."""
     name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
@@ -143,13 +145,17 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     batched = any(k in name for k in _BATCHED)  # a model's own inputs (input_ids, ...), built from the batch
     if caller and batched and i == "0":  # the user never holds this tensor: mark_dynamic is out of reach
         beams = (
-            " (under generate(), num_beams and num_return_sequences multiply it)" if caller == "transformers" else ""
+            " (under generate(), num_beams and num_return_sequences multiply it)"
+            if caller == "transformers" and not pipeline
+            else ""
         )
         fixed = "the batch size and those settings" if beams else "the batch size"
-        dynamic = (
-            f"{caller} builds this input from your batch{beams}: keep {fixed} fixed (pad the list of prompts "
-            "to a few batch sizes), else none needed once Dynamo makes the batch size dynamic"
+        padded = (
+            "call the pipeline with one batch_size, on lists of a multiple of it"
+            if pipeline
+            else "pad the list of prompts to a few batch sizes"
         )
+        dynamic = f"{caller} builds this input from your batch{beams}: keep {fixed} fixed ({padded}){UNTIL_DYNAMIC}"
     elif caller and batched:
         dynamic = (
             f"{caller} builds this input, so mark_dynamic is out of reach: pad your inputs to a few lengths "
@@ -191,6 +197,7 @@ def size_words(m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", ca
     return Cause("size", words, g, fix)
 
 
+UNTIL_DYNAMIC = ", else none needed once Dynamo makes the batch size dynamic"
 ON_TPU = "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
 
 

@@ -122,7 +122,7 @@ def words(
         )
     if m:
         return (
-            size_words(m, g, tpu, static, cache, caller)
+            size_words(m, g, tpu, static, cache, caller, pipeline)
             if m["what"] == "size"
             else layout_words(
                 local_name(m["name"]),

@@ -166,7 +166,9 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         else:
             key = (cause.kind, cause.words, cause.words)
         groups.setdefault(key, []).append((name, cause))
-    out = []
+    out: list[Cause] = []
+    layouts: dict[tuple[str, str], list[tuple[str, Cause]]] = {}  # per tensor first, then alike ones as one
+    slot: dict[tuple[str, str], int] = {}
     for same in groups.values():
         first, names = same[0][1], list(dict.fromkeys(n for n, _ in same if n)) or [""]  # a relation: no one input
         guards = "\n".join(dict.fromkeys(c.guard for _, c in same))
@@ -180,13 +182,26 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             out.append(_items_changed(item[1], same, guards))
             continue
         if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
-            out.append(dataclasses.replace(first, guard=guards))
+            cause = dataclasses.replace(first, guard=guards)
+            if first.kind == "stride" and names[0]:  # the layers of a KV cache: their layouts changed alike
+                alike = (_hole(first.words, names[0]), _hole(first.fix, names[0]))
+                layouts.setdefault(alike, []).append((names[0], cause))
+                if alike in slot:
+                    continue
+                slot[alike] = len(out)
+            out.append(cause)
             continue
         also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
         # the fix of a model input the batch builds (input_ids), where one is named: the user acts on that
         token = next((c.fix for n, c in same if any(k in n for k in _TOKENS)), None) if first.kind == "size" else None
         fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), token or first.fix + also)
         out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
+    for held, tensors in layouts.items():
+        if len(tensors) > 1:
+            names, first = [n for n, _ in tensors], tensors[0][1]
+            also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
+            guards = "\n".join(c.guard for _, c in tensors)
+            out[slot[held]] = Cause(first.kind, _merged_words(names, tensors), guards, first.fix + also, first.where)
     return out
 
 

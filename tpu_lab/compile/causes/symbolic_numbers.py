@@ -28,7 +28,7 @@ def symbolic_number(words: str, code: str) -> tuple[str, list[str]] | None:
             "compute the count in Python from what you know (shapes or lengths, as Python ints) before the loop, "
             "or move the loop out of the compiled function"
         )
-        return said, [fix]
+        return said, [fix + _captured_here()]
     if "FX node with fake tensors" in words:  # an op run on it (np.percentile): the op is named
         shown, name = _called(words, code)
         into = "turn them into a NumPy array" if "to ndarray" in words else "compute with them"
@@ -36,7 +36,7 @@ def symbolic_number(words: str, code: str) -> tuple[str, list[str]] | None:
             f"{shown} needs real numbers, but it gets values read from tensor data (.item(), .tolist()): while "
             f"tracing, Dynamo knows those only as symbols, so it cannot {into}"
         )
-        return said, [_op_fix(shown, name)]
+        return said, [_op_fix(shown, name) + _captured_here()]
     branch = bool(_BRANCH.search(code.strip()))
     what, decide = ("this branch", "which way it goes") if branch else ("this line", "the value it needs")
     said = (
@@ -47,7 +47,22 @@ def symbolic_number(words: str, code: str) -> tuple[str, list[str]] | None:
         "compute that number outside the compiled function and pass it in (a graph per value), or keep the "
         "work in tensors (masks, torch.where); torch._check(...) helps only where you can state the outcome ahead"
     )
-    return said, [fix]
+    return said, [fix + _captured_here()]
+
+
+def _captured_here() -> str:
+    """Where a capture setting is on (under fullgraph too), that it is what made this an error, not a break."""
+    import torch._dynamo.config as config
+
+    on = [n for n in ("capture_dynamic_output_shape_ops", "capture_scalar_outputs") if getattr(config, n, False)]
+    said = " and ".join(f"torch._dynamo.config.{n} = True" for n in on)
+    return (
+        f"; {said} (set in this process) {'are' if len(on) > 1 else 'is'} what traces that value as a symbol: "
+        f"without {'them' if len(on) > 1 else 'it'} Dynamo breaks the graph there and runs that part eagerly, "
+        "with no error"
+        if on
+        else ""
+    )
 
 
 def _called(words: str, code: str) -> tuple[str, str]:

@@ -188,6 +188,10 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             if getattr(value, "__module__", None) != "builtins":  # int(...), len(...): never another one
                 out.append((name, "class" if isinstance(value, type) else "function"))
             continue
+        if (
+            isinstance(value, str) and _CARRIED.fullmatch(raw) and raw not in slots
+        ):  # a piece of a message the line builds (f"...")
+            continue
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table
         if isinstance(value, dict):
@@ -252,8 +256,13 @@ def _holds_tensors(value: Any) -> bool:
 
 
 def _entry(value: Any) -> str:
+    """A container one level in by its length, and by its first tensor where it holds any (a layer's (key,
+    value) pair of a KV cache): a new size there is a new graph, so it is a row of its own."""
     if _holds_tensors(value) or (isinstance(value, (list, tuple)) and not hasattr(value, "_fields")):
-        return f"{type(value).__name__} len={len(value)}"
+        import torch
+
+        first = next((v for v in value if isinstance(v, torch.Tensor)), None) if _holds_tensors(value) else None
+        return f"{type(value).__name__} len={len(value)}" + (f" ({describe(first)}, ...)" if first is not None else "")
     return describe(value)
 
 

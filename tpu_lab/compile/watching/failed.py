@@ -17,7 +17,7 @@ from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
-from tpu_lab.compile.sources.frames import Capture
+from tpu_lab.compile.sources.frames import RESUME, Capture
 from tpu_lab.compile.sources.packages import is_library, package_of, short_path
 
 # Dynamo then runs the code eagerly (Unsupported and UserError are its "soft" failures, never re-raised)
@@ -178,10 +178,21 @@ def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recomp
             f" itself; the call raised InternalTorchDynamoError, and so does every call of {name} that needs a new graph "
             "(nothing runs eagerly unless torch._dynamo.config.suppress_errors = True)"
         )
-    fix = (
-        f"wrap {name} (or the line{f' at {at}' if at else ''}) in torch.compiler.disable so it runs eagerly, and report "
-        "it to PyTorch (https://github.com/pytorch/pytorch/issues) with the stack TORCHDYNAMO_VERBOSE=1 prints"
+    line = f"the line{f' at {at}' if at else ''}"
+    where = (  # a resumed part is Dynamo's own function: only the line is the user's to wrap
+        f"move {line} into a function of its own wrapped"
+        if cap.function.name.startswith(RESUME)
+        else f"wrap {name} (or {line})"
     )
+    fix = (
+        f"{where} in torch.compiler.disable so it runs eagerly, and report it to PyTorch "
+        "(https://github.com/pytorch/pytorch/issues) with the stack TORCHDYNAMO_VERBOSE=1 prints"
+    )
+    if recompile:  # the error came with a new graph: what changed may have no need to be in one
+        fix += (
+            "; this was a recompile: where what changed need not enter the graph (a clock reading, a counter), "
+            "keep it out of the compiled function and no new graph is compiled"
+        )
     guard = "\n".join(c.guard for c in recompile if c.guard)
     return FailedCompile(words, guard, fix, Cause("internal", words), "", raises=not _suppressed(record))
 

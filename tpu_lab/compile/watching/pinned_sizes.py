@@ -9,8 +9,9 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
-from tpu_lab.compile.causes.guard_sizes import with_note
+from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -39,6 +40,11 @@ def settled(
         if m and dim in dims and c.kind == "size":
             fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
+        elif (
+            not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims
+        ):  # a library's input, a resumed part's
+            fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
+            c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {c.fix.replace(UNTIL_DYNAMIC, '')}")
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
@@ -102,6 +108,16 @@ _MORE_VALUES_FIX = (
     "(where it is set, named here) to at least the number of values you use, before the first call, or compile "
     "only the part every value shares and pick the value's part outside the compiled function"
 )
+
+
+def _mismatched(guard: str) -> set[str]:
+    """The dimensions (``input_ids dim 0``) whose size mismatch ``guard`` (one per line) logs, a keyword of a
+    ``**kwargs`` wrapper (``kwargs['input_ids']``) by its own name, as the row's dynamic dimensions are."""
+    found = re.findall(r"tensor '(.+?)' size mismatch at index (\d+)\.", guard)
+    return {_KEYWORD.sub(r"\1", local_name(n)) + f" dim {i}" for n, i in found}
+
+
+_KEYWORD = re.compile(r"^\w+\['(\w+)'\]$")
 
 
 def _dim_of(c: RowCause) -> tuple[str, str] | None:

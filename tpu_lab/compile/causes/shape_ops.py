@@ -1,0 +1,55 @@
+"""A graph break at an operator whose output's shape depends on the tensor's data (``torch.unique``,
+``nonzero``, indexing by a mask): named by the torch function the user called, with a fix that holds.
+Dynamo's own hint (``capture_dynamic_output_shape_ops = True``) traces the operator, but a compile whose
+code then needs the result's size as a Python number (``.tolist()``, ``len()``, a loop over it) raises
+``GuardOnDataDependentSymNode`` in place of the break: the hint comes with that warning, and not at all
+where the break's own line reads the result back. Text in, a Cause out."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.symbolic_numbers import torch_function
+from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
+
+_SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
+_READ_BACK = re.compile(r"\.(?:tolist|item)\(|\blen\(|^\s*(?:for\b|if\b|elif\b|while\b)")
+FIXED_SIZE = (
+    "compute it outside the compiled function (return what it takes, use the result after), or in tensor ops "
+    "of a fixed size (torch.bincount(x, minlength=n) or a one-hot sum in place of unique; a mask and "
+    "torch.where in place of indexing by it)"
+)
+CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
+
+
+def shape_op_said(cause: Cause, code: str) -> Cause:
+    """``cause`` (a break's, from Dynamo's text) with a data-dependent-shape operator named and fixed;
+    ``code``: the user's line it broke at. Any other cause comes back as it is."""
+    shaped = _SHAPED.search(cause.words)
+    if not shaped:
+        return cause
+    name = shaped[1].removeprefix("aten.").split(".")[0].lstrip("_")
+    if shape_op_captured(shaped[1]) is False:  # Dynamo's hint would only change the break's words
+        fix = (
+            f"call {name} outside the compiled function (return what it takes, compute it after): Dynamo cannot "
+            "capture it even with capture_dynamic_output_shape_ops (torch has no fake-tensor rule for its "
+            "data-dependent shape); else accept the break"
+        )
+    elif _READ_BACK.search(code):  # the line itself needs the size as a Python number: the hint only crashes
+        fix = (
+            f"{FIXED_SIZE}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
+            f"it), which {CAPTURE} turns from this break into an error (GuardOnDataDependentSymNode)"
+        )
+    else:
+        fix = (
+            f"{FIXED_SIZE}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
+            "it in the compiled function needs its size as a Python number (.tolist(), len(), a loop over it): "
+            "there that compile raises GuardOnDataDependentSymNode instead"
+        )
+    op = re.sub(r"\d+$", "", name)
+    words = cause.words
+    if public := torch_function(op):  # the torch function an ATen op serves: aten._unique2 is torch.unique
+        words = words.replace(shaped[0], f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data")
+    return dataclasses.replace(cause, words=words, fix=fix)
