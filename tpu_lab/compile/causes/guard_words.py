@@ -163,7 +163,9 @@ def words(
             "requires_grad",
             f"{name}.requires_grad changed {was} -> {not was}",
             g,
-            "expected once per setting; detach() inputs (or set requires_grad) the same way every call",
+            "expected once per setting: a pass that needs the input's own gradient (an adversarial attack, a "
+            "saliency map) is a graph of its own, which is fine; where that is not meant, detach() inputs (or set "
+            "requires_grad) the same way every call",
         )
     if m := _KEYS.search(g):
         return dispatch_words(local_name(m["name"]), m["a"], m["b"], g)
