@@ -193,7 +193,7 @@ def test_a_hook_added_to_a_submodule_after_its_compile_is_said_never_to_run(dyna
     (note,) = [c for r in w.table for c in r.causes if c.kind == "hooks"]
     assert note.words.startswith("a hook was added to self[1] after this graph was compiled: the graph never runs")
     assert "torch._dynamo.reset()" in note.fix and note.count == 0 and w.table.total_compiles == 1
-    assert "hooks changed after a compile (no recompile, no error" in str(w.table)
+    assert "hooks added after a compile (no recompile, no error" in str(w.table)
     handle.remove()
     assert not [c for r in w.table for c in r.causes if c.kind == "hooks"]  # as they were: nothing to say
 

@@ -25,7 +25,7 @@ from tpu_lab.compile.causes.branch_origin import (
 )
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
-from tpu_lab.compile.causes.shape_ops import shape_op_said
+from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
@@ -295,6 +295,7 @@ def _break_words(
         setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
         fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
+        fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
 
 

@@ -174,6 +174,13 @@ def size_words(
         fix = bucket
     elif dynamic.startswith("nothing to mark"):  # made inside: no batch of the user's to pad or drop
         fix = dynamic
+    elif i == "0" and (sample := re.fullmatch(r"(\w+)\[\d+\]\['[^']+'\]", name)) and not caller:
+        fix = (  # a list of per-sample dicts (detection targets): each sample its own number of rows
+            f"each dict in {sample[1]} is one sample with its own number of rows (boxes per image): pad its tensors to "
+            "a fixed maximum with a mask, or concatenate them with an index of which sample each row is, outside "
+            "the compiled function; mark_dynamic on items whose sizes the code ties together can raise "
+            "ConstraintViolationError"
+        )
     elif i == "0" and int(b) < int(a) and not caller:
         fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:

@@ -8,9 +8,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
+from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
-from tpu_lab.compile.causes.guard_objects import backend_words, none_words, object_words
+from tpu_lab.compile.causes.guard_objects import backend_words, hook_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
@@ -58,7 +59,6 @@ _STRIDE_IS_SIZE = re.compile(
     r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\](?:\*(?P=name)\.size\(\)\[\d+\])*"
 )
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
-_IS = re.compile(r"^(?P<a>[\w\[\]'.]+) is (?!None$)(?P<b>[\w\[\]'.]+)$")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
 
 
@@ -204,20 +204,14 @@ def words(
             "expected once per mode; keep every compiled call under the same one (a `with torch.device('meta')` "
             "dry run is a mode of its own: run it uncompiled, it needs no graph)",
         )
-    if any(h in g for h in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")):
-        held = re.search(r"([\w\[\]'.]+?)\._(?:forward|backward)(?:_pre)?_hooks", g)  # the module that holds them
-        name = local_name(held[1] if held else g.split("._", 1)[0].split("(")[-1])
-        return Cause(
-            "hooks",
-            f"a hook was added to or removed from {name}",
-            g,
-            "register hooks once, before the first compiled call",
-        )
+    if (cause := hook_words(g)) is not None:
+        return cause
     if ".training" in g:
         name = local_name(g.split(".training")[0].split("(")[-1])
         first, known = re.split(r"[.\[]", name)[0], inputs or {}
         root = known.get(first, "" if any(k.startswith(f"{first}.") for k in known) else None)
-        if root is not None and not re.search(r"\((?:train|eval)\)", root):  # a plain object's field, no module
+        held = re.search(r"(?:\._modules\['[^']+'\]|^fn|L\['self'\])$", g.split(".training")[0].split("(")[-1])
+        if root is not None and not held and not re.search(r"\((?:train|eval)\)", root):  # a plain object's field
             return Cause(
                 "flag",
                 f"the flag {name}.training was {g.rsplit(' ', 1)[-1]} (each value is its own graph)",
@@ -241,19 +235,8 @@ def words(
             g,
             "pass distinct tensors (or the same one) consistently",
         )
-    if m := _IS.match(g):
-        a, b = local_name(m["a"]), local_name(m["b"])
-        thing = (
-            "tensor" if all(_is_tensor((inputs or {}).get(local_name(x), "")) for x in (m["a"], m["b"])) else "object"
-        )
-        return Cause(
-            "aliasing",
-            f"{a} and {b} are no longer the same {thing}: the graph was compiled with one {thing} passed as both",
-            g,
-            "expected once: tie (or untie) the weights before the first compiled call"
-            if "._parameters[" in g
-            else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
-        )
+    if (cause := alias_words(g, inputs or {})) is not None:
+        return cause
     if m := _NONE.match(g):
         return none_words(m["name"], m["not"] is None, g, inputs or {}, caller)
     if (cause := container_words(f, caller=caller, inputs=inputs, pipeline=pipeline)) is not None:
@@ -314,11 +297,6 @@ def _size_now(description: str, dim: int) -> str:
     m = re.match(r"\w+\[([\d, ]*)\]", description)
     sizes = m[1].split(", ") if m else []
     return sizes[dim] if dim < len(sizes) and sizes[dim] in ("0", "1") else ""
-
-
-def _is_tensor(description: str) -> bool:
-    """An input's description is a tensor's (``f32[2, 5, 8]``)."""
-    return bool(re.match(r"\w+\[", description))
 
 
 def _short(where: str) -> str:

@@ -100,14 +100,18 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
     return _CARRIED_NAMED.sub(target, text) if target else text
 
 
+UNTIL_MARKED = "none needed once Dynamo makes the size dynamic; to mark it, "
+"""How a resumed frame's size fix begins: what follows it is how to skip even the first recompile."""
+
+
 def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> list[Cause]:
     """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
     the variable the break line assigns (``sizes = lengths.tolist()``: ``sizes[0] changed``), else that
     line quoted."""
     line, code, target, items = _break_line(function, names)
     instead = (
-        f"none needed once Dynamo makes the size dynamic; to mark it, remove the graph break at line {line} "
-        "(see its fix) so the function is one graph, and mark the function's own input"
+        f"{UNTIL_MARKED}remove the graph break at line {line} (see its fix) so the function is one graph, and mark "
+        "the function's own input"
     )
     slots = _slots(names)
     out = []

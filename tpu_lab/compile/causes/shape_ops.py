@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.symbolic_numbers import torch_function
 from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
 
-_SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
+SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
 _READ_BACK = re.compile(r"\.(?:tolist|item)\(|\blen\(|^\s*(?:for\b|if\b|elif\b|while\b)")
 FIXED_SIZE = (
     "compute it outside the compiled function (return what it takes, use the result after), or in tensor ops "
@@ -27,7 +27,7 @@ CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
 def shape_op_said(cause: Cause, code: str) -> Cause:
     """``cause`` (a break's, from Dynamo's text) with a data-dependent-shape operator named and fixed;
     ``code``: the user's line it broke at. Any other cause comes back as it is."""
-    shaped = _SHAPED.search(cause.words)
+    shaped = SHAPED.search(cause.words)
     if not shaped:
         return cause
     name = shaped[1].removeprefix("aten.").split(".")[0].lstrip("_")

@@ -150,7 +150,7 @@ class Capture(NamedTuple):
     class (``another instance of ModelEmaV3``) or another function through one shared wrapper (its name)."""
     all_dynamic: bool = False
     """Compiled with ``torch.compile(dynamic=True)``: every size is dynamic from the graph's start."""
-    hooks: tuple[tuple[str, Any, int], ...] = ()
+    hooks: tuple[tuple[str, Any, tuple[int, ...]], ...] = ()
     """(name, weak reference, hook count) of each submodule of the compiled module, as the graph saw them."""
     callers: tuple[Any, ...] = ()
     """(file, first line, name) of the code on the stack as it started: a function compiled inside another's call."""

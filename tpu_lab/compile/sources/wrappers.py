@@ -297,7 +297,7 @@ def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
-def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, int], ...]:
+def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, tuple[int, ...]], ...]:
     """Each submodule of the module a frame compiles (``self``, or the module torch.compile's wrapper calls),
     with its hook count now: Dynamo does not guard a submodule's hooks (``skip_nnmodule_hook_guards``), so one
     added or removed after the compile is silently not what the graph runs. The module's own hooks run
@@ -312,5 +312,6 @@ def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, int
     return tuple((name, weakref.ref(m), hook_count(m)) for name, m in itertools.islice(root.named_modules(), 1, 1025))
 
 
-def hook_count(module: Any) -> int:
-    return sum(len(getattr(module, a, None) or ()) for a in HOOK_DICTS)
+def hook_count(module: Any) -> tuple[int, ...]:
+    """How many hooks each of ``module``'s hook dicts holds (``HOOK_DICTS``' order)."""
+    return tuple(len(getattr(module, a, None) or ()) for a in HOOK_DICTS)

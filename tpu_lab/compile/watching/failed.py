@@ -111,6 +111,7 @@ def failed_compile(
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
         fix = _HOP_FIXES.get(next((k for k in _HOP_FIXES if k in reason), ""), fix)
         fix = _fake_fix(no_fake[1]) if no_fake else fix
+        fix = fix or (_TRANSFORM_FIX if library.startswith("torch/_functorch/") else "")
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "", raises=True)
     elif recompile:
@@ -196,6 +197,12 @@ def _internal(cap: Capture, record: Any, kind: str, reason: str, at: str, recomp
     guard = "\n".join(c.guard for c in recompile if c.guard)
     return FailedCompile(words, guard, fix, Cause("internal", words), "", raises=not _suppressed(record))
 
+
+_TRANSFORM_FIX = (  # a compiled function passed into an eager transform is not compiled either (Unsupported)
+    "run this function uncompiled: Dynamo failed inside torch.func's transform (vmap, grad, jacrev, hessian) at "
+    "this line, and compiling the function the transform takes instead does not help (Dynamo does not compile "
+    "it inside an eager transform)"
+)
 
 # torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
 _HOP_FIXES = {

@@ -60,7 +60,7 @@ class Fold:
         self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
-        self.hooks: dict[FunctionKey, list[tuple[tuple[str, Any, int], ...]]] = {}  # each function's graphs', in order
+        self.hooks: dict[FunctionKey, list[Any]] = {}  # each function's graphs' snapshots, in order (hooks_changed)
         self.hooks_seen: dict[FunctionKey, Any] = {}  # a hooks note a later compile's start saw (hooks_changed)
         self.timeline: list[Point] = []
         self.code_of: dict[FunctionKey, Any] = {}

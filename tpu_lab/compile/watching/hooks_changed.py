@@ -1,7 +1,9 @@
-"""Hooks added to or removed from the submodules of a compiled module after its graph was compiled. Dynamo
-does not guard them (``torch._dynamo.config.skip_nnmodule_hook_guards``), so no recompile tells the user:
-the graph silently runs without the new hook, or still runs the removed one. Checked when a table is built
-(a weak reference and a count per submodule, taken at each compile), never per call."""
+"""Hooks added to the submodules of a compiled module after its graph was compiled, where Dynamo does not
+guard them: a hook dict it traced non-empty is guarded by its length (removing a hook, or adding one beside
+another, recompiles, and the recompile says so), but an empty one is not
+(``torch._dynamo.config.skip_nnmodule_hook_guards``), so the graph silently never runs a hook added there.
+Checked when a table is built (a weak reference and per-dict counts per submodule, taken at each compile),
+never per call."""
 
 from __future__ import annotations
 
@@ -13,46 +15,35 @@ from tpu_lab.compile.sources.wrappers import HOOK_DICTS, hook_count
 from tpu_lab.compile.watching.watch_table import RowCause
 
 HOOKS_FIX = (
-    "register hooks before the first compiled call and keep them; after adding or removing one, call "
-    "torch._dynamo.reset() so the next call compiles with the hooks as they are, or set "
-    "torch._dynamo.config.skip_nnmodule_hook_guards = False before compiling (Dynamo then guards them, and "
-    "recompiles when they change)"
+    "register hooks before the first compiled call and keep them; after adding one, call torch._dynamo.reset() "
+    "so the next call compiles with the hooks as they are, or set torch._dynamo.config.skip_nnmodule_hook_guards "
+    "= False before compiling (Dynamo then guards them, and recompiles when they change)"
 )
 
 
-def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause | None:
-    """What changed in the hooks of the submodules since the function's newest graph was compiled (each of
-    ``snapshots``: name, weak reference, count at one compile, oldest first), as a note on that graph (no
-    compile of its own), saying so where an older graph was compiled with the hooks as they are now (its
-    guards may pick it again: pruned, then the pruning removed); None when nothing changed, or when Dynamo
-    guards hooks (the change then recompiles, and the recompile says so)."""
+def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, tuple[int, ...]]]]) -> RowCause | None:
+    """Hooks added since the function's newest graph was compiled to a hook dict that was empty then (each of
+    ``snapshots``: name, weak reference, per-dict counts at one compile, oldest first), as a note on that graph
+    (no compile of its own), saying so where an older graph was compiled with the hooks as they are now (its
+    guards may pick it again); None when none was, or when Dynamo guards hooks."""
     import torch._dynamo.config as config
 
     if not snapshots or not getattr(config, "skip_nnmodule_hook_guards", False):
         return None
     now = _counts(snapshots[-1])  # the newest graph's alone, unless it changed: the re-check at each compile start
-    if all(count == then for _, then, count in now):
+    added = [_named(n) for n, then, count in now if _unguarded(then, count)]
+    if not added:
         return None
-    added = [_named(n) for n, then, count in now if count > then]
-    removed = [_named(n) for n, then, count in now if count < then]
-    lib = _installed_by([m for name, ref, then in snapshots[-1] if (m := ref()) is not None and hook_count(m) > then])
-    said = [
+    fresh = [m for _, ref, then in snapshots[-1] if (m := ref()) is not None and _unguarded(then, hook_count(m))]
+    lib = _installed_by(fresh)
+    words = (
         f"{lib} added hooks to {', '.join(added)} after this graph was compiled (its own, not yours): the graph "
         "never runs them"
         if lib
         else f"a hook was added to {', '.join(added)} after this graph was compiled: the graph never runs it"
-    ]
-    said = (
-        said[: bool(added)]
-        + [f"a hook was removed from {', '.join(removed)} after this graph was compiled: the graph still runs it"][
-            : bool(removed)
-        ]
-    )
-    if not said:
-        return None
-    words = "; ".join(said) + " (Dynamo does not guard the hooks of the modules inside a compiled module)"
+    ) + " (Dynamo does not guard the hooks of a module inside a compiled module while it has none)"
     if any(older and all(count == then for _, then, count in older) for older in map(_counts, snapshots[:-1])):
-        words += (  # pruned, then the pruning removed: the first graph's guards pass again
+        words += (  # an older graph compiled with the hook: its guards pass again
             "; an earlier graph of this function was compiled with the hooks as they are now, and serves the calls "
             "its guards still pass"
         )
@@ -64,8 +55,13 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, int]]]) -> RowCause
     return RowCause(words, "", fix, "hooks", 0)
 
 
+def _unguarded(then: tuple[int, ...], now: tuple[int, ...]) -> bool:
+    """A hook added to a dict that was empty at the compile: the one change Dynamo's guards miss."""
+    return any(t == 0 and n > 0 for t, n in zip(then, now, strict=False))
+
+
 def seen_now(
-    hooks: Mapping[Any, Sequence[Sequence[tuple[str, Any, int]]]], pending: Iterable[Any]
+    hooks: Mapping[Any, Sequence[Sequence[tuple[str, Any, tuple[int, ...]]]]], pending: Iterable[Any]
 ) -> dict[Any, tuple[RowCause, int]]:
     """Per function, the hooks note as things stand at another compile's start, with how many graphs it had then,
     from the snapshots folded (``hooks``) and those of compiles not folded yet (``pending`` captures): a hook
@@ -87,7 +83,7 @@ def as_seen(now: RowCause | None, seen: tuple[RowCause, int] | None, snapshots: 
     return dataclasses.replace(note, words=f"{note.words}; seen at a later compile{undone}")
 
 
-def _counts(snapshot: Sequence[tuple[str, Any, int]]) -> list[tuple[str, int, int]]:
+def _counts(snapshot: Sequence[tuple[str, Any, tuple[int, ...]]]) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
     """(name, count at the compile, count now) of each submodule of one snapshot still alive."""
     return [(name, then, hook_count(m)) for name, ref, then in snapshot if (m := ref()) is not None]
 

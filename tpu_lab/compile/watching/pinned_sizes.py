@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
+from tpu_lab.compile.causes.resumed import UNTIL_MARKED
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -44,7 +45,8 @@ def settled(
             not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims
         ):  # a library's input, a resumed part's
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
-            c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {c.fix.replace(UNTIL_DYNAMIC, '')}")
+            rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
+            c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {rest}")
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")

@@ -227,10 +227,10 @@ class WatchTable(CompileTableBase):
                 else f"  {said[k]} (with another cause in the same compile): {k[1] or 'no fix needed'}"
                 for k, n in fixes.items()
             ]
-        notes = dict.fromkeys(c.fix for r in self.rows for c in r.causes if c.kind == "hooks")
+        notes = dict.fromkeys(c.fix for r in self.rows for c in r.causes if c.kind == "hooks" and not c.guard)
         lines += ["causes and fixes:"] * bool(notes and not fixes)
         lines += [
-            f"  hooks changed after a compile (no recompile, no error: the graph runs the old ones): {n}" for n in notes
+            f"  hooks added after a compile (no recompile, no error: the graph never runs them): {n}" for n in notes
         ]
         return lines
 
