@@ -166,3 +166,32 @@ def test_a_failure_inside_torch_funcs_transforms_is_told_to_run_uncompiled(dynam
     assert all(
         c.fix.startswith("run this function uncompiled: Dynamo failed inside torch.func's transform") for c in failed
     )
+
+
+class Rotary(torch.nn.Module):  # transformers <= 4.35 Llama: cos/sin buffers registered again when outgrown
+    def __init__(s, dim=16, max_pos=16):
+        super().__init__()
+        s.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim)), persistent=False)
+        s._set_cos_sin_cache(max_pos)
+
+    def _set_cos_sin_cache(s, seq_len):
+        s.max_seq_len_cached = seq_len
+        emb = torch.cat([torch.outer(torch.arange(seq_len, dtype=s.inv_freq.dtype), s.inv_freq)] * 2, -1)
+        s.register_buffer("cos_cached", emb.cos(), persistent=False)
+        s.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(s, x):
+        seq_len = x.shape[1]
+        if seq_len > s.max_seq_len_cached:
+            s._set_cos_sin_cache(seq_len)
+        return x * s.cos_cached[:seq_len] + x * s.sin_cached[:seq_len]
+
+
+def test_a_buffer_the_module_regrows_is_told_to_be_built_once_at_the_largest_size_not_marked(dynamo):
+    f = torch.compile(Rotary(), backend="eager")  # as the reviewer ran it
+    with tl.watch() as w:
+        for length in (8, 8, 24, 24, 8):
+            f(torch.randn(2, length, 16))
+    check_against_dynamo(w, dynamo, also=("cos_cached", "sin_cached", "max_seq_len_cached"))
+    grown = [c for r in w.table for c in r.causes if c.kind == "size" and "cos_cached" in c.words]
+    assert grown and all("at the largest size" in c.fix and "mark_dynamic(" not in c.fix for c in grown), grown

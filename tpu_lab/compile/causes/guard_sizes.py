@@ -199,6 +199,13 @@ def size_words(
             )
         else:
             fix = f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
+    if re.search(
+        r"\._buffers\[|\['_buffers'\]\[", m["name"]
+    ):  # a module's buffer replaced by one of another size: a cache grown as needed
+        fix = (
+            f"build {name} once at the largest size you use (in __init__, e.g. for max_position_embeddings), so it "
+            "never changes size; a mark on it is lost when the code replaces it"
+        )
     if not tpu:
         fix += ON_TPU
     return Cause("size", words, g, fix)
