@@ -195,3 +195,36 @@ def test_a_buffer_the_module_regrows_is_told_to_be_built_once_at_the_largest_siz
     check_against_dynamo(w, dynamo, also=("cos_cached", "sin_cached", "max_seq_len_cached"))
     grown = [c for r in w.table for c in r.causes if c.kind == "size" and "cos_cached" in c.words]
     assert grown and all("at the largest size" in c.fix and "mark_dynamic(" not in c.fix for c in grown), grown
+
+
+class QATNet(torch.nn.Module):  # the quantization-aware training tutorial: stubs around two linear layers
+    def __init__(s):
+        super().__init__()
+        import torch.ao.quantization as tq
+
+        s.q, s.fc1, s.relu, s.fc2, s.dq = (
+            tq.QuantStub(),
+            torch.nn.Linear(8, 8),
+            torch.nn.ReLU(),
+            torch.nn.Linear(8, 4),
+            tq.DeQuantStub(),
+        )
+
+    def forward(s, x):
+        return s.dq(s.fc2(s.relu(s.fc1(s.q(x)))))
+
+
+def test_a_resumed_part_is_never_said_to_leave_its_work_eager_where_a_later_part_of_it_compiled_work(dynamo):
+    import torch.ao.quantization as tq
+
+    torch.manual_seed(0)
+    model = QATNet().train()
+    model.qconfig = tq.get_default_qat_qconfig("fbgemm")
+    tq.prepare_qat(model, inplace=True)
+    f = torch.compile(model, backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(4, 8)).pow(2).mean().backward()
+    check_against_dynamo(w, dynamo, also=("requires_grad", "size mismatch"))  # Dynamo logs the first of three
+    resumed = [r for r in w.table if r.function.startswith("forward after the graph break")]
+    assert any(r.compiles and "(backward)" not in r.function for r in resumed), [r.function for r in w.table]
+    assert not any("no part after it compiled" in r.cause for r in resumed), [r.cause for r in resumed]

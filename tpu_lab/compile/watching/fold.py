@@ -179,8 +179,7 @@ class Fold:
 
     @staticmethod
     def _shown(guard: str, cap: Capture) -> str:
-        """Dynamo's guard in the user's names; in a resumed frame, the carried value by the name its line
-        assigns (``ptr == 0`` for ``ptr = int(self.queue_ptr)``), as the causes name it."""
+        """Dynamo's guard in the user's names, a resumed frame's carried value by its line's (``ptr == 0``)."""
         shown = readable_guard(slots_named(guard, cap.names), cap.names)
         if not cap.function.name.startswith(RESUME):
             return shown
@@ -193,8 +192,7 @@ class Fold:
         return any(k.name.startswith(resumed) and k.filename == function.filename for k, _ in self.rows)
 
     def failed(self, cap: Capture, record: Any) -> CompileEvent:
-        """A compile that produced no graph (``failed_compile``), on its row and, where Dynamo logs it as a
-        graph break too, among the breaks."""
+        """A compile with no graph (``failed_compile``), on its row, and among the breaks where Dynamo logs one."""
         heard = {where: entry[0] for (_, where), entry in self.breaks.items()}  # the latest at each place
         failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu), heard)
         row = self.row(cap.function, cap.shown)
@@ -252,8 +250,7 @@ class Fold:
         entry[1] += 1
 
     def _unmark(self, function: FunctionKey, name: str, dim: str) -> None:
-        """Rows of ``function``'s other parts (before or after a graph break) that said to mark ``name`` dim
-        ``dim`` dynamic, told that ``function`` uses it as a dict key."""
+        """Rows of ``function``'s other parts that said to mark ``name`` dim ``dim`` dynamic: it is a dict key."""
         base = (
             function.name.removeprefix(RESUME).rpartition("_at_")[0]
             if function.name.startswith(RESUME)
@@ -302,9 +299,12 @@ class Fold:
             if note := as_seen(now, self.hooks_seen.get(key), self.hooks.get(key, [])):
                 rows[i].causes.append(note)
         empty = {k for (k, _), r in self.rows.items() if any(c.kind == "empty" for c in r.causes)}
+        # a resumed frame's later part (Dynamo names nested resumes alike) that compiled work: not "no part after it"
+        worked = {k for (k, _), r in self.rows.items() if r.compiles and all(c.kind != "empty" for c in r.causes)}
         for (key, _), r in zip(self.rows, rows, strict=True):  # an empty graph: where its work runs, by now
             callees = (k for k in self.under.get(self.code_of.get(key), ()) if k not in empty)
-            r.causes = empty_graphs.as_now(r.causes, key, self._broken(key), callees)
+            later = key in worked and key.name.startswith(RESUME)
+            r.causes = empty_graphs.as_now(r.causes, key, self._broken(key) or later, callees)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)
