@@ -117,10 +117,11 @@ _SCALAR = re.compile(r"\.(?:item|tolist)\(\)")
 _KEEPS = re.compile(r"(?:^|_)(?:log\w*|print|append|extend|add\w*|write|update|record|info|debug|warn\w*|set_postfix)$")
 
 
-def feeds_bookkeeping(code: str) -> bool:
-    """The user's line hands a tensor's number (``.item()``, ``.tolist()``) straight to Python bookkeeping:
-    an argument of a logging or list call (``self.log("loss", loss.item())``, ``history.append(...)``), or
-    stored on an attribute or in a container (``self.total += x.item()``, ``stats["loss"] = x.item()``).
+def feeds_bookkeeping(code: str, file: str = "", line: int = 0) -> bool:
+    """The user's line hands a tensor's number (``.item()``, ``.tolist()``) straight to Python bookkeeping
+    kept between calls: an argument of a logging or list call (``self.log("loss", loss.item())``,
+    ``history.append(...)``, unless ``history`` is a local of the function at ``file:line``, made anew each
+    call), or stored on an attribute or in a container (``self.total += x.item()``, ``stats["loss"] = ...``).
     Captured as a graph value (capture_scalar_outputs) that bookkeeping is traced too: a list it grows is
     guarded on its length, a graph per step."""
     try:
@@ -131,6 +132,9 @@ def feeds_bookkeeping(code: str) -> bool:
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             given = [*node.args, *(k.value for k in node.keywords)]
+            held = getattr(node.func, "value", None)  # best_tags of best_tags.append(...)
+            if isinstance(held, ast.Name) and _local(file, line, held.id):
+                continue
             if _KEEPS.search(name) and any(_SCALAR.search(ast.unparse(a)) for a in given):
                 return True
         if isinstance(node, (ast.Assign, ast.AugAssign)) and _SCALAR.search(ast.unparse(node.value)):
@@ -138,6 +142,23 @@ def feeds_bookkeeping(code: str) -> bool:
             if any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets):
                 return True
     return False
+
+
+def _local(file: str, line: int, name: str) -> bool:
+    """``name`` is assigned in the function around ``file:line``: a list made anew at each call."""
+    tree = _parsed(file) if file and line else None
+    around = [
+        n
+        for n in ast.walk(tree or ast.Module(body=[], type_ignores=[]))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
+    ]
+    inner = max(around, key=lambda n: n.lineno, default=None)
+    return inner is not None and any(
+        isinstance(t, ast.Name) and t.id == name
+        for n in ast.walk(inner)
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+    )
 
 
 def bookkeeping_fix(code: str) -> str:

@@ -265,7 +265,7 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=counted)
     elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
         cause = dataclasses.replace(cause, fix=CONTROL_FIX)  # capture_scalar_outputs only moves the break there
-    elif ours and scalar and feeds_bookkeeping(code):
+    elif ours and scalar and feeds_bookkeeping(code, *at):
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"

@@ -15,12 +15,20 @@ from tpu_lab.compile.causes.symbolic_numbers import torch_function
 from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
 
 SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
-_READ_BACK = re.compile(r"\.(?:tolist|item)\(|\blen\(|^\s*(?:for\b|if\b|elif\b|while\b)")
-FIXED_SIZE = (
-    "compute it outside the compiled function (return what it takes, use the result after), or in tensor ops "
-    "of a fixed size (torch.bincount(x, minlength=n) or a one-hot sum in place of unique; a mask and "
-    "torch.where in place of indexing by it)"
-)
+_READ_BACK = re.compile(r"\.(?:tolist|item)\(|^\s*(?:for\b|if\b|elif\b|while\b)")  # len(a list) is no read
+_FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
+    "bincount": "F.one_hot(x, num_classes).sum(0) in place of bincount, whose length follows the largest value",
+    "unique": "torch.bincount(x, minlength=n) > 0, or a one-hot sum, in place of unique",
+    "nonzero": "a mask and torch.where in place of nonzero or indexing by a mask",
+}
+
+
+def fixed_size(name: str) -> str:
+    """How to do ``name``'s work outside the compiled function or at a fixed size."""
+    form = _FIXED_FORM.get(name, "a mask and torch.where in place of indexing by a mask")
+    return f"compute it outside the compiled function (return what it takes, use the result after), or at a fixed size ({form})"
+
+
 CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
 
 
@@ -30,7 +38,7 @@ def shape_op_said(cause: Cause, code: str) -> Cause:
     shaped = SHAPED.search(cause.words)
     if not shaped:
         return cause
-    name = shaped[1].removeprefix("aten.").split(".")[0].lstrip("_")
+    name = re.sub(r"\d+$", "", shaped[1].removeprefix("aten.").split(".")[0].lstrip("_"))  # _unique2: unique
     if shape_op_captured(shaped[1]) is False:  # Dynamo's hint would only change the break's words
         fix = (
             f"call {name} outside the compiled function (return what it takes, compute it after): Dynamo cannot "
@@ -39,17 +47,16 @@ def shape_op_said(cause: Cause, code: str) -> Cause:
         )
     elif _READ_BACK.search(code):  # the line itself needs the size as a Python number: the hint only crashes
         fix = (
-            f"{FIXED_SIZE}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
+            f"{fixed_size(name)}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
             f"it), which {CAPTURE} turns from this break into an error (GuardOnDataDependentSymNode)"
         )
     else:
         fix = (
-            f"{FIXED_SIZE}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
-            "it in the compiled function needs its size as a Python number (.tolist(), len(), a loop over it): "
-            "there that compile raises GuardOnDataDependentSymNode instead"
+            f"{fixed_size(name)}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
+            "it in the compiled function needs its size as a Python number (.tolist(), len(), a loop over it, an if "
+            "on its shape): there the graph breaks again, or the compile raises GuardOnDataDependentSymNode"
         )
-    op = re.sub(r"\d+$", "", name)
     words = cause.words
-    if public := torch_function(op):  # the torch function an ATen op serves: aten._unique2 is torch.unique
+    if public := torch_function(name):  # the torch function an ATen op serves: aten._unique2 is torch.unique
         words = words.replace(shaped[0], f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data")
     return dataclasses.replace(cause, words=words, fix=fix)
