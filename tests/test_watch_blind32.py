@@ -101,3 +101,20 @@ def test_a_new_einsum_equation_counts_its_compile_not_the_size_that_changed_with
     assert [c.kind for c in counted if c.kind != "first"] == ["string"], [(c.kind, c.words) for c in counted]
     sizes = [c for r in w.table for c in r.causes if c.kind == "size"]
     assert all(c.fix.startswith("none for this compile, which needs a graph of its own anyway") for c in sizes)
+
+
+def test_a_capture_hint_for_library_code_comes_after_calling_it_outside_with_what_it_cannot_promise(dynamo):
+    from torch.optim.swa_utils import AveragedModel
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    swa = AveragedModel(model)
+    update = torch.compile(lambda: swa.update_parameters(model), backend=BACKEND)  # the SWA recipe, compiled
+    with tl.watch() as w:
+        for _ in range(3):
+            update()
+    check_against_dynamo(w, dynamo, also=("averaged_param", "current_param"))  # a loop over each parameter
+    item = [b for b in w.table.breaks if "Tensor.item()" in b.words and "library code" in b.words]
+    assert item, [b.words for b in w.table.breaks]
+    for b in item:
+        assert b.fix.startswith("it is in library code: call it outside the compiled function"), b.fix
+        assert "capture_scalar_outputs = True traces this one call, and helps only where" in b.fix
