@@ -147,9 +147,11 @@ def feeds_bookkeeping(code: str, file: str = "", line: int = 0) -> bool:
 def _local(file: str, line: int, name: str) -> bool:
     """``name`` is assigned in the function around ``file:line``: a list made anew at each call."""
     tree = _parsed(file) if file and line else None
+    if tree is None:
+        return False
     around = [
         n
-        for n in ast.walk(tree or ast.Module(body=[], type_ignores=[]))
+        for n in ast.walk(tree)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
     ]
     inner = max(around, key=lambda n: n.lineno, default=None)

@@ -293,12 +293,12 @@ def _break_words(
         # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
         setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
-        fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}" if setting else fix
-        if setting and (capture := re.search(r"torch\._dynamo\.config\.capture_\w+", setting[0])):
-            fix = (  # it traces this one call; the library's code after it may break again on the value
-                f"it is in library code: call it outside the compiled function, or accept the break; {capture[0]} = "
-                "True traces this one call, and helps only where the library's code after it does not branch on the value"
-            )
+        capture = re.search(r"torch\._dynamo\.config\.capture_\w+", setting[0]) if setting else None
+        if capture:  # it traces this one call; the library's code after it may break again on the value
+            fix += f"; {capture[0]} = True traces this one call, and helps only where the library's code after it "
+            fix += "does not branch on the value"
+        elif setting:
+            fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}"
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)

@@ -15,7 +15,9 @@ _IS = re.compile(r"^(?P<a>[\w\[\]'.]+) is (?!None$)(?P<b>[\w\[\]'.]+)$")
 def alias_words(g: str, inputs: Mapping[str, str]) -> Cause | None:
     """Two inputs that were one tensor when the graph was compiled (tied weights, self-attention's q is k, a
     module's own parameter passed in), and are not now, in words; None for other guards."""
-    if (m := _IS.match(g)) and ("._parameters[" in m["a"]) != ("._parameters[" in m["b"]):
+    if not (m := _IS.match(g)):
+        return None
+    if ("._parameters[" in m["a"]) != ("._parameters[" in m["b"]):
         own, passed = (
             (local_name(m["a"]), local_name(m["b"]))
             if "._parameters[" in m["a"]
@@ -28,18 +30,16 @@ def alias_words(g: str, inputs: Mapping[str, str]) -> Cause | None:
             "expected once; to keep one graph, pass copies from the first call on (dict((k, v.clone()) for k, v in "
             "model.named_parameters())), so no call passes the module's own tensors",
         )
-    if m := _IS.match(g):
-        a, b = local_name(m["a"]), local_name(m["b"])
-        thing = "tensor" if all(_is_tensor(inputs.get(local_name(x), "")) for x in (m["a"], m["b"])) else "object"
-        return Cause(
-            "aliasing",
-            f"{a} and {b} are no longer the same {thing}: the graph was compiled with one {thing} passed as both",
-            g,
-            "expected once: tie (or untie) the weights before the first compiled call"
-            if "._parameters[" in g
-            else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
-        )
-    return None
+    a, b = local_name(m["a"]), local_name(m["b"])
+    thing = "tensor" if all(_is_tensor(inputs.get(local_name(x), "")) for x in (m["a"], m["b"])) else "object"
+    return Cause(
+        "aliasing",
+        f"{a} and {b} are no longer the same {thing}: the graph was compiled with one {thing} passed as both",
+        g,
+        "expected once: tie (or untie) the weights before the first compiled call"
+        if "._parameters[" in g
+        else "expected once per case (e.g. self- vs cross-attention); pass them the same way every call",
+    )
 
 
 def _is_tensor(description: str) -> bool:

@@ -199,9 +199,7 @@ def size_words(
             )
         else:
             fix = f"pad to a few sizes, or {dynamic}: it is honoured with automatic dynamic off too"
-    if re.search(
-        r"\._buffers\[|\['_buffers'\]\[", m["name"]
-    ):  # a module's buffer replaced by one of another size: a cache grown as needed
+    if _BUFFER.search(m["name"]):  # a module's buffer replaced by one of another size: a cache grown as needed
         fix = (
             f"build {name} once at the largest size you use (in __init__, e.g. for max_position_embeddings), so it "
             "never changes size; a mark on it is lost when the code replaces it"
@@ -211,6 +209,7 @@ def size_words(
     return Cause("size", words, g, fix)
 
 
+_BUFFER = re.compile(r"\._buffers\[|\['_buffers'\]\[")
 UNTIL_DYNAMIC = ", else none needed once Dynamo makes the batch size dynamic"
 ON_TPU = "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
 
@@ -243,11 +242,8 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
     )
 
 
-_LAYOUTS = (
-    "channels_last_3d",
-    "channels_last",
-    "non-contiguous",
-)  # as a row describes a tensor (``value_text.describe``)
+# as a row describes a tensor (``value_text.describe``)
+_LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")
 
 
 def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:

@@ -35,7 +35,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
         who = _needs_it(comment)
         place = condition_place(guard, {guard: comment})
         called = re.search(rf"\b(torch\.[\w.]+)\((?:[^()]|\([^()]*\))*?(?<![\w.]){re.escape(name)}\b", place)
-        who = f"{called[1]}" if who == "your line" and called else who  # torch.linspace(steps=n): an int there
+        who = called[1] if who == "your line" and called else who  # torch.linspace(steps=n): an int there
         if who == "your line":  # Dynamo's own frame: the line uses it as a Python value (betas[t], math.sqrt(t))
             indexed = ", ".join(dict.fromkeys(re.findall(rf"[\w.]+\[{re.escape(name)}\]", place)))
             use = f"it indexes a Python list or tuple ({indexed})" if indexed else "it is used as a plain Python number"

@@ -76,16 +76,19 @@ class _Told(Protocol):  # read-only: a frozen Cause too
 _FROM_01 = re.compile(r"^Python int (?P<name>\S+) changed \((?:was (?P<was>[01])\b|was [^,)]+, now (?P<now>[01]):)")
 
 
-def forces_own_graph(c: _Told) -> bool:
-    """A cause that makes a graph of its own whatever else changed: None vs a value, a flag's new value, a
-    string's (Dynamo never makes one dynamic: an einsum equation), an int argument from or to 0 or 1 (Dynamo
-    compiles those apart: no other value reuses their graph)."""
+def another_path(c: _Told) -> bool:
+    """A cause that is another case of the code: None vs a value, a flag's new value, an int argument from or
+    to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph)."""
     return (
         (c.kind in ("none", "type") and OWN_GRAPH in c.words)
-        or c.kind == "string"
         or (c.kind == "flag" and _OWN_VALUE in c.words)
         or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None)
     )
+
+
+def forces_own_graph(c: _Told) -> bool:
+    """A graph of its own whatever else changed: another case, or a new string (never dynamic: an einsum's)."""
+    return another_path(c) or c.kind == "string"
 
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"

@@ -10,7 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_words import TENSOR_MISMATCH
-from tpu_lab.compile.causes.joined import forces_own_graph
+from tpu_lab.compile.causes.joined import another_path
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import MORE
 
@@ -38,7 +38,7 @@ def nearest(
             g not in inputs or _distance(inputs[g], signature) > 0,
             # a graph for another case (a flag's other value, None for a tensor) is another code path: the
             # graph of this path, with its own failed guard, is what the call was meant to reuse
-            any(forces_own_graph(c) and c.kind != "string" for c in per_graph[g]),  # a string: nearer (approximate)
+            any(another_path(c) for c in per_graph[g]),
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
             g in superseded,
             sum(_changes(c) for c in _distinct(per_graph[g])),

@@ -16,6 +16,7 @@ from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
 
 SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
 _READ_BACK = re.compile(r"\.(?:tolist|item)\(|^\s*(?:for\b|if\b|elif\b|while\b)")  # len(a list) is no read
+CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
 _FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
     "bincount": "F.one_hot(x, num_classes).sum(0) in place of bincount, whose length follows the largest value",
     "unique": "torch.bincount(x, minlength=n) > 0, or a one-hot sum, in place of unique",
@@ -26,10 +27,10 @@ _FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
 def fixed_size(name: str) -> str:
     """How to do ``name``'s work outside the compiled function or at a fixed size."""
     form = _FIXED_FORM.get(name, "a mask and torch.where in place of indexing by a mask")
-    return f"compute it outside the compiled function (return what it takes, use the result after), or at a fixed size ({form})"
-
-
-CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
+    return (
+        "compute it outside the compiled function (return what it takes, use the result after), or at a fixed "
+        f"size ({form})"
+    )
 
 
 def shape_op_said(cause: Cause, code: str) -> Cause:

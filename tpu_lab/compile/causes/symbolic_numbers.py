@@ -1,7 +1,8 @@
 """A number read from tensor data (``.item()``, ``.tolist()``, a data-dependent size) that Dynamo traces as
 a symbol (under fullgraph or capture_scalar_outputs) used where a real one is needed: a NumPy call that
 must build an array of it, or a branch that must pick a side. Dynamo's text for it is a sympy dump
-(``2*TruncToInt(zuf0 + 1.5) > 10``); these are its words and fix. Text in, words out."""
+(``2*TruncToInt(zuf0 + 1.5) > 10``); these are its words and fix. Text in, words out; the fix also reads
+whether a capture setting is on now (it is what turned a graph break into this error)."""
 
 from __future__ import annotations
 

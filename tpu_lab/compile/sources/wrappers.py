@@ -299,9 +299,9 @@ HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backw
 
 def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, tuple[int, ...]], ...]:
     """Each submodule of the module a frame compiles (``self``, or the module torch.compile's wrapper calls),
-    with its hook count now: Dynamo does not guard a submodule's hooks (``skip_nnmodule_hook_guards``), so one
-    added or removed after the compile is silently not what the graph runs. The module's own hooks run
-    outside its graph, so it is left out."""
+    with its hook count per dict now: Dynamo does not guard a submodule's empty hook dicts
+    (``skip_nnmodule_hook_guards``), so a hook added there after the compile is silently not run. The
+    module's own hooks run outside its graph, so it is left out."""
     import torch
 
     fn = values.get("fn")

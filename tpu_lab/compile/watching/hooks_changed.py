@@ -57,7 +57,7 @@ def hooks_cause(snapshots: Sequence[Sequence[tuple[str, Any, tuple[int, ...]]]])
 
 def _unguarded(then: tuple[int, ...], now: tuple[int, ...]) -> bool:
     """A hook added to a dict that was empty at the compile: the one change Dynamo's guards miss."""
-    return any(t == 0 and n > 0 for t, n in zip(then, now, strict=False))
+    return any(t == 0 and n > 0 for t, n in zip(then, now, strict=True))
 
 
 def seen_now(

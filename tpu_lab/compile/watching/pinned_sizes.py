@@ -41,9 +41,7 @@ def settled(
         if m and dim in dims and c.kind == "size":
             fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
-        elif (
-            not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims
-        ):  # a library's input, a resumed part's
+        elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
             c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {rest}")

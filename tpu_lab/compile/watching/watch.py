@@ -54,9 +54,8 @@ class Watch:
         self._lock = threading.RLock()
         self._scopes: list[listening.Scope] = []  # one per entry, in the code that entered it
         self._pending: list[Capture] = []
-        self._guards_read: dict[
-            int, list[str] | None
-        ] = {}  # by id of a pending capture: its graph's guards, read early
+        # by id of a pending capture: its graph's guards, read early (None: none could be read then)
+        self._guards_read: dict[int, list[str] | None] = {}
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self.refusals = 0
