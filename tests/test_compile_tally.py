@@ -38,8 +38,15 @@ def test_reading_recorded_dynamo_records():
     assert is_limit_refusal(limit) and not is_limit_refusal(forward)
     assert served_from_cache(backward) and not served_from_cache(forward)
     signature = (("x", "f32[4, 3]"), ("n", "int 2"))
-    assert dynamic_inputs(forward, signature) == "x dim 0, n"
-    assert dynamic_inputs(SimpleNamespace(graph_node_shapes=None), signature) == ""
+    assert dynamic_inputs(forward, signature) == ("x dim 0, n", "x dim 0, n")
+    assert dynamic_inputs(SimpleNamespace(graph_node_shapes=None), signature) == ("", "")
+    # a size traced symbolic, then specialised to one (range(x.shape[1])); a tensor inside a carried input
+    again = SimpleNamespace(graph_node_shapes="{'l_x_': ['s77', '3'], 'l_stack0_data_ids_': [2, 's1']}")
+    inside = {"L['___stack0'].data['ids']": "the carried value.data['ids']"}
+    assert dynamic_inputs(again, signature, inside) == (
+        "x dim 0, the carried value.data['ids'] dim 1",
+        "x dim 0, the carried value.data['ids'] dim 1, x dim 1",
+    )
 
 
 # Recorded from torch_tpu's _get_cache_stats() field names (FACTS.md); durations as numbers or timedeltas.

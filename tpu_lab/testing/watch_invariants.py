@@ -197,7 +197,13 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
             flat = [rf"{re.escape(r)}(?:_\d+)+" for r in roots if r.isidentifier()]  # x_0: a flattened x[0]
             if any(re.fullmatch(f, name) for f in [*flat, r"(?:kwargs|args)_\w+", r"_*stack\d+(?:_\d+)*"]):
                 out["d_names"].append(f"{name!r} made dynamic: a graph's input name, not the code's")
+            elif any(g != name and _flat(g) == _flat(name) for g in re.findall(r"tensor '(.+?)' ", row.shown_guard)):
+                out["d_names"].append(f"{name!r} made dynamic: its guard names it otherwise")  # enc.data_ids
     return out
+
+
+def _flat(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
 def not_translated(table: Any) -> list[str]:

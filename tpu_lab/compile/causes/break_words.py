@@ -228,7 +228,7 @@ def _break_words(
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
-    cause = shape_op_said(cause, code)
+    cause = shape_op_said(cause, code, at)
     dense = re.search(
         r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
     )

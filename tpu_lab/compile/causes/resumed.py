@@ -10,12 +10,19 @@ import linecache
 import re
 from collections.abc import Sequence
 
-from tpu_lab.compile.causes.cause import CARRIED, Cause
+from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
 from tpu_lab.compile.sources.frames import FunctionKey
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
 _SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
+
+
+def inside_names(sources: Sequence[str]) -> dict[str, str]:
+    """Tensors a graph's guards check (Dynamo's sources) named as rows name them, a carried value as
+    ``the carried value`` (``the carried value 2`` for ``___stack1``), as ``carried_named`` then renames it."""
+    slot = lambda m: "the carried value" + (f" {int(m[1]) + 1}" if int(m[1]) else "")  # noqa: E731
+    return {source: local_name(re.sub(r"___stack(\d+)", slot, source)) for source in sources}
 
 
 def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> tuple[str, str, str, dict[str, str]]:

@@ -8,6 +8,7 @@ where the break's own line reads the result back. Text in, a Cause out."""
 from __future__ import annotations
 
 import dataclasses
+import linecache
 import re
 
 from tpu_lab.compile.causes.cause import Cause
@@ -33,9 +34,28 @@ def fixed_size(name: str) -> str:
     )
 
 
-def shape_op_said(cause: Cause, code: str) -> Cause:
+def _later_check(code: str, at: tuple[str, int]) -> tuple[int, str]:
+    """The first later line of the same function (``at``: the break's file and line, ``code`` that line)
+    that branches on the size of what the line assigns (``if top_x.shape[0] == 0:``), else (0, "")."""
+    target = re.match(r"^\s*([\w\s,()]+?)\s*=(?!=)", code)
+    names = sorted(set(re.findall(r"\w+", target[1]))) if target else []
+    file, line = at
+    if not names or not file:
+        return 0, ""
+    size = "|".join(rf"\b{re.escape(n)}\.(?:shape\b|size\(|numel\()|\blen\({re.escape(n)}\)" for n in names)
+    indent = len(code) - len(code.lstrip())
+    for n in range(line + 1, line + 40):
+        text = linecache.getline(file, n)
+        if text.strip() and len(text) - len(text.lstrip()) < indent and not text.lstrip().startswith(("#", ")")):
+            break  # the block that assigned them has ended (a loop's body; the function)
+        if re.match(r"\s*(?:if|elif|while)\b", text) and re.search(size, text):
+            return n, text.strip()
+    return 0, ""
+
+
+def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0)) -> Cause:
     """``cause`` (a break's, from Dynamo's text) with a data-dependent-shape operator named and fixed;
-    ``code``: the user's line it broke at. Any other cause comes back as it is."""
+    ``code``: the user's line it broke at, ``at``: its file and line. Any other cause comes back as it is."""
     shaped = SHAPED.search(cause.words)
     if not shaped:
         return cause
@@ -50,6 +70,12 @@ def shape_op_said(cause: Cause, code: str) -> Cause:
         fix = (
             f"{fixed_size(name)}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
             f"it), which {CAPTURE} turns from this break into an error (GuardOnDataDependentSymNode)"
+        )
+    elif (checked := _later_check(code, at))[0]:  # the hint traces the op, then that branch stops the trace
+        fix = (
+            f"{fixed_size(name)}; or set {CAPTURE} before the first call and remove the check at line {checked[0]} "
+            f"({checked[1]}) where the code after it handles an empty result anyway: a branch on that size "
+            "stops the trace again (data-dependent branching), so with the check the setting gains nothing"
         )
     else:
         fix = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tpu_lab.compile.sources.frames import Signature
@@ -220,26 +221,29 @@ def _value(node: ast.expr, n: int) -> Any:
     return True
 
 
-def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = False) -> str:
-    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes;
-    ``specialised``: those it traced symbolic and then specialised again to one size (``range(x.shape[1])``)."""
+def dynamic_inputs(record: Any, signature: Signature, sources: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Inputs whose sizes Dynamo made symbolic (automatic dynamic shapes), from the graph's placeholder shapes,
+    and those with the ones it traced symbolic and then specialised again to one size (``range(x.shape[1])``);
+    ``sources``: the graph's guarded sources by their shown names, for a placeholder inside an input
+    (``l_stack0_data_input_ids_`` is ``enc.data['input_ids']``, not a field ``data_input_ids``)."""
     text = getattr(record, "graph_node_shapes", None)
     if not text:
-        return ""
+        return "", ""
     try:
         shapes = ast.literal_eval(text) if isinstance(text, str) else dict(text)
     except (ValueError, SyntaxError):
-        return ""
+        return "", ""
     names = {n.replace("[", "_").replace("]", "").replace("'", "").replace(".", "_"): n for n, _ in signature}
     # Dynamo's node names are snake case too: lS_i[0] -> l_s_i_0
     names |= {re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", k).lower(): n for k, n in names.items()}
-    out = []
+    inside = {_flat(source): shown for source, shown in (sources or {}).items()}
+    out, tried = [], []
     for node, shape in shapes.items():
         if not node.lower().startswith("l_"):  # the graph's inputs come first: after them, a node named after
             break  # a variable of the code (l, l_1 of `for l in ...`) is not an input
         if "_parameters_" in node or "_buffers_" in node:
             continue
-        name = names.get(node[2:].rstrip("_")) or _indexed(node[2:].rstrip("_"), names)
+        name = names.get(node[2:].rstrip("_")) or inside.get(_flat(node)) or _indexed(node[2:].rstrip("_"), names)
         name = "the KV cache" if "cache_layers_" in node else name  # one per layer's keys and values
         # a resumed frame's input, an item of it, or an item's field (stack0_0_data: the value's [0].data)
         carried = re.fullmatch(r"_*stack(\d+)((?:_\d+)*)(?:_([A-Za-z]\w*))?", name)
@@ -247,13 +251,26 @@ def dynamic_inputs(record: Any, signature: Signature, *, specialised: bool = Fal
             name = "the carried value" + (f" {int(carried[1]) + 1}" if int(carried[1]) else "")
             name += "".join(f"[{i}]" for i in carried[2].split("_")[1:]) + (f".{carried[3]}" if carried[3] else "")
         # a symbol (s0, s0 + 1); a symbol Dynamo specialised again reads as its number ("5"): static
-        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str) and d.isdigit() == specialised]
+        dims = [str(i) for i, d in enumerate(shape or []) if isinstance(d, str) and not d.isdigit()]
+        again = [f"{name} dim {i}" for i, d in enumerate(shape or []) if isinstance(d, str) and d.isdigit()]
         scalar = shape == [] and any(n == name and d.startswith(("int ", "float ", "np.")) for n, d in signature)
         if dims:  # one item per dimension: a later graph may add one dimension of the same input
             out += [f"{name} dim {d}" for d in dims]
         elif scalar:
             out.append(name)
-    return ", ".join(dict.fromkeys(out))
+        tried += again
+    return ", ".join(dict.fromkeys(out)), ", ".join(dict.fromkeys([*out, *tried]))
+
+
+def _flat(name: str) -> str:
+    """A source as Dynamo names the graph input it becomes: ``L['___stack0'].data['input_ids']`` and
+    ``l_stack0_data_input_ids_`` both read ``l_stack0_data_input_ids``."""
+    return re.sub(r"[^a-z0-9]+", "_", re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()).strip("_")
+
+
+def tensor_sources(guards: list[str] | None) -> list[str]:
+    """The tensors a graph's guards check, by Dynamo's source (``L['x']``, ``L['___stack0'].data['ids']``)."""
+    return [m["source"].strip() for m in filter(None, (_CHECK.match(g.strip()) for g in guards or ()))]
 
 
 def _indexed(flat: str, names: dict[str, str]) -> str:

@@ -222,8 +222,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         named = ", ".join(n for n, _ in cut) if len(cut) <= 2 else f"{cut[0][0]} to {cut[-1][0]}"
         out.append((MORE, f"{len(cut)} more ({named})"))
     out += autocast_modes()  # outside the cap, as the grad mode: every graph is guarded on both
-    if not torch.is_grad_enabled():  # always said, last
-        out.append(("grad mode", "off"))
+    if not torch.is_grad_enabled():  # always said, last; inference mode apart: its tensors are graphs apart too
+        out.append(("grad mode", "off (inference_mode)" if torch.is_inference_mode_enabled() else "off"))
     return tuple(out)
 
 

@@ -23,12 +23,12 @@ from tpu_lab.compile.causes.explain import (
     limit_raised,
 )
 from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
-from tpu_lab.compile.causes.resumed import carried_named, named_inputs, slots_named
-from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic
+from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
+from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources
 from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
 from tpu_lab.compile.sources.tpu_source import CompileEvent
-from tpu_lab.compile.watching import empty_graphs, pinned_sizes, reuse_bounds, what_next
+from tpu_lab.compile.watching import empty_graphs, nested_library, pinned_sizes, reuse_bounds, what_next
 from tpu_lab.compile.watching.empty_graphs import empty_note
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.hooks_changed import as_seen, hooks_cause
@@ -46,8 +46,7 @@ class Fold:
         self.rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
         self.dynamic: dict[FunctionKey, str] = {}
         self.limited: set[FunctionKey] = set()
-        self.raising: set[FunctionKey] = set()
-        """Functions whose refusal at the limit raised (fullgraph=True): a later call past it raises too."""
+        self.raising: set[FunctionKey] = set()  # its refusal at the limit raised (fullgraph=True): a later one too
         self.pinned: dict[FunctionKey, set[str]] = {}
         """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
         self.compared: dict[FunctionKey, set[tuple[str, str]]] = {}
@@ -76,10 +75,9 @@ class Fold:
         baked: Mapping[str, tuple[str, str]] | None = None,
         places: dict[str, str] | None = None,
     ) -> CompileEvent:
-        """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own
-        (None: unreadable), ``scalars`` the numbers made dynamic, ``earlier`` another definition of the same
-        function seen before (a re-run notebook cell), ``baked`` numbers made dynamic that the graph
-        still pins, each with (the guard, Dynamo's comment on it): each new value still a graph, ``places`` Dynamo's comment on each of the graph's guards."""
+        """A graph: ``record`` Dynamo's record of it (None: never came), ``guards`` the new graph's own (None:
+        unreadable), ``scalars`` the numbers made dynamic, ``earlier`` the function's earlier definition (a re-run
+        cell), ``baked`` numbers made dynamic the graph still pins (guard, Dynamo's comment), ``places`` comments."""
         if "BACKWARD" in cap.trigger.upper():
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
@@ -97,11 +95,10 @@ class Fold:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before
             causes = [RowCause(first_compile_words(cap.function, earlier, after_reset=after_reset), kind="first")]
-        found = ", ".join(filter(None, [dynamic_inputs(record, cap.signature), guarded_dynamic(guards)]))
-        respecialised = dynamic_inputs(record, cap.signature, specialised=True)  # symbolic, then one size after all
-        tried = renamed(
-            ", ".join(dict.fromkeys(filter(None, [*found.split(", "), *respecialised.split(", ")]))), cap.names
-        )
+        # tried: with the sizes traced symbolic, then one size after all; inside: enc.data['input_ids'], by name
+        found, tried = dynamic_inputs(record, cap.signature, inside_names(tensor_sources(guards)))
+        found = ", ".join(filter(None, [found, guarded_dynamic(guards)]))
+        tried = renamed(", ".join(dict.fromkeys(filter(None, [*found.split(", "), *tried.split(", ")]))), cap.names)
         shapes = unpinned(renamed(", ".join(dict.fromkeys(found.split(", "))), cap.names), guards, cap.names)
         if cap.function.name.startswith(RESUME):  # the carried value by the name its line assigns, as causes say
             shapes, tried = (
@@ -305,6 +302,7 @@ class Fold:
             callees = (k for k in self.under.get(self.code_of.get(key), ()) if k not in empty)
             later = key in worked and key.name.startswith(RESUME)
             r.causes = empty_graphs.as_now(r.causes, key, self._broken(key) or later, callees)
+        nested_library.said_at_the_call((k for k, _ in self.rows), rows, self.under, self.code_of)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)

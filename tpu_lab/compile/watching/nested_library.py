@@ -1,0 +1,45 @@
+"""A library function Dynamo compiled as a function of its own while a compiled function ran a part it could
+not compile (a graph break's call runs eagerly, and Dynamo compiles each function that call reaches on its
+own): its inputs are what the library built from the user's, so a fix naming them asks for the impossible.
+Its causes keep their words; their fixes say what the user can change instead."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from tpu_lab.compile.sources.frames import RESUME, FunctionKey
+from tpu_lab.compile.sources.packages import is_library, package_of
+from tpu_lab.compile.watching.watch_table import WatchRow
+
+
+def said_at_the_call(
+    keys: Iterable[FunctionKey], rows: tuple[WatchRow, ...], under: Mapping[Any, set[FunctionKey]], code_of: Mapping
+) -> None:
+    """``rows`` (one per key, in order) of a library function compiled inside another row's call, fixed in
+    place; ``under``: a code -> the functions compiled in its calls; ``code_of``: a function -> its code."""
+    keys = list(keys)
+    outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
+    for key, row in zip(keys, rows, strict=True):
+        if not is_library(key.filename) or key.name.startswith(RESUME):
+            continue
+        outer = next((o for o in outers if o != key and key in under.get(code_of.get(o), ())), None)
+        if outer is not None:
+            fix = _fix(key, outer)
+            row.causes = [
+                dataclasses.replace(c, fix=fix)
+                if c.guard and c.kind != "limit" and not c.fix.startswith("none needed")
+                else c
+                for c in row.causes
+            ]
+
+
+def _fix(key: FunctionKey, outer: FunctionKey) -> str:
+    package = package_of(key.filename)
+    caller = outer.label.split(" after the graph break")[0] if outer.name.startswith(RESUME) else outer.name
+    return (
+        f"nothing of yours to change here: {key.name} is {package} code that {caller} called in a part Dynamo "
+        f"could not compile, so Dynamo compiled it as a function of its own, with inputs {package} built from "
+        f"yours; the graph break's fix (call that library code outside the compiled function) removes these graphs too"
+    )
