@@ -49,6 +49,7 @@ def dynamo():
 
     torch._dynamo.reset()
     log = DynamoLog()
+    torch._dynamo.utils.set_compilation_metrics_limit(1 << 20)  # Dynamo keeps its newest 64: the oracle keeps all
     found = list(get_compilation_metrics())
     log.first = found[-1] if found else None
 
@@ -63,6 +64,7 @@ def dynamo():
     yield log
     root.removeHandler(handler)
     torch._logging.set_logs()
+    torch._dynamo.utils.set_compilation_metrics_limit(torch._dynamo.utils.DEFAULT_COMPILATION_METRICS_LIMIT)
 
 
 def check_against_dynamo(w, log, also=(), own=frozenset()):

@@ -102,3 +102,32 @@ def test_a_check_on_a_shape_ops_size_later_in_the_loop_is_pointed_at_and_removin
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), tl.watch() as w, torch.no_grad():
         torch.compile(MoE(check=False), backend="aot_eager")(torch.randn(6, 8))  # the fix as printed
     assert w.table.total_compiles == 1 and not w.table.breaks and not any(r.failed for r in w.table), w.table.to_text()
+
+
+def valid_only(logits, target, ignore_index=-100):  # focal-loss style: drop ignored targets by a mask
+    valid = target != ignore_index
+    logits, target = logits[valid], target[valid]
+    return torch.nn.functional.cross_entropy(logits, target)
+
+
+def test_two_parts_that_resume_on_one_line_are_told_apart_by_what_is_left_to_run(dynamo):
+    f = torch.compile(valid_only, backend="aot_eager")
+    with tl.watch() as w:
+        f(torch.randn(6, 3), torch.tensor([0, 1, -100, 2, -100, 1]))
+    check_against_dynamo(w, dynamo)
+    labels = sorted(r.function.split(" (")[0] for r in w.table if "after the graph break" in r.function)
+    line = valid_only.__code__.co_firstlineno + 2
+    assert labels == [
+        f"valid_only after the graph break at line {line}, resuming at line {line + 1}",
+        f"valid_only after the graph break at line {line}, resuming at target[valid] in line {line}",
+    ], labels
+
+
+def test_more_compiles_in_one_watch_than_dynamo_keeps_records_of_are_all_counted(dynamo):
+    f = torch.compile(lambda x, n: x * n, backend="eager", dynamic=False)  # each value of n: a graph of its own
+    torch._dynamo.utils.set_compilation_metrics_limit(64)  # Dynamo's own (the oracle holds more): its newest 64
+    with torch._dynamo.config.patch(recompile_limit=100), tl.watch() as w:
+        for n in range(70):
+            f(torch.ones(2), n)
+    assert len(dynamo.recompile_reasons()) == 69 and not dynamo.graph_breaks()  # Dynamo's logs: 1 + 69 graphs
+    assert w.table.total_compiles == 70 and sum(r.compiles for r in w.table) == 70, w.table.to_text()

@@ -41,6 +41,7 @@ class DynamoAccount:
 
         found = list(get_compilation_metrics())
         self._first = found[-1] if found else None
+        _keep_records(1 << 20)  # Dynamo keeps its newest 64 only: the account keeps every one
         logs = self.logs
 
         class Keep(logging.Handler):
@@ -61,6 +62,7 @@ class DynamoAccount:
             logging.getLogger(name).removeHandler(self._handler)
         torch._logging.set_logs()
         found = list(get_compilation_metrics())
+        _keep_records(None)
         start = next((i + 1 for i, r in enumerate(found) if r is self._first), 0) if self._first is not None else 0
         self.records = found[start:]
         unique = {id(r): r for r in self.logs}  # one record may reach the handler through two loggers
@@ -91,6 +93,13 @@ class DynamoAccount:
             failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
             out.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
         return out
+
+
+def _keep_records(size: int | None) -> None:
+    """Dynamo's list of records held to ``size`` (None: its default, 64), by its own setter."""
+    import torch._dynamo.utils as dynamo_utils
+
+    dynamo_utils.set_compilation_metrics_limit(size or getattr(dynamo_utils, "DEFAULT_COMPILATION_METRICS_LIMIT", 64))
 
 
 def _failed(r: Any) -> bool:

@@ -31,7 +31,7 @@ def resume_point(code: Any) -> tuple[int, str]:
     at = {ins.offset: i for i, ins in enumerate(instructions)}
     jump = next((ins for ins in instructions if ins.opname.startswith("JUMP")), None)
     i = at.get(jump.argval) if jump is not None and isinstance(jump.argval, int) else None
-    if i is not None and (rest := _rest_of_line(instructions[i:], code.co_firstlineno)):
+    if i is not None and (rest := _rest_of_line(instructions[i:], code.co_filename, code.co_firstlineno)):
         return code.co_firstlineno, rest
     seen, back = set(), False
     while i is not None and i < len(instructions) and i not in seen:
@@ -52,7 +52,7 @@ def resume_point(code: Any) -> tuple[int, str]:
     return 0, ""
 
 
-def _rest_of_line(instructions: list[Any], line: int) -> str:
+def _rest_of_line(instructions: list[Any], file: str, line: int) -> str:
     """The work left on the break's line after the break: the next method or function it calls, or the
     for loop whose header it is ("" when only a store or a jump is left)."""
     rest = []
@@ -62,7 +62,7 @@ def _rest_of_line(instructions: list[Any], line: int) -> str:
         rest.append(ins)
     if any(ins.opname == "FOR_ITER" for ins in rest):
         return "in the for loop's header at line"
-    if not any(ins.opname.startswith("CALL") for ins in rest):
+    if not any(ins.opname.startswith("CALL") or ins.opname == "BINARY_SUBSCR" for ins in rest):  # or x[mask]
         return ""
     loads = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME")
     work = (*loads, "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP")  # an operator first: "at .clamp" would skip it
@@ -72,7 +72,18 @@ def _rest_of_line(instructions: list[Any], line: int) -> str:
     method = name is not None and (
         name.opname == "LOAD_METHOD" or (name.opname == "LOAD_ATTR" and "NULL" in name.argrepr)
     )
+    if name is not None and name.opname == "BINARY_SUBSCR" and (text := _source_of(name, file, line)):
+        return f"at {text} in line"  # target[valid] still to run (logits, target = logits[valid], target[valid])
     return f"at .{name.argval}(...) in line" if method and name is not None else "inside line"
+
+
+def _source_of(ins: Any, file: str, line: int) -> str:
+    """The code an instruction runs, as the line writes it (``target[valid]``); "" where it cannot be read."""
+    where = ins.positions
+    if where is None or not where.lineno == where.end_lineno == line or where.col_offset is None:
+        return ""
+    text = linecache.getline(file, line).encode()[where.col_offset : where.end_col_offset].decode(errors="replace")
+    return text.strip() if 0 < len(text.strip()) <= 60 and text.isprintable() else ""
 
 
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:

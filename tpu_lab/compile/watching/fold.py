@@ -64,6 +64,7 @@ class Fold:
         self.timeline: list[Point] = []
         self.code_of: dict[FunctionKey, Any] = {}
         self.under: dict[Any, set[FunctionKey]] = {}  # a code (file, line, name) -> functions compiled in its calls
+        self.caller_of: dict[FunctionKey, str] = {}
 
     def compiled(
         self,
@@ -82,6 +83,7 @@ class Fold:
             return self.backward(cap, record)
         self.forward_of[cap.compile_id] = cap
         self.code_of[cap.function] = cap.code and (cap.code.co_filename, cap.code.co_firstlineno, cap.code.co_name)
+        self.caller_of[cap.function] = cap.caller  # the package whose code called it ("": the user's)
         for code in cap.callers:
             self.under.setdefault(code, set()).add(cap.function)
         if cap.hooks:
@@ -302,7 +304,7 @@ class Fold:
             callees = (k for k in self.under.get(self.code_of.get(key), ()) if k not in empty)
             later = key in worked and key.name.startswith(RESUME)
             r.causes = empty_graphs.as_now(r.causes, key, self._broken(key) or later, callees)
-        nested_library.said_at_the_call((k for k, _ in self.rows), rows, self.under, self.code_of)
+        nested_library.said_at_the_call((k for k, _ in self.rows), rows, self.under, self.code_of, self.caller_of)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)

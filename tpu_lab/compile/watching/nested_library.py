@@ -15,14 +15,20 @@ from tpu_lab.compile.watching.watch_table import WatchRow
 
 
 def said_at_the_call(
-    keys: Iterable[FunctionKey], rows: tuple[WatchRow, ...], under: Mapping[Any, set[FunctionKey]], code_of: Mapping
+    keys: Iterable[FunctionKey],
+    rows: tuple[WatchRow, ...],
+    under: Mapping[Any, set[FunctionKey]],
+    code_of: Mapping,
+    caller_of: Mapping[FunctionKey, str],
 ) -> None:
-    """``rows`` (one per key, in order) of a library function compiled inside another row's call, fixed in
-    place; ``under``: a code -> the functions compiled in its calls; ``code_of``: a function -> its code."""
+    """``rows`` (one per key, in order) of a library function that another library's code called inside
+    another row's call, fixed in place; ``under``: a code -> the functions compiled in its calls; ``code_of``:
+    a function -> its code; ``caller_of``: a function -> the package whose code called it ("": the user's,
+    through torch's own frames: a compiled ``opt.step()``'s step, whose optimizer the user holds)."""
     keys = list(keys)
     outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
     for key, row in zip(keys, rows, strict=True):
-        if not is_library(key.filename) or key.name.startswith(RESUME):
+        if not is_library(key.filename) or key.name.startswith(RESUME) or not caller_of.get(key):
             continue
         outer = next((o for o in outers if o != key and key in under.get(code_of.get(o), ())), None)
         if outer is not None:

@@ -64,6 +64,7 @@ class Watch:
         """Bumped whenever the table changes (a live view redraws then)."""
         self._started = time.perf_counter()
         self._last_record = dynamo.newest_record()
+        self._records: list[Any] = []  # taken at each compile: Dynamo keeps only its newest 64 records
         self._break_marker = dynamo_breaks.graph_break_marker()
         self._resets_before = dynamo.resets
         self._tpu = tpu_source.for_this_process() if tpu is None or tpu else None
@@ -83,7 +84,7 @@ class Watch:
         with self._lock:
             usage = "Use `with tl.watch() as w:` (or @tl.watch()), which enters and exits it once each."
             scope = listening.innermost_here(self._scopes, "This watch", usage)
-        if self._pending or self._tpu is not None or dynamo.newest_record() is not self._last_record:
+        if self._pending or self._records or self._tpu is not None or dynamo.newest_record() is not self._last_record:
             self.poll()  # else nothing compiled since the last poll: keep a warm exit cheap
         with self._lock:
             self._scopes.remove(scope)
@@ -97,10 +98,18 @@ class Watch:
 
     def _on_compile(self, capture: Capture) -> None:
         with self._lock:
+            self._take_records()
             self._read_guards()
             self._fold.hooks_seen.update(seen_now(self._fold.hooks, self._pending))  # before they change back
             self._pending.append(capture)
             self._poll_breaks()  # per compile: a reset() empties Dynamo's list of breaks
+
+    def _take_records(self) -> None:
+        """Dynamo's records since the last taken, kept until the next poll: its list holds only the newest 64,
+        so a loop that compiles more before the table is read would lose the oldest. Per compile."""
+        if records := dynamo.records_since(self._last_record):
+            self._records += records
+            self._last_record = records[-1]
 
     def _read_guards(self) -> None:
         """Read the guards of the graphs compiled so far, installed by now: Dynamo deletes a graph's guards
@@ -142,9 +151,8 @@ class Watch:
         """Fold what happened since the last poll into the table; returns the new compile events."""
         with self._lock:
             dynamo.ensure_installed()
-            records = dynamo.records_since(self._last_record)
-            if records:
-                self._last_record = records[-1]
+            self._take_records()
+            records, self._records = self._records, []
             by_id: dict[str, list[Any]] = {}
             for r in records:
                 by_id.setdefault(str(r.compile_id), []).append(r)
