@@ -99,7 +99,8 @@ def _keep_records(size: int | None) -> None:
     """Dynamo's list of records held to ``size`` (None: its default, 64), by its own setter."""
     import torch._dynamo.utils as dynamo_utils
 
-    dynamo_utils.set_compilation_metrics_limit(size or getattr(dynamo_utils, "DEFAULT_COMPILATION_METRICS_LIMIT", 64))
+    default: int = getattr(dynamo_utils, "DEFAULT_COMPILATION_METRICS_LIMIT", 64)
+    dynamo_utils.set_compilation_metrics_limit(size or default)
 
 
 def _failed(r: Any) -> bool:
