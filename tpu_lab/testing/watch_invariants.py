@@ -143,6 +143,7 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
     for g, c in shown:
         if c.kind == "verbatim" and "not translated" not in c.words:
             out["c_guards"].append(f"untranslated guard not marked: {g}")
+    out["c_guards"] += [c.words for r in table.rows for c in r.causes if c.kind == "internal"]  # tpu_lab failed
     out.update(text_violations(table, own_starred(account.records)))
     return out
 

@@ -25,6 +25,7 @@ from tpu_lab.compile.causes.branch_origin import (
 )
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
+from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
@@ -228,7 +229,9 @@ def _break_words(
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
-    cause = shape_op_said(cause, code, at)
+    cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at)
+    if "allow_rnn=True" in cause.fix:  # Dynamo unrolls the RNN over the sequence: each length a graph
+        cause = dataclasses.replace(cause, fix=f"{cause.fix} (the RNN is then unrolled over time steps: {RNN_COST})")
     dense = re.search(
         r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
     )
@@ -309,6 +312,7 @@ SPARSE_FIX = (
     "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
 )
 
+RNN_COST = "each new sequence length compiles a graph of its own, so pad sequences to a few lengths"
 PACKED_RNN_FIX = (
     "the RNN here takes a PackedSequence, which Dynamo cannot trace even with allow_rnn=True: keep "
     "pack_padded_sequence, the RNN and pad_packed_sequence together outside the compiled function, and compile "

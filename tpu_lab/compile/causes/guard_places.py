@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import linecache
 import re
 import tokenize
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,22 @@ def whole_statement(code: str) -> str:
     except (SyntaxError, tokenize.TokenError):
         return ""
     return text
+
+
+def statement_at(code: str, where: str) -> str:
+    """``code`` (the line at ``where``, ``file:line``) as one whole statement: where it begins a longer one
+    (``y = F.scaled_dot_product_attention(q, k, v,``), joined with the lines that end it, read from its
+    file; '' where that cannot be done within a few lines."""
+    if text := whole_statement(code):
+        return text
+    path, _, line = where.rpartition(":")
+    path = unshortened(path)
+    parts = [code.strip()]
+    for n in range(int(line) + 1, int(line) + 8) if path and line.isdigit() else ():
+        parts.append(linecache.getline(path, n).strip())
+        if text := whole_statement(" ".join(parts).replace("( ", "(")):
+            return text if len(text) <= 240 else ""
+    return ""
 
 
 _FRAMEWORK = "the guard itself is not due user code"  # Dynamo's own 0/1 specialisation, shown at a first use
@@ -171,7 +188,7 @@ def condition_place(guard: str, places: Mapping[str, str]) -> str:
         text = (
             f"a check inside {package}"
             if package != USER
-            else f"line {line}" + (f": {whole_statement(code)}" if whole_statement(code) else "")
+            else f"line {line}" + (f": {statement}" if (statement := statement_at(code, where)) else "")
         )
         if text not in said:
             said.append(text)

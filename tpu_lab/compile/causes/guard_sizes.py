@@ -181,6 +181,11 @@ def size_words(
             "the compiled function; mark_dynamic on items whose sizes the code ties together can raise "
             "ConstraintViolationError"
         )
+    elif i == "0" and (item := re.fullmatch(r"([\w.]+)\[\d+\]", name)) and not caller:  # a list's item: a sample
+        fix = (
+            f"each item of {item[1]} has its own length: pad them to a few lengths outside the compiled function "
+            f"(or batch them, padded, into one tensor); else {dynamic}"
+        )
     elif i == "0" and int(b) < int(a) and not caller:
         fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:
@@ -251,6 +256,17 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
     described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""
     layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
     whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
+    sizes = re.search(r"\[([\d, ]+)\]", now or "")
+    at = re.match(r"stride (\d+):", detail)
+    if sizes and at and int(at[1]) < len(dims := sizes[1].split(", ")) and dims[int(at[1])] == "1":
+        return Cause(  # a size-1 dimension's stride: no layout at all, but a slice of a longer tensor carries it
+            "stride",
+            f"{whose} stride along its size-1 dimension {at[1]} changed ({detail.split(': ', 1)[1]}): the same "
+            "layout, but a slice of a longer tensor keeps that tensor's stride there, and Dynamo guards it",
+            g,
+            f"where {name} is passed or made, {name}.clone(memory_format=torch.contiguous_format) gives it the same "
+            "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
+        )
     if layout == "non-contiguous":
         words = f"{whose} memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
     elif layout:

@@ -264,12 +264,18 @@ def words(
         line, library = set_by(f)
         said = kept or bare(local_name(g))
         crossed = "no longer meets a condition" if re.search(r"%|!=", said) else "crossed a bound"  # odd, now even
+        if len(said) > 100:  # sympy's expansion of the code's size arithmetic: which sizes, not the expression
+            sizes = " and ".join(dict.fromkeys(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said)))
+            said = f"a relation between {sizes or 'sizes'} too long to quote here: it is in full in Dynamo's guard"
         return Cause(
             "specialised",
             f"a size {crossed} the graph assumed ({said}), set{line}",
             g,
             "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
             f"or drop it ({DROP_LAST})"
+            if library and set(re.findall(r"\.size\(\)\[(\d+)\]", g)) == {"0"}  # only the batch dimension
+            else "expected once per side of that bound; to stay on one side, pad that dimension to sizes on one side "
+            "of it"
             if library
             else "expected once per side of that branch; if sizes cross it often, pad them to one side "
             "or express the branch with torch.cond",

@@ -34,11 +34,16 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
     if itself:
         who = _needs_it(comment)
         place = condition_place(guard, {guard: comment})
-        called = re.search(rf"\b(torch\.[\w.]+)\((?:[^()]|\([^()]*\))*?(?<![\w.]){re.escape(name)}\b", place)
+        torch_call = (
+            r"\b((?:torch|F)\.[\w.]+)\((?:[^()]|\([^()]*\))*?"  # torch.linspace(, F.scaled_dot_product_attention(
+        )
+        called = re.search(rf"{torch_call}(?<![\w.]){re.escape(name)}\b", place)
         who = called[1] if who == "your line" and called else who  # torch.linspace(steps=n): an int there
         if who == "your line":  # Dynamo's own frame: the line uses it as a Python value (betas[t], math.sqrt(t))
             indexed = ", ".join(dict.fromkeys(re.findall(rf"[\w.]+\[{re.escape(name)}\]", place)))
+            keyed = re.search(rf"(?<![\w.]){re.escape(name)} (?:not )?in ([\w.]+)", place)  # a cache looked up by it
             use = f"it indexes a Python list or tuple ({indexed})" if indexed else "it is used as a plain Python number"
+            use = f"it is a key of the dict {keyed[1]}" if keyed else use
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
                 f"still compiles a graph of its own{at_most}"
@@ -49,6 +54,10 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
                 "branching on it with torch.where, not if, so one graph serves every value; else raise "
                 "torch._dynamo.config.recompile_limit to the number of values you use"
                 if indexed
+                else f"a lookup by a key needs its value, so each {name} is a graph of its own: build one entry at "
+                f"the largest {name} before the first call and slice it to {name} inside (mask[:{name}, :{name}]), or keep "
+                f"{name} to a few values"
+                if keyed
                 else held_fix(name)
             )
             return dataclasses.replace(cause, words=start + words, fix=fix)

@@ -217,7 +217,7 @@ def _items_changed(base: str, same: Sequence[tuple[str, Cause]], guards: str) ->
     """Items of one list baked into the graph, several changed at once (``ids.tolist()[0]``, ``[1]``, ...):
     one change, said once with the first few values."""
     first = same[0][1]
-    was = [f"{n} was {m[1]}" for n, c in same if (m := re.search(r"\(was ([^;()]+)", c.words))]
+    was = [f"{n} was {m[1]}" for n, c in same if (m := re.search(r"\(was ([^;(),:]+)", c.words))]  # its value alone
     limit = re.search(r", at most \d+", first.words)
     words = (
         f"{len(same)} items of {base} changed ({', '.join(was[:3])}{', ...' if len(was) > 3 else ''}): each is a "
@@ -232,7 +232,8 @@ def _items_changed(base: str, same: Sequence[tuple[str, Cause]], guards: str) ->
 
 
 _CROSSED = re.compile(
-    r"^(?P<numbers>.+?) crossed a (?P<what>condition|bound) the graph assumed \((?P<condition>.*)\), "
+    r"^(?P<numbers>.+?) (?P<verb>crossed|no longer meets) a (?P<what>condition|bound) the graph assumed "
+    r"\((?P<condition>.*)\), "
     r"set(?P<at>.*?)(?P<tail>: each side of it is a graph of its own)?$"
 )
 
@@ -241,12 +242,14 @@ def _crossed_words(causes: list[Cause]) -> str:
     """Several conditions on one number, or bounds on sizes, crossed at once (a reshape's arithmetic on a
     number, one branch on two sizes), said as one: the shortest by name, the count, the lines that set them."""
     found = [m for c in causes if (m := _CROSSED.match(c.words))]
+    if not found:  # worded otherwise: each says its own
+        return "; ".join(dict.fromkeys(c.words for c in causes))
     shortest = min((m["condition"] for m in found), key=len)
     at = list(dict.fromkeys(m["at"] for m in found))
     where = at[0] + (f", and {len(at) - 1} more line{'s' * (len(at) > 2)}" if len(at) > 1 else "")
     tail = ": each side of them is a graph of its own" if found[0]["tail"] else ""
     return (
-        f"{found[0]['numbers']} crossed {len(found)} {found[0]['what']}s the graph assumed ({shortest}, and "
+        f"{found[0]['numbers']} {found[0]['verb']} {len(found)} {found[0]['what']}s the graph assumed ({shortest}, and "
         f"{len(found) - 1} more), set{where}{tail}"
     )
 

@@ -18,6 +18,20 @@ _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an it
 _SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
 
 
+def carried_call(words: str, code: str) -> str:
+    """A break's ``words`` with Dynamo's ```___stack0``` (a function the line was about to call when an earlier
+    break on it stopped the trace: ``self.rnn`` of ``h = self.rnn(self.stats(x))``) named by the line's
+    outermost call; by what it is where the line has none."""
+    if "`___stack" not in words:
+        return words
+    try:
+        calls = [n for n in ast.walk(ast.parse(code.strip())) if isinstance(n, ast.Call)]
+    except SyntaxError:
+        calls = []
+    name = f"`{ast.unparse(calls[0].func)}`" if calls else "the function carried over the graph break before it"
+    return re.sub(r"`___stack\d+`", lambda _: name, words)
+
+
 def inside_names(sources: Sequence[str]) -> dict[str, str]:
     """Tensors a graph's guards check (Dynamo's sources) named as rows name them, a carried value as
     ``the carried value`` (``the carried value 2`` for ``___stack1``), as ``carried_named`` then renames it."""

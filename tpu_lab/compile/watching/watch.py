@@ -14,6 +14,7 @@ from __future__ import annotations
 import linecache
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from tpu_lab.compile.watching import calls
 from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.hooks_changed import seen_now
 from tpu_lab.compile.watching.leftover import leftover_records
-from tpu_lab.compile.watching.watch_table import Point, RowCause, WatchTable
+from tpu_lab.compile.watching.watch_table import INTERNAL, Point, RowCause, WatchTable
 from tpu_lab.compile.watching.what_next import with_flags
 
 TPU_ROW = FunctionKey("eager ops (torch_tpu)", "", 0)
@@ -161,15 +162,15 @@ class Watch:
             now = time.perf_counter()
             for cap in self._pending:
                 if cap.trigger == LIMIT_TRIGGER:
-                    events.append(self._fold_limit(cap))
+                    events.append(self._safely(cap, None, self._fold_limit))
                     continue
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
                 elif record is not None and is_failed(record) and not is_limit_refusal(record):
-                    events.append(self._fold_failed(cap, record))
+                    events.append(self._safely(cap, record, self._fold_failed))
                 else:
-                    events.append(self._fold_compiled(cap, record))
+                    events.append(self._safely(cap, record, self._fold_compiled))
             self._pending = waiting
             kept = {id(c) for c in waiting}
             self._guards_read = {i: p for i, p in self._guards_read.items() if i in kept}
@@ -180,6 +181,26 @@ class Watch:
             if events:
                 self.version += 1
             return events
+
+    def _safely(self, cap: Capture, record: Any, fold: Callable[..., CompileEvent]) -> CompileEvent:
+        """``fold`` of one compile; one that raises (a bug in tpu_lab) must not end the user's run: the compile
+        is counted on its row all the same, with the error said there (a test or corpus run fails on it)."""
+        before = sum(r.compiles + r.failed + r.refused for r in self._fold.rows.values())
+        try:
+            return fold(cap) if fold == self._fold_limit else fold(cap, record)
+        except Exception as e:
+            self._handled.add(cap.compile_id)
+            row = self._fold.row(cap.function, cap.signature)
+            if sum(r.compiles + r.failed + r.refused for r in self._fold.rows.values()) == before:
+                which = "refused" if fold == self._fold_limit else "failed" if fold == self._fold_failed else "compiles"
+                setattr(row, which, getattr(row, which) + 1)
+            place = traceback.extract_tb(e.__traceback__)[-1]
+            words = (
+                f"tpu_lab could not explain this compile ({type(e).__name__}: {e}, at "
+                f"{frames.where_label(place.filename, place.lineno or 0)}): it is counted; please report it"
+            )
+            row.add(RowCause(words, kind=INTERNAL, count=0))
+            return CompileEvent("dynamo", cap.reason, 0.0, cause=words)
 
     def _fold_compiled(self, cap: Capture, record: Any) -> CompileEvent:
         self._handled.add(cap.compile_id)

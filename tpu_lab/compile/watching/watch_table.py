@@ -22,6 +22,10 @@ CALLS_NOTE = (
 )
 
 
+INTERNAL = "internal"
+"""The kind of a cause that says tpu_lab itself failed to explain a compile (counted all the same)."""
+
+
 @dataclass
 class RowCause:
     """One cause of one or more compiles of a row: words, Dynamo's guard, the fix, how many compiles."""
