@@ -3,8 +3,10 @@ growing sequence) is no layout change, and its fix is a clone that resets stride
 ops take as a Python float (scaled_dot_product_attention's dropout_p, on a call written over two lines) and
 a number used as a dict key are never told to become tensors; Dynamo's ``___stack0`` in a break's words is
 named by the call on the line; allow_rnn's fix says what it costs; a list item's own length is no last
-batch; sympy's long size expressions are not quoted; items of one list changed read as values. Each is
-checked against Dynamo's records, and each printed fix that can be run is run."""
+batch; sympy's long size expressions are not quoted; items of one list changed read as values; a generator
+passed in is said in words (a list traces); a size made after a break is never marked "before the first
+call"; a bug in explaining a compile never ends the run. Each is checked against Dynamo's records, and each
+printed fix that can be run is run."""
 
 import torch
 import torch.nn.functional as F
@@ -184,3 +186,46 @@ def test_a_bug_in_explaining_a_compile_never_ends_the_users_run_and_the_compile_
     )
     assert internal[0] in w.table.to_text()
     assert internal[0] in violations(w.table, account)["c_guards"]  # a test or corpus run fails on it
+
+
+def has_overflow(params):  # DeepSpeed's loss scaler: any gradient not finite
+    for p in params:  # noqa: SIM110 (the loop, as DeepSpeed writes it, is what Dynamo walks)
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            return True
+    return False
+
+
+def test_a_generator_passed_in_is_said_in_words_and_the_printed_list_compiles(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())
+    model(torch.randn(2, 4)).sum().backward()
+    with tl.watch() as w:
+        torch.compile(has_overflow, backend=BACKEND)(model.parameters())
+    check_against_dynamo(w, dynamo)
+    (said,) = w.table.breaks
+    assert "SourcelessBuilder" not in said.words and "Dynamo cannot trace the Sequential it meets" in said.words
+    assert said.fix.startswith("pass a list in place of a generator (list(model.parameters()))"), said.fix
+    torch._dynamo.reset()
+    with tl.watch() as fixed:
+        torch.compile(has_overflow, backend=BACKEND)(list(model.parameters()))  # the fix as printed
+    (own,) = [r for r in fixed.table if r.function.startswith("has_overflow (")]  # the function itself compiles
+    assert own.compiles == 1 and not own.failed, fixed.table.to_text()
+
+
+def criterion(cost):  # DETR's matcher on the host, then the loss on the matched pairs
+    row = cost.detach().numpy().argmin(0)
+    print("matched")  # logging between the two: a graph break
+    return cost[torch.as_tensor(row), torch.arange(cost.shape[1])].sum()
+
+
+def test_a_size_one_made_after_a_break_is_never_told_to_be_marked_before_the_first_call(dynamo):
+    f = torch.compile(criterion, backend=BACKEND)
+    with tl.watch() as w:
+        for n in (2, 3, 1):
+            f(torch.randn(6, n))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    resumed = [
+        c for r in w.table if "after the graph break" in r.function for c in r.causes if "mark_unbacked" in c.fix
+    ]
+    assert resumed, [(r.function, c.fix) for r in w.table for c in r.causes]
+    for c in resumed:
+        assert "mark_unbacked(row" not in c.fix and "removing the graph break at line" in c.fix, c.fix

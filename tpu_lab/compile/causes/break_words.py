@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import (
     CHECK_FIX,
@@ -26,6 +25,7 @@ from tpu_lab.compile.causes.branch_origin import (
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.resumed import carried_call
+from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
@@ -52,9 +52,15 @@ def clean(text: str) -> str:
     text = re.sub(r"\s*\(unhinted: [^)]*\)\.?\s*(?:\(Size-like symbols: [^)]*\))?", "", text)  # sympy's internals
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
+    text = _SOURCELESS.sub(_SOURCELESS_WORDS, text)  # Dynamo's builder for objects it has no input path to
     return text.strip().rstrip(".")
 
 
+_SOURCELESS = re.compile(r"SourcelessBuilder\.create does not know how to wrap (\w+)")
+_SOURCELESS_WORDS = (
+    r"Dynamo cannot trace the \1 it meets inside a value made outside the compiled code (a generator such as "
+    r"model.parameters() passed in): it has no input path to guard it by"
+)
 _FX_DUMP = re.compile(r"FakeTensor|\bargs=\(|\bkwargs=\{|\btarget=")
 _SETTING = re.compile(r"(?:^|(?<=\. ))(Set torch\.[\w.]+\s*=\s*\w+[^.]*)\.?")
 
@@ -230,8 +236,10 @@ def _break_words(
             )
         cause = dataclasses.replace(cause, fix=fix)
     cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at)
-    if "allow_rnn=True" in cause.fix:  # Dynamo unrolls the RNN over the sequence: each length a graph
-        cause = dataclasses.replace(cause, fix=f"{cause.fix} (the RNN is then unrolled over time steps: {RNN_COST})")
+    cause = with_rnn_cost(cause)
+    if _SOURCELESS_WORDS[-30:] in cause.words and not cause.fix:  # a generator passed in: a list traces
+        fix = "pass a list in place of a generator (list(model.parameters())), or call it outside the compiled function"
+        cause = dataclasses.replace(cause, fix=fix)
     dense = re.search(
         r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
     )
@@ -311,19 +319,3 @@ SPARSE_FIX = (
     "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
     "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
 )
-
-RNN_COST = "each new sequence length compiles a graph of its own, so pad sequences to a few lengths"
-PACKED_RNN_FIX = (
-    "the RNN here takes a PackedSequence, which Dynamo cannot trace even with allow_rnn=True: keep "
-    "pack_padded_sequence, the RNN and pad_packed_sequence together outside the compiled function, and compile "
-    "the layers before and after them"
-)
-
-
-def packed_rnn(causes: list[Any], breaks: list[Cause]) -> list[Any]:
-    """``causes`` (breaks, or a frame Dynamo gave up on) of an RNN where ``breaks`` show packing around it
-    (``pack_padded_sequence``): Dynamo's own hint, allow_rnn, only moves that break into the RNN's code
-    (``_local_scalar_dense`` on the batch sizes), so the fix is the packing's."""
-    if not any(re.search(r"`(?:pack_padded_sequence|pad_packed_sequence|pack_sequence)`", b.words) for b in breaks):
-        return causes
-    return [dataclasses.replace(c, fix=PACKED_RNN_FIX) if "RNN, GRU, or LSTM" in c.words else c for c in causes]

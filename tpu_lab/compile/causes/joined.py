@@ -233,8 +233,7 @@ def _items_changed(base: str, same: Sequence[tuple[str, Cause]], guards: str) ->
 
 _CROSSED = re.compile(
     r"^(?P<numbers>.+?) (?P<verb>crossed|no longer meets) a (?P<what>condition|bound) the graph assumed "
-    r"\((?P<condition>.*)\), "
-    r"set(?P<at>.*?)(?P<tail>: each side of it is a graph of its own)?$"
+    r"\((?P<condition>.*)\), set(?P<at>.*?)(?P<tail>: each side of it is a graph of its own)?$"
 )
 
 
@@ -248,10 +247,8 @@ def _crossed_words(causes: list[Cause]) -> str:
     at = list(dict.fromkeys(m["at"] for m in found))
     where = at[0] + (f", and {len(at) - 1} more line{'s' * (len(at) > 2)}" if len(at) > 1 else "")
     tail = ": each side of them is a graph of its own" if found[0]["tail"] else ""
-    return (
-        f"{found[0]['numbers']} {found[0]['verb']} {len(found)} {found[0]['what']}s the graph assumed ({shortest}, and "
-        f"{len(found) - 1} more), set{where}{tail}"
-    )
+    first, n = found[0], len(found)
+    return f"{first['numbers']} {first['verb']} {n} {first['what']}s the graph assumed ({shortest}, and {n - 1} more), set{where}{tail}"
 
 
 _ONE_PER_INPUT = ("dict_keys", "stride")

@@ -125,6 +125,9 @@ UNTIL_MARKED = "none needed once Dynamo makes the size dynamic; to mark it, "
 """How a resumed frame's size fix begins: what follows it is how to skip even the first recompile."""
 
 
+_UNBACKED = re.compile(r"torch\._dynamo\.decorators\.mark_unbacked\([^()]*\)")
+
+
 def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence[tuple[str, str]] = ()) -> list[Cause]:
     """``causes`` of a resumed frame of ``function``: the break is what to change, and the carried value is
     the variable the break line assigns (``sizes = lengths.tolist()``: ``sizes[0] changed``), else that
@@ -134,10 +137,15 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
         f"{UNTIL_MARKED}remove the graph break at line {line} (see its fix) so the function is one graph, and mark "
         "the function's own input"
     )
+    unbacked = (
+        f"removing the graph break at line {line} (see its fix) and marking the function's own input with "
+        "torch._dynamo.decorators.mark_unbacked"
+    )
     slots = _slots(names)
     out = []
     for c in causes:
         words, fix = c.words, instead if "mark_dynamic(" in c.fix else c.fix
+        fix = _UNBACKED.sub(unbacked, fix)  # a value made after the break is marked nowhere before a call
         words, fix = (_items_named(t, items) for t in (words, fix))
         own = sorted({int(n) for n in re.findall(r"___stack(\d+)", c.guard)})
         if len(slots) > 1 and own and all(n in slots for n in own):  # several carried: by the guards' own

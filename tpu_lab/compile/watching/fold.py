@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import by_vmap, calls_vmap
-from tpu_lab.compile.causes.break_words import packed_rnn
 from tpu_lab.compile.causes.cause import CARRIED, Cause, readable_guard
 from tpu_lab.compile.causes.explain import (
     LIMIT_RAISED_TEXT,
@@ -24,6 +23,7 @@ from tpu_lab.compile.causes.explain import (
 )
 from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
+from tpu_lab.compile.causes.rnn_breaks import packed_rnn
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources
 from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
