@@ -4,6 +4,7 @@ code fixes (a loop over it) is never told to mark_dynamic. Pure: strings in, ``C
 
 from __future__ import annotations
 
+import math
 import re
 
 from tpu_lab.compile.causes.cause import CARRIED, Cause, bare, local_name
@@ -50,10 +51,18 @@ DROP_LAST = "DataLoader(drop_last=True) if you use one"  # whether the inputs ca
 
 
 def size_words(
-    m: re.Match, g: str, tpu: bool, static: bool, cache: str = "", caller: str = "", pipeline: bool = False
+    m: re.Match,
+    g: str,
+    tpu: bool,
+    static: bool,
+    cache: str = "",
+    caller: str = "",
+    pipeline: bool = False,
+    sequences: bool = False,
 ) -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
-    ``caller``: the library that called the compiled function (``transformers``), when not the user."""
+    ``caller``: the library that called the compiled function (``transformers``), when not the user;
+    ``sequences``: the tensor is an item of a list of 1-D tensors (token sequences, each its own length)."""
     name, i, a, b = local_name(m["name"]), m["i"], m["a"], m["b"]
     if is_parameter(m["name"], g):
         return Cause(
@@ -181,7 +190,7 @@ def size_words(
             "the compiled function; mark_dynamic on items whose sizes the code ties together can raise "
             "ConstraintViolationError"
         )
-    elif i == "0" and (item := re.fullmatch(r"([\w.]+)\[\d+\]", name)) and not caller:  # a list's item: a sample
+    elif i == "0" and sequences and (item := re.fullmatch(r"([\w.]+)\[\d+\]", name)) and not caller:
         fix = (
             f"each item of {item[1]} has its own length: pad them to a few lengths outside the compiled function "
             f"(or batch them, padded, into one tensor); else {dynamic}"
@@ -257,8 +266,10 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
     layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
     whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
     sizes = re.search(r"\[([\d, ]+)\]", now or "")
-    at = re.match(r"stride (\d+):", detail)
-    if sizes and at and int(at[1]) < len(dims := sizes[1].split(", ")) and dims[int(at[1])] == "1":
+    at = re.match(r"stride (\d+): \d+ -> (\d+)", detail)
+    dims = [int(d) for d in sizes[1].split(", ")] if sizes else []
+    # the new tensor's stride there is not what its own sizes give: a slice of a longer one (else a real change)
+    if at and int(at[1]) < len(dims) and dims[int(at[1])] == 1 and int(at[2]) != math.prod(dims[int(at[1]) + 1 :]):
         return Cause(  # a size-1 dimension's stride: no layout at all, but a slice of a longer tensor carries it
             "stride",
             f"{whose} stride along its size-1 dimension {at[1]} changed ({detail.split(': ', 1)[1]}): the same "

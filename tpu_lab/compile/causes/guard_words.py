@@ -122,7 +122,7 @@ def words(
         )
     if m:
         return (
-            size_words(m, g, tpu, static, cache, caller, pipeline)
+            size_words(m, g, tpu, static, cache, caller, pipeline, _sequences(local_name(m["name"]), inputs or {}))
             if m["what"] == "size"
             else layout_words(
                 local_name(m["name"]),
@@ -264,9 +264,9 @@ def words(
         line, library = set_by(f)
         said = kept or bare(local_name(g))
         crossed = "no longer meets a condition" if re.search(r"%|!=", said) else "crossed a bound"  # odd, now even
-        if len(said) > 100:  # sympy's expansion of the code's size arithmetic: which sizes, not the expression
-            sizes = " and ".join(dict.fromkeys(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said)))
-            said = f"a relation between {sizes or 'sizes'} too long to quote here: it is in full in Dynamo's guard"
+        if len(said) > 48:  # sympy's expansion of the code's size arithmetic: which sizes, not the expression
+            sizes = " and ".join(sorted(set(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said))))
+            said = f"a condition on {sizes or 'sizes'} too long to quote here: it is in full in Dynamo's guard"
         return Cause(
             "specialised",
             f"a size {crossed} the graph assumed ({said}), set{line}",
@@ -311,3 +311,11 @@ def _short(where: str) -> str:
 
     path, _, line = where.rpartition(":")
     return where_label(path, int(line)) if line.isdigit() else where
+
+
+def _sequences(name: str, inputs: Mapping[str, str]) -> bool:
+    """``name`` (``seqs[0]``) is an item of the user's list whose items are all 1-D tensors: token sequences,
+    each of its own length (a wrapper's ``args[0]`` is no such list; a batch's tuple holds a 2-D input)."""
+    item = re.fullmatch(r"((?!args\b|kwargs\b)[\w.]+)\[\d+\]", name)
+    items = [d for n, d in inputs.items() if item and re.fullmatch(rf"{re.escape(item[1])}\[\d+\]", n)]
+    return bool(items) and all(re.match(r"^\w+\[\d+\]", d) for d in items)

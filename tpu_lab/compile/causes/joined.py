@@ -160,8 +160,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             key = (cause.kind, f"size {i} {a} {b}", str(STATIC_WORDS in cause.words))
         elif cause.kind == "derived":  # a scale and a zero point computed on one line: one change
             key = (cause.kind, derived_key(cause), "")
-        elif cause.kind in ("number_branch", "specialised") and (crossed := _CROSSED.match(cause.words)):
-            key = (cause.kind, crossed["numbers"], "")  # one number, many conditions (a view's arithmetic): one
+        elif cause.kind in _BRANCHES and (c := _CROSSED.match(cause.words)) and c["verb"] == "crossed":
+            key = (cause.kind, c["numbers"], "")  # one number, many conditions (a view's arithmetic): one
         elif cause.kind == "value" and name and (item := _ITEM.fullmatch(name)):  # a list's items: one change
             key = (cause.kind, f"{item[1]}[]", "")
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
@@ -247,11 +247,11 @@ def _crossed_words(causes: list[Cause]) -> str:
     at = list(dict.fromkeys(m["at"] for m in found))
     where = at[0] + (f", and {len(at) - 1} more line{'s' * (len(at) > 2)}" if len(at) > 1 else "")
     tail = ": each side of them is a graph of its own" if found[0]["tail"] else ""
-    first, n = found[0], len(found)
-    return f"{first['numbers']} {first['verb']} {n} {first['what']}s the graph assumed ({shortest}, and {n - 1} more), set{where}{tail}"
+    return f"{found[0]['numbers']} {found[0]['verb']} {len(found)} {found[0]['what']}s the graph assumed ({shortest}, and {len(found) - 1} more), set{where}{tail}"
 
 
 _ONE_PER_INPUT = ("dict_keys", "stride")
+_BRANCHES = ("number_branch", "specialised")
 _TOKENS = ("input_ids", "attention_mask", "position_ids", "cache_position", "token_type_ids", "labels")
 
 
