@@ -267,9 +267,9 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
     whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
     sizes = re.search(r"\[([\d, ]+)\]", now or "")
     at = re.match(r"stride (\d+): \d+ -> (\d+)", detail)
-    dims = [int(d) for d in sizes[1].split(", ")] if sizes else []
+    shape = [int(d) for d in sizes[1].split(", ")] if sizes else []
     # the new tensor's stride there is not what its own sizes give: a slice of a longer one (else a real change)
-    if at and int(at[1]) < len(dims) and dims[int(at[1])] == 1 and int(at[2]) != math.prod(dims[int(at[1]) + 1 :]):
+    if at and int(at[1]) < len(shape) and shape[int(at[1])] == 1 and int(at[2]) != math.prod(shape[int(at[1]) + 1 :]):
         return Cause(  # a size-1 dimension's stride: no layout at all, but a slice of a longer tensor carries it
             "stride",
             f"{whose} stride along its size-1 dimension {at[1]} changed ({detail.split(': ', 1)[1]}): the same "
