@@ -108,8 +108,11 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
     names (``x dim 0``, ``alpha``), each as (its words, Dynamo's guard): a value or size outside one
     compiles another graph. Dynamo's own ``2 <= size`` (sizes 0 and 1 are graphs of their own) is left out."""
     out: dict[str, list[tuple[str, str]]] = {}
+    slots = {raw: user for raw, user in names if re.fullmatch(r"___stack\d+", raw) and "'" not in user}
     for g in guards or ():
         text = re.sub(r"^2 <= (?=\S+\.size\(\)\[\d+\])", "", g.strip())
+        # a carried value by what its line calls it, before local_name makes it words: sim[mask].size()[0]
+        text = re.sub(r"L\['(___stack\d+)'\]", lambda m: f"L['{slots[m[1]]}']" if m[1] in slots else m[0], text)
         held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+", text)  # a number computed from sizes, held to one value
         if (
             ("==" in text and not held_to)

@@ -56,7 +56,8 @@ _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
 _SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]$")
 _STRIDE_IS_SIZE = re.compile(
-    r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?P=name)\.size\(\)\[\d+\](?:\*(?P=name)\.size\(\)\[\d+\])*"
+    r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?:\d+\*)?(?P=name)\.size\(\)\[\d+\]"
+    r"(?:\*(?:(?P=name)\.size\(\)\[\d+\]|\d+))*"  # 16*mems[0].size()[1]: a fixed size times a dynamic one
 )
 _BOUND = re.compile(r"\.size\(\)\[\d+\]|\.stride\(\)\[\d+\]|\bs\d+\b")
 _DEALLOC = re.compile(r"invalidated because (?P<name>.+?) got deallocated")
@@ -269,7 +270,7 @@ def words(
             said = f"a condition on {sizes or 'sizes'} too long to quote here: it is in full in Dynamo's guard"
         return Cause(
             "specialised",
-            f"a size {crossed} the graph assumed ({said}), set{line}",
+            f"a size {crossed} the graph assumed ({said})" + (f", set{line}" if line else ""),
             g,
             "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
             f"or drop it ({DROP_LAST})"

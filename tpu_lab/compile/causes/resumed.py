@@ -118,6 +118,8 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
     slots = _slots(names)
     if len(slots) > 1:  # several values carried (``h + gn(h)`` broke in gn): each by what the line calls it
         text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
+    elif slots:  # one named, beside a function the line was about to call (self.dec(self.lr(x, d))): by number
+        text = re.sub(r"\bthe carried value (\d+)(?![\w\[])", lambda m: slots.get(int(m[1]) - 1, m[0]), text)
     return _CARRIED_NAMED.sub(target, text) if target else text
 
 

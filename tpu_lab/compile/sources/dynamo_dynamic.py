@@ -174,27 +174,16 @@ def _arithmetic(guard: str, source: str) -> ast.expr | None:
         tree = ast.parse(guard, mode="eval").body
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
+    allowed = (ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.BinOp, ast.UnaryOp, ast.USub, ast.Not, ast.Constant)
+
+    def plain(node: ast.AST) -> bool:  # the source whole (L['seq'][1], not looked into), else arithmetic
         if isinstance(node, ast.Subscript):
-            if ast.unparse(node) != source.replace('"', "'"):
-                return None
-        elif not isinstance(
-            node,
-            (
-                ast.BoolOp,
-                ast.And,
-                ast.Or,
-                ast.Compare,
-                ast.BinOp,
-                ast.UnaryOp,
-                ast.USub,
-                ast.Not,
-                ast.Constant,
-                *tuple(_OPS),
-            ),
-        ) and not (isinstance(node, (ast.Name, ast.Load)) and getattr(node, "id", "L") == "L"):
-            return None
-    return tree
+            return ast.unparse(node) == source.replace('"', "'")
+        if not isinstance(node, (*allowed, *tuple(_OPS))):
+            return False
+        return all(plain(child) for child in ast.iter_child_nodes(node))
+
+    return tree if plain(tree) else None
 
 
 def _value(node: ast.expr, n: int) -> Any:

@@ -47,5 +47,5 @@ def _fix(key: FunctionKey, outer: FunctionKey) -> str:
     return (
         f"nothing of yours to change here: {key.name} is {package} code that {caller} called in a part Dynamo "
         f"could not compile, so Dynamo compiled it as a function of its own, with inputs {package} built from "
-        f"yours; the graph break's fix (call that library code outside the compiled function) removes these graphs too"
+        f"yours; fixing that graph break (see its fix) removes these graphs too"
     )
