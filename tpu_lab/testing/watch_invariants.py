@@ -21,7 +21,7 @@ from typing import Any
 
 INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
 _INTERNAL = re.compile(
-    r"torch_dynamo_resume_in_|___stack\d|the value carried over the graph break(?=[.\[])|\bthe carried value\b|\b_*stack\d+_\d|\bL\[['\"]|\bG\[['\"]|\b(?P<star>\w+)(?:\[\d+\]|\[['\"])|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
+    r"torch_dynamo_resume_in_|___stack\d|\(\d{9,}, |the value carried over the graph break(?=[.\[])|\bthe carried value\b|\b_*stack\d+_\d|\bL\[['\"]|\bG\[['\"]|\b(?P<star>\w+)(?:\[\d+\]|\[['\"])|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
 )
 _STARRED = ("args", "kwargs")  # a wrapper's *args/**kwargs: internal unless the user's own function takes them
 

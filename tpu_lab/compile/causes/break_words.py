@@ -237,7 +237,8 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=fix)
     cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at)
     cause = with_rnn_cost(cause)
-    if _SOURCELESS_WORDS[-30:] in cause.words and not cause.fix:  # a generator passed in: a list traces
+    generator = _SOURCELESS_WORDS[-30:] in cause.words or "over `UserDefinedObjectVariable(generator)`" in cause.words
+    if generator and not cause.fix:  # a generator passed in (torch 2.13 words it so): a list traces
         fix = "pass a list in place of a generator (list(model.parameters())), or call it outside the compiled function"
         cause = dataclasses.replace(cause, fix=fix)
     dense = re.search(

@@ -160,6 +160,9 @@ def container_words(
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
         now = "gained" if g.lstrip().startswith("not ") else "lost"
         name = local_name(m["name"])
+        if m["name"].startswith("G[") and now == "gained" and (of := re.fullmatch(r"\(\d{9,}, (.+)\)", m["key"])):
+            words = f"{name} (a global dict) gained a key for one more object (its id, with {of[1]}){_PER_OBJECT}"
+            return Cause("dict_keys", words, g, _PER_OBJECT_FIX)  # parametrize.cached(): (id(module), 'weight')
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         if _on_module(name, inputs) and now == "gained":  # a module's own cache, never passed in
@@ -219,6 +222,8 @@ CACHE_WORDS = (
     f" (absent when this graph was compiled): {CACHE} gains one key per new size, and each key "
     "is a graph of its own, up to the recompile limit"
 )
+_PER_OBJECT = " (absent when this graph was compiled): a cache keyed by object gains one key per object it holds"
+_PER_OBJECT_FIX = "fill it before the first compiled call (run what fills it once outside, under the same context)"
 CACHE_FIX = (
     "keep the cached values in one tensor computed for the longest size outside the compiled function and slice "
     "it inside by the size (t[:n]): from the second size on, one graph serves every size; or fill the cache outside, before "

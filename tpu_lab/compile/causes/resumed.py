@@ -120,7 +120,8 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
         text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
     elif slots:  # one named, beside a function the line was about to call (self.dec(self.lr(x, d))): by number
         text = re.sub(r"\bthe carried value (\d+)(?![\w\[])", lambda m: slots.get(int(m[1]) - 1, m[0]), text)
-    return _CARRIED_NAMED.sub(target, text) if target else text
+    target = target or slots.get(0, "") if len(slots) == 1 else target  # else by what the line calls it
+    return _CARRIED_NAMED.sub(target, text) if target else _CARRIED_NAMED.sub(CARRIED, text)
 
 
 UNTIL_MARKED = "none needed once Dynamo makes the size dynamic; to mark it, "
@@ -153,7 +154,7 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
         if len(slots) > 1 and own and all(n in slots for n in own):  # several carried: by the guards' own
             who = " and ".join(slots[n] for n in own)
             words, fix = words.replace(CARRIED, who), fix.replace(CARRIED, who)
-        elif target:
+        elif target or (target := slots.get(0, "") if len(slots) == 1 else ""):  # else what the line calls it
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)

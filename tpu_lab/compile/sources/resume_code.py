@@ -83,7 +83,7 @@ def _source_of(ins: Any, file: str, line: int) -> str:
     if where is None or not where.lineno == where.end_lineno == line or where.col_offset is None:
         return ""
     text = linecache.getline(file, line).encode()[where.col_offset : where.end_col_offset].decode(errors="replace")
-    return text.strip() if 0 < len(text.strip()) <= 60 and text.isprintable() else ""
+    return text.strip() if 0 < len(text.strip()) <= 30 and text.isprintable() else ""  # a short one: target[valid]
 
 
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
