@@ -4,6 +4,7 @@ list item (packed sequences' cu_seqlens) reuses the graph and is said so; a valu
 never printed as Dynamo's placeholder (in a condition, or beside a function the line was about to call); a
 cache keyed by object id names no raw id. Checked against Dynamo's records; printed fixes are run."""
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import check_against_dynamo
@@ -125,3 +126,53 @@ def test_a_cache_keyed_by_object_id_names_no_raw_id(dynamo):
     check_against_dynamo(w, dynamo, also=("_cache", "grad_mode"))  # its d_names invariant: no raw object id
     (keyed,) = [c for r in w.table for c in r.causes if "gained a key for one more object" in c.words]
     assert "(its id, with 'weight')" in keyed.words and keyed.fix.startswith("fill it before the first compiled call")
+
+
+def rand_bbox(size, lam):  # CutMix's box: a random centre, clipped to the image
+    W, H = size[2], size[3]
+    cut_w = cut_h = int(W * np.sqrt(1.0 - lam))
+    cx, cy = np.random.randint(W), np.random.randint(H)
+    bbx1, bby1 = np.clip(cx - cut_w // 2, 0, W), np.clip(cy - cut_h // 2, 0, H)
+    bbx2, bby2 = np.clip(cx + cut_w // 2, 0, W), np.clip(cy + cut_h // 2, 0, H)
+    return bbx1, bby1, bbx2, bby2
+
+
+def cutmix(x, lam):
+    x1, y1, x2, y2 = rand_bbox(x.size(), lam)
+    x[:, :, x1:x2, y1:y2] = x.flip(0)[:, :, x1:x2, y1:y2]
+    return x.mean()
+
+
+def test_a_random_draw_carried_over_a_break_is_told_to_be_drawn_outside(dynamo):
+    np.random.seed(0)
+    f = torch.compile(cutmix, backend=BACKEND)
+    with tl.watch() as w:
+        for _ in range(5):
+            f(torch.randn(2, 3, 16, 16), 0.5)
+    check_against_dynamo(w, dynamo, also=("___stack",))
+    drawn = [c for r in w.table for c in r.causes if c.kind == "value" and "np.random.randint" in c.words]
+    assert drawn, [(c.kind, c.words) for r in w.table for c in r.causes]
+    assert all(c.fix.startswith("draw np.random.randint(") for c in drawn if c.count), [c.fix for c in drawn]
+
+
+class Detect(torch.nn.Module):  # YOLOv5's Detect: a grid cache that starts as an empty placeholder
+    def __init__(self):
+        super().__init__()
+        self.grid = torch.empty(0)
+
+    def forward(self, x):
+        ny, nx = x.shape[2:4]
+        if self.grid.shape[2:4] != x.shape[2:4]:
+            yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+            self.grid = torch.stack((xv, yv), 2).view(1, 1, ny, nx, 2).float()
+        return x.sum(1)[..., None] + self.grid
+
+
+def test_a_module_tensor_made_at_another_rank_is_told_to_start_at_its_final_rank(dynamo):
+    f = torch.compile(Detect().eval(), backend=BACKEND)
+    with tl.watch() as w, torch.no_grad():
+        for s in (8, 8, 4):
+            f(torch.randn(1, 3, s, s))
+    check_against_dynamo(w, dynamo, also=("self.grid", "size mismatch"))
+    (rank,) = [c for r in w.table for c in r.causes if c.kind == "rank"]
+    assert "the module's own self.grid was made at another rank" in rank.fix and "reshape inputs" not in rank.fix

@@ -246,8 +246,13 @@ def closures_unnamed(words: str) -> str:
     return re.sub(r"the closure variable \S+\.__closure__\[\d+\]\.cell_contents", "a closure variable", words)
 
 
+DRAW = r"(?:np\.|numpy\.)?random\.\w+\("  # a number named by the random draw that made it
+
+
 def held_fix(name: str) -> str:
     """A number made dynamic whose computed value the graph still holds to one value (``math.exp(-n / tau)``)."""
+    if re.match(DRAW, name):  # a draw carried over a break (CutMix's box corners): drawn outside, no value held
+        return f"draw {name} outside the compiled function and pass the numbers in (Python ints, made dynamic)"
     return (
         f"compute what depends on {name} outside the compiled function and pass it in as a tensor (math on a "
         f"Python number, math.exp or round, fixes the result into the graph), or compute it with torch ops on a "

@@ -138,7 +138,10 @@ def words(
             "rank",
             f"{local_name(m['name'])} has {m['b']} dimension{'' if m['b'] == '1' else 's'}, was {m['a']}",
             g,
-            "expected once per rank; reshape inputs to one rank if this keeps changing",
+            f"the module's own {local_name(m['name'])} was made at another rank (a placeholder such as torch.empty(0)"
+            " replaced by the real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
+            if local_name(m["name"]).startswith("self.")
+            else "expected once per rank; reshape inputs to one rank if this keeps changing",
         )
     if m := _DTYPE.search(g):
         owned = is_parameter(m["name"], g) or "._buffers[" in m["name"]  # the model was cast, not an input

@@ -11,11 +11,18 @@ import re
 from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
+from tpu_lab.compile.causes.guard_values import DRAW, held_fix
 from tpu_lab.compile.sources.frames import FunctionKey
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
 _SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
+
+
+def drawn_outside(fix: str) -> str:
+    """``fix`` (held_fix's, or a few values') where the number it names is a random draw named after it was made."""
+    m = re.match(rf"(?:compute what depends on|keep) ({DRAW}.*?\)) (?:outside the compiled|to a few values)", fix)
+    return held_fix(m[1]) if m else fix
 
 
 def carried_call(words: str, code: str) -> str:
@@ -158,7 +165,7 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
-        out.append(dataclasses.replace(c, words=words, fix=fix))
+        out.append(dataclasses.replace(c, words=words, fix=drawn_outside(fix)))
     return out
 
 
