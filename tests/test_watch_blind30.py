@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
+from _tiny_bert import tiny_bert
 
 import tpu_lab as tl
 
@@ -119,28 +120,10 @@ def test_a_dynamo_error_in_a_resumed_part_names_the_users_line_and_the_inputs_ho
     assert not any("str 'hidden" in r.signature for r in w.table), [r.signature for r in w.table]
 
 
-def tiny_classifier():
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
-
-    corpus = ["the cat sat on the mat", "a dog ran in the park", "this movie was great", "nice weather"] * 5
-    raw = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    raw.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]"
-    )
-    config = BertConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    torch.manual_seed(0)
-    return BertForSequenceClassification(config).eval(), tok
-
-
 def test_sizes_a_pipeline_builds_that_dynamo_made_dynamic_need_nothing_and_never_mention_generate(dynamo):
     from transformers import pipeline
 
-    model, tok = tiny_classifier()
+    model, tok = tiny_bert("BertForSequenceClassification")
     model.forward = torch.compile(model.forward, backend=BACKEND)
     classify = pipeline("text-classification", model=model, tokenizer=tok, device="cpu")
     with tl.watch() as w:

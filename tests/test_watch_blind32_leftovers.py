@@ -6,30 +6,13 @@ their own arguments. Checked against Dynamo's records."""
 
 import torch
 from _dynamo_oracle import check_against_dynamo
+from _tiny_bert import tiny_bert
 
 import tpu_lab as tl
 
 
-def tiny_encoder():
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
-
-    corpus = ["the cat sat on the mat", "a dog runs in the park", "graphs compile once", "tensors flow"] * 5
-    raw = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    raw.pre_tokenizer = pre_tokenizers.Whitespace()
-    raw.train_from_iterator(corpus, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"]))
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]"
-    )
-    config = BertConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-    )
-    torch.manual_seed(0)
-    return BertModel(config).eval(), tok
-
-
 def test_a_tokenizer_inside_a_compiled_function_names_its_tensors_and_gives_library_frames_no_fix_of_theirs(dynamo):
-    model, tokenizer = tiny_encoder()
+    model, tokenizer = tiny_bert()
 
     @torch.compile(backend="aot_eager")
     def encode(texts):
