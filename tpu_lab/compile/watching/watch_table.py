@@ -89,7 +89,8 @@ class WatchRow:
     @property
     def shown_guard(self) -> str:
         """The same guards in the user's names, for the table."""
-        return "\n".join(c.shown_guard or c.guard for c in self.causes if c.guard)
+        lines = [g for c in self.causes if c.guard for g in (c.shown_guard or c.guard).splitlines()]
+        return "\n".join(dict.fromkeys(lines))  # once each: a cause told twice against one graph holds it twice
 
     def frozen(self) -> WatchRow:
         return dataclasses.replace(self, causes=[dataclasses.replace(c) for c in self.causes])
