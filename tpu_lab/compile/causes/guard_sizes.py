@@ -136,7 +136,8 @@ def size_words(
         words = f"attention mask length changed {a} -> {b}"
     else:
         words = f"{name} dimension {i} changed {a} -> {b}"
-    dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic({name}, {i}))"
+    # maybe_: mark_dynamic raises (ConstraintViolationError) where another tensor of fixed size pins the dim
+    dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.maybe_mark_dynamic({name}, {i}))"
     if not re.fullmatch(r"[A-Za-z_][\w.]*(?:\[(?:\d+|'[\w.-]*')\])*(?:\.[A-Za-z_]\w*)*", name):
         # not an expression the user can write (a cache keyed by a device object): nothing to mark, pad instead
         dynamic = "nothing to mark: it is built inside the compiled code; pad what it is built from to a few sizes"

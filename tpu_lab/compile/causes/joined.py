@@ -140,9 +140,8 @@ def maybe_marked(fix: str) -> str:
     """A mark on an input of a function with a graph break: the part after the break may combine that input
     with a tensor of fixed size, so mark_dynamic would raise there (ConstraintViolationError) and
     maybe_mark_dynamic only keeps a graph per size."""
-    if "torch._dynamo.mark_dynamic(" not in fix:
+    if "torch._dynamo.maybe_mark_dynamic(" not in fix or "not mark_dynamic" in fix:
         return fix
-    fix = fix.replace("torch._dynamo.mark_dynamic(", "torch._dynamo.maybe_mark_dynamic(")
     said = ", not mark_dynamic, which raises where the code after this function's graph break fixes that size"
     return re.sub(r"(torch\._dynamo\.maybe_mark_dynamic\([^)]*\))", lambda m: m[1] + said, fix, count=1)
 

@@ -1,0 +1,47 @@
+"""tl.watch() checked blind, thirty-fifth round: the size fix marks with maybe_mark_dynamic, never
+mark_dynamic, which raised ConstraintViolationError where a mask of fixed size pins the dimension
+(Perceiver's cross-attention); the printed fix is run as printed. Checked against Dynamo's records."""
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+BACKEND = "eager"
+
+
+class CrossAttention(torch.nn.Module):  # lucidrains' Perceiver: latents attend to a byte array, masked when padded
+    def __init__(self):
+        super().__init__()
+        self.latents, self.to_kv = torch.nn.Parameter(torch.randn(4, 8)), torch.nn.Linear(6, 16)
+
+    def forward(self, data, mask=None):
+        k, v = self.to_kv(data).chunk(2, dim=-1)
+        sim = self.latents @ k.transpose(-1, -2)
+        if mask is not None:
+            sim = sim.masked_fill(~mask[:, None, :], -1e9)
+        return (sim.softmax(-1) @ v).mean()
+
+
+def run(f, marked):
+    for n in (12, 19, 27, 33):  # byte arrays of different lengths; the padded ones carry a mask
+        data = torch.randn(2, n, 6)
+        mask = torch.ones(2, n, dtype=torch.bool) if n > 20 else None
+        if marked:
+            torch._dynamo.maybe_mark_dynamic(data, 1)  # the fix as printed
+        f(data, mask)
+
+
+def test_the_size_fix_marks_with_maybe_mark_dynamic_which_never_raises_where_a_mask_pins_the_size(dynamo):
+    torch.manual_seed(0)
+    model = CrossAttention()
+    with tl.watch() as w:
+        run(torch.compile(model, backend=BACKEND), marked=False)
+    check_against_dynamo(w, dynamo, also=("mask", "size mismatch"))
+    sizes = [c for r in w.table for c in r.causes if "data" in c.words and "mark_dynamic(" in c.fix]
+    assert sizes and all("torch._dynamo.maybe_mark_dynamic(data, 1)" in c.fix for c in sizes), [c.fix for c in sizes]
+    assert not any("torch._dynamo.mark_dynamic(" in c.fix for r in w.table for c in r.causes)
+    torch._dynamo.reset()
+    with tl.watch() as fixed:
+        run(torch.compile(model, backend=BACKEND), marked=True)  # no ConstraintViolationError
+    assert fixed.table.total_compiles <= w.table.total_compiles, fixed.table.to_text()
