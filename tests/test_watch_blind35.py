@@ -1,7 +1,11 @@
 """tl.watch() checked blind, thirty-fifth round: the size fix marks with maybe_mark_dynamic, never
 mark_dynamic, which raised ConstraintViolationError where a mask of fixed size pins the dimension
-(Perceiver's cross-attention); the printed fix is run as printed. Checked against Dynamo's records."""
+(Perceiver's cross-attention); the printed fix is run as printed; a comprehension's hidden argument (``.0``)
+is named as the iterable it walks. Checked against Dynamo's records."""
 
+import sys
+
+import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -45,3 +49,25 @@ def test_the_size_fix_marks_with_maybe_mark_dynamic_which_never_raises_where_a_m
     with tl.watch() as fixed:
         run(torch.compile(model, backend=BACKEND), marked=True)  # no ConstraintViolationError
     assert fixed.table.total_compiles <= w.table.total_compiles, fixed.table.to_text()
+
+
+class FeatureEncoder(torch.nn.Module):  # wav2vec's feature extractor: per-sample lengths as Python ints
+    def out_len(self, n):
+        return (n - 3) // 2 + 1
+
+    def forward(self, wav, lengths):
+        feat = [self.out_len(int(n)) for n in lengths]
+        return wav[:, : max(feat)].sum()
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 inlines comprehensions (PEP 709): no frame")
+def test_a_comprehensions_hidden_argument_is_named_as_what_it_is(dynamo):
+    encoder = FeatureEncoder()
+    f = torch.compile(lambda wav, lengths: encoder(wav, lengths), backend=BACKEND)
+    with tl.watch() as w:
+        f(torch.randn(2, 16), torch.tensor([16, 11]))
+    check_against_dynamo(w, dynamo)
+    shown = [r.signature for r in w.table if r.function.startswith("<listcomp>")]
+    assert shown and all(s.startswith("the iterable it walks: ") for s in shown), [
+        (r.function, r.signature) for r in w.table
+    ]

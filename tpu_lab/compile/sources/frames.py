@@ -228,7 +228,10 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
 
 
 def carried_name(name: str) -> str:
-    """A resumed frame's input (``___stack1``: what the code before the break computed) as a row names it."""
+    """A resumed frame's input (``___stack1``: what the code before the break computed) as a row names it;
+    a comprehension's hidden argument (``.0``) as what it is."""
+    if name == ".0":
+        return "the iterable it walks"
     if not _CARRIED.fullmatch(name):
         return name
     number = int(name[len("___stack") :])
