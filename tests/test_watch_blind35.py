@@ -1,7 +1,8 @@
 """tl.watch() checked blind, thirty-fifth round: the size fix marks with maybe_mark_dynamic, never
 mark_dynamic, which raised ConstraintViolationError where a mask of fixed size pins the dimension
 (Perceiver's cross-attention); the printed fix is run as printed; a comprehension's hidden argument (``.0``)
-is named as the iterable it walks. Checked against Dynamo's records."""
+is named as the iterable it walks; a tuple unpacked from a call written over several lines (I-BERT's value and
+scaling factor) names the items carried over a break. Checked against Dynamo's records."""
 
 import sys
 
@@ -71,3 +72,32 @@ def test_a_comprehensions_hidden_argument_is_named_as_what_it_is(dynamo):
     assert shown and all(s.startswith("the iterable it walks: ") for s in shown), [
         (r.function, r.signature) for r in w.table
     ]
+
+
+class Act(torch.nn.Module):  # I-BERT's quantized activations: a value and its scaling factor
+    def forward(self, x, scale):
+        print("quantized")  # a graph break inside the call, as I-BERT's asserts on isnan take
+        return x.tanh(), scale
+
+
+class Embeddings(torch.nn.Module):  # transformers' IBertEmbeddings: a tuple unpacked over several lines
+    def __init__(self):
+        super().__init__()
+        self.act = Act()
+
+    def forward(self, x, scale):
+        embeddings, embeddings_scaling_factor = self.act(
+            x,
+            scale,
+        )
+        return embeddings * embeddings_scaling_factor
+
+
+def test_a_tuple_unpacked_from_a_call_over_several_lines_names_the_carried_items(dynamo):
+    f = torch.compile(Embeddings(), backend=BACKEND)
+    with tl.watch() as w:
+        for n in (4, 6, 8):
+            f(torch.randn(2, n), torch.ones(1))
+    check_against_dynamo(w, dynamo)  # its d_names invariant: no placeholder such as "the carried value[0]"
+    text = w.table.to_text()
+    assert "carried value" not in text and "carried over the graph break[" not in text, text
