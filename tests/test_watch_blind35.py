@@ -75,7 +75,7 @@ def test_a_comprehensions_hidden_argument_is_named_as_what_it_is(dynamo):
 
 
 class Act(torch.nn.Module):  # I-BERT's quantized activations: a value and its scaling factor
-    def forward(self, x, scale):
+    def forward(self, x, scale, **options):
         print("quantized")  # a graph break inside the call, as I-BERT's asserts on isnan take
         return x.tanh(), scale
 
@@ -86,9 +86,12 @@ class Embeddings(torch.nn.Module):  # transformers' IBertEmbeddings: a tuple unp
         self.act = Act()
 
     def forward(self, x, scale):
-        embeddings, embeddings_scaling_factor = self.act(
+        embeddings, embeddings_scaling_factor = self.act(  # longer than 240 characters whole, as Longformer's
             x,
             scale,
+            identity_for_the_residual_connection=None,
+            identity_scaling_factor_for_the_residual_connection=None,
+            quantization_mode_for_the_activation_function="symmetric",
         )
         return embeddings * embeddings_scaling_factor
 

@@ -36,19 +36,28 @@ def whole_statement(code: str) -> str:
     return text
 
 
-def statement_at(code: str, where: str) -> str:
+def _uncommented(line: str) -> str:
+    """One line of code less its comment: from the first ``#`` outside a string (quotes before it balanced)."""
+    for m in re.finditer("#", line):
+        before = line[: m.start()]
+        if before.count("'") % 2 == 0 and before.count('"') % 2 == 0:
+            return before.strip()
+    return line.strip()
+
+
+def statement_at(code: str, where: str, most: int = 240) -> str:
     """``code`` (the line at ``where``, ``file:line``) as one whole statement: where it begins a longer one
     (``y = F.scaled_dot_product_attention(q, k, v,``), joined with the lines that end it, read from its
-    file; '' where that cannot be done within a few lines."""
+    file; '' where that cannot be done within 16 lines, or it is longer than ``most`` characters."""
     if text := whole_statement(code):
         return text
     path, _, line = where.rpartition(":")
     path = unshortened(path)
-    parts = [code.strip()]
-    for n in range(int(line) + 1, int(line) + 8) if path and line.isdigit() else ():
-        parts.append(linecache.getline(path, n).strip())
+    parts = [_uncommented(code)]
+    for n in range(int(line) + 1, int(line) + 16) if path and line.isdigit() else ():
+        parts.append(_uncommented(linecache.getline(path, n)))
         if text := whole_statement(" ".join(parts).replace("( ", "(")):
-            return text if len(text) <= 240 else ""
+            return text if len(text) <= most else ""
     return ""
 
 

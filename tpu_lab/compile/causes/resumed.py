@@ -54,7 +54,7 @@ def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) ->
     the call that broke (``ids.tolist()``, the last carried slot in ``names``), not what the line assigns."""
     line = function.label.rpartition(" ")[-1]
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
-    code = statement_at(code, f"{function.filename}:{line}") or code  # a call over several lines, whole
+    code = statement_at(code, f"{function.filename}:{line}", 2000) or code  # a call over several lines, whole
     slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
     if function.resumes_in == "inside line" and slots:  # (at .astype(...): a method of the value, same thing)
         return line, code, slots[-1][1], {}
