@@ -35,7 +35,7 @@ def said_at_the_call(
             fix = _fix(key, outer)
             row.causes = [
                 dataclasses.replace(c, fix=fix)
-                if c.guard and c.kind != "limit" and not c.fix.startswith("none needed")
+                if c.guard and c.kind != "limit" and not c.fix.startswith("none needed") and _asks_of_it(c.fix)
                 else c
                 for c in row.causes
             ]
@@ -49,3 +49,9 @@ def _fix(key: FunctionKey, outer: FunctionKey) -> str:
         f"could not compile, so Dynamo compiled it as a function of its own, with inputs {package} built from "
         f"yours; fixing that graph break (see its fix) removes these graphs too"
     )
+
+
+def _asks_of_it(fix: str) -> bool:
+    """A fix that asks something of the function's own inputs; one that already says they are a library's
+    (``it comes from transformers code ... mark_dynamic is out of reach``) is kept as it is."""
+    return "out of reach" not in fix
