@@ -23,6 +23,7 @@ INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
 _INTERNAL = re.compile(
     r"torch_dynamo_resume_in_|___stack\d|\(\d{9,}, |the value carried over the graph break(?=[.\[])|\bthe carried value\b|\b_*stack\d+_\d|\bL\[['\"]|\bG\[['\"]|\b(?P<star>\w+)(?:\[\d+\]|\[['\"])|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
 )
+_PLACEHOLDER = re.compile(r"\bthe carried value\b|the value carried over the graph break(?=[.\[])")
 _STARRED = ("args", "kwargs")  # a wrapper's *args/**kwargs: internal unless the user's own function takes them
 
 
@@ -202,6 +203,8 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
         if fix and (missing := unresolved_names(fix)):
             out["e_apis"].append(f"{missing} in fix: {fix[:160]}")
     for row in table.rows:  # what Dynamo made dynamic is named as the code names it, never as a graph input's
+        if m := _PLACEHOLDER.search(row.signature):  # an input carried over a break is named as its line names it
+            out["d_names"].append(f"{m[0]!r} among the inputs: {row.signature[:160]}")
         roots = {part.split(": ", 1)[0].split("[")[0].split(".")[0] for part in row.signature.split(", ")}
         for item in filter(None, (row.dynamic or "").split(", ")):
             name = item.rsplit(" dim ", 1)[0]

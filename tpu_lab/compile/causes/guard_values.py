@@ -60,7 +60,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             g,
             "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
         )
-    kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]", value) else "int"
+    kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]|inf|nan", value) else "int"
     if kind == "float" and re.fullmatch(r"-?[\d.]+(?:e[-+]?\d+)?", value):
         value = shown_float(float(value))  # 0.3, not 0.30000000000000004 (the guard beside keeps it exact)
     if raw.startswith("G["):

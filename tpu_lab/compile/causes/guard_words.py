@@ -53,7 +53,7 @@ _TYPE = re.compile(
 )
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
-_VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|True|False|'[^']*')$")
+_VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|-?inf|nan|True|False|'[^']*')$")
 _SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]$")
 _STRIDE_IS_SIZE = re.compile(
     r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?:\d+\*)?(?P=name)\.size\(\)\[\d+\]"

@@ -14,6 +14,7 @@ from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
 from tpu_lab.compile.causes.guard_places import statement_at
 from tpu_lab.compile.causes.guard_values import DRAW, held_fix
 from tpu_lab.compile.sources.frames import FunctionKey
+from tpu_lab.compile.sources.resume_code import RESUME
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
@@ -173,7 +174,10 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
 
 def named_inputs(signature: Sequence[tuple[str, str]], function: FunctionKey) -> tuple[tuple[str, str], ...]:
     """A resumed frame's inputs with the carried value named as the break line assigns it (``out``, ``h`` for
-    ``out, (h, c) = self.lstm(packed)``), as its causes name it, where the line assigns names."""
+    ``out, (h, c) = self.lstm(packed)``), as its causes name it, where the line assigns names; any other
+    function's inputs unchanged."""
+    if not function.name.startswith(RESUME):
+        return tuple(signature)
     _, code, _, _ = _break_line(function)
     call = code.split("=", 1)[1].strip() if re.match(r"^[\w\s,()\[\]]+=(?!=)", code) else ""
     out = []

@@ -184,6 +184,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             continue
         value, raw = values[name], name
         name = slots.get(name) or carried_name(name)
+        if raw in slots and name in names:  # self of self.h += f(...): the function's own input, shown once
+            continue
         if raw in slots and (isinstance(value, type) or inspect.isroutine(value)):  # a callable the line calls
             if getattr(value, "__module__", None) != "builtins":  # int(...), len(...): never another one
                 out.append((name, "class" if isinstance(value, type) else "function"))

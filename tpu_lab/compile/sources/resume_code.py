@@ -128,7 +128,14 @@ def _pending(line: str, call: str) -> list[str]:
     path = next((p for p in _paths(tree) if ast.unparse(p[-1]) == wanted), None)
     out: list[str] = []
     for parent, child in zip(path or [], (path or [])[1:], strict=False):
-        if isinstance(parent, ast.Call) and child is not parent.func:
+        if isinstance(parent, ast.AugAssign) and child is parent.value:  # x.a += f(): x, then x.a's old value
+            target = parent.target
+            if isinstance(target, ast.Attribute):
+                out.append(ast.unparse(target.value))
+            elif isinstance(target, ast.Subscript):
+                out += [ast.unparse(target.value), ast.unparse(target.slice)]
+            out.append(ast.unparse(target))
+        elif isinstance(parent, ast.Call) and child is not parent.func:
             given = [*parent.args, *parent.keywords]
             if any(isinstance(a, ast.Starred) or getattr(a, "arg", "") is None for a in given):
                 return []  # *args, **kwargs: Python builds a tuple or dict first

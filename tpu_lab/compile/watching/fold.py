@@ -160,7 +160,7 @@ class Fold:
         # a flag this graph is guarded on has the value the graph was compiled for, though no cause names it
         # (the graph it was told against had the same value: a PEFT adapter back on, its scaling changed)
         compiled_for = [(m[1], m[2]) for g in guards or () if (m := _FLAG.fullmatch(readable_guard(g, cap.names)))]
-        shown = named_inputs(cap.shown, cap.function) if cap.function.name.startswith(RESUME) else cap.shown
+        shown = named_inputs(cap.shown, cap.function)
         shown = with_flags(shown, self.flags.setdefault(cap.function, {}), said, [*compiled_for, *cap.flags])
         row = self.row(cap.function, shown)
         row.compiles += 1
@@ -208,7 +208,7 @@ class Fold:
         forward = self.forward_of.pop(cap.compile_id, None)
         key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
         seconds = compile_seconds(record) if record is not None else 0.0
-        row = self.row(key, forward.shown if forward else ())
+        row = self.row(key, named_inputs(forward.shown, forward.function) if forward else ())  # as its forward's
         row.compiles += 1
         row.compile_seconds += seconds
         row.add(

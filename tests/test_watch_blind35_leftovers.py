@@ -1,0 +1,86 @@
+"""tl.watch() checked blind, round 35's leftovers: every value carried over a break on an augmented assignment
+(``self.histogram += torch.histc(x, ..., min=float(lo), max=float(hi))``, torch's HistogramObserver) is named
+as the line names it, so a changed ``float(lo)`` is never said to be ``float(hi)``; a Python float compared
+to ``inf`` is translated; a backward row names its forward's carried values. Checked against Dynamo's records."""
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+
+class HistObserver(torch.nn.Module):  # torch.ao's HistogramObserver, cut down: a histogram over a running range
+    def __init__(self, bins=8):
+        super().__init__()
+        self.bins = bins
+        self.register_buffer("histogram", torch.zeros(bins))
+        self.register_buffer("min_val", torch.tensor(float("inf")))
+        self.register_buffer("max_val", torch.tensor(float("-inf")))
+
+    def forward(self, x):
+        mn, mx = torch.aminmax(x.detach())
+        if self.min_val.item() == float("inf"):  # the first batch sets the range
+            self.min_val.copy_(mn)
+            self.max_val.copy_(mx)
+        lo, hi = torch.minimum(mn, self.min_val), torch.maximum(mx, self.max_val)
+        edges = torch.linspace(0, 1, self.bins + 1) * (hi - lo) + lo
+        idx = torch.searchsorted(edges, x.detach().flatten().contiguous(), right=True).clamp(1, self.bins) - 1
+        self.histogram += torch.bincount(idx, minlength=self.bins)[: self.bins].float()
+        self.histogram += torch.histc(x, bins=self.bins, min=float(lo), max=float(hi))
+        self.min_val.copy_(lo)
+        self.max_val.copy_(hi)
+        return x
+
+
+def test_values_carried_over_a_break_in_an_augmented_assignment_are_each_named_as_the_line_names_them(dynamo):
+    torch.manual_seed(0)
+    observer = torch.compile(HistObserver(), backend="aot_eager", dynamic=True)  # histc specialises min, max
+    with tl.watch() as w:
+        for n in (10, 17, 33):  # calibration batches, each widening the range
+            observer(torch.randn(n, 4) * n)
+    check_against_dynamo(w, dynamo, also=("___stack6 == ",))  # float(hi) changed too: Dynamo logs only float(lo)
+    histc = [r for r in w.table if "histc: function" in r.signature]
+    assert histc and all(r.signature.startswith("self.histogram: f32[8], histc: function, ") for r in histc), [
+        r.signature for r in histc
+    ]
+    assert all(r.signature.count("self: ") == 1 for r in w.table), [r.signature for r in w.table]
+    changed = [c for r in histc for c in r.causes if c.count and "changed" in c.words]
+    # each recompile's guard is on float(lo), the first of the two: never told as float(hi)'s change
+    assert changed and all(c.words.startswith("Python float float(lo) changed") for c in changed), [
+        c.words for c in changed
+    ]
+    branch = [
+        c
+        for r in w.table
+        if r.signature.startswith("self.min_val.item()")
+        for c in r.causes
+        if c.count and c.kind != "first"
+    ]
+    assert branch and all("self.min_val.item() changed (was inf)" in c.words for c in branch), [
+        (c.kind, c.words) for c in branch
+    ]
+
+
+class LM(torch.nn.Module):  # pytorch/examples' word language model: a GRU, then a break before the loss
+    def __init__(self):
+        super().__init__()
+        self.emb, self.rnn, self.out = (
+            torch.nn.Embedding(20, 8),
+            torch.nn.GRU(8, 8, batch_first=True),
+            torch.nn.Linear(8, 20),
+        )
+
+    def forward(self, src, tgt):
+        h, _ = self.rnn(self.emb(src))
+        return torch.nn.functional.cross_entropy(self.out(h).flatten(0, 1), tgt.flatten())
+
+
+def test_a_backward_row_names_the_carried_values_as_its_forward_row_does(dynamo):
+    model = torch.compile(LM(), backend="aot_eager")  # a backward graph to compile
+    with tl.watch() as w:
+        model(torch.randint(0, 20, (2, 6)), torch.randint(0, 20, (2, 6))).backward()
+    check_against_dynamo(w, dynamo)
+    resumed = {r.function.replace(" (backward)", ""): r.signature for r in w.table if "graph break" in r.function}
+    backward = [r for r in w.table if "graph break" in r.function and "(backward)" in r.function]
+    assert backward and all(r.signature == resumed[r.function.replace(" (backward)", "")] for r in backward)
+    assert all(r.signature.startswith("h: f32[2, 6, 8]") for r in backward), [r.signature for r in backward]
