@@ -84,3 +84,51 @@ def test_a_backward_row_names_the_carried_values_as_its_forward_row_does(dynamo)
     backward = [r for r in w.table if "graph break" in r.function and "(backward)" in r.function]
     assert backward and all(r.signature == resumed[r.function.replace(" (backward)", "")] for r in backward)
     assert all(r.signature.startswith("h: f32[2, 6, 8]") for r in backward), [r.signature for r in backward]
+
+
+class AdaptiveLM(torch.nn.Module):  # pytorch/examples' word language model with an adaptive softmax head
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 16)
+        self.head = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 40, cutoffs=[10, 20])
+
+    def forward(self, h, tgt):
+        return self.head(self.proj(h).flatten(0, 1), tgt.flatten()).loss
+
+
+def test_a_data_dependent_op_inside_library_code_is_never_told_to_be_rewritten_at_a_fixed_size(dynamo):
+    model = torch.compile(AdaptiveLM(), backend="eager")
+    with tl.watch() as w:
+        model(torch.randn(2, 6, 8), torch.randint(0, 40, (2, 6)))
+    check_against_dynamo(w, dynamo)
+    inside = [b for b in w.table.breaks if "library code" in b.words and "nonzero" in b.words]
+    # the stand-in (a mask and torch.where) would be an edit of torch's adaptive.py: the user's call moves instead
+    assert inside and all("make your line's call outside the compiled function" in b.fix for b in inside), [
+        (b.words, b.fix) for b in w.table.breaks
+    ]
+    assert not any("in place of" in b.fix for b in inside), [b.fix for b in inside]
+
+
+class TinyGPT(torch.nn.Module):  # minGPT: learned positions, a context cropped past block_size
+    def __init__(self, block_size=16):
+        super().__init__()
+        self.block_size, self.wte, self.wpe = block_size, torch.nn.Embedding(30, 8), torch.nn.Embedding(block_size, 8)
+
+    def forward(self, idx):
+        t = idx.size(1)
+        if t > self.block_size:
+            idx = idx[:, -self.block_size :]
+            t = self.block_size
+        return self.wte(idx) + self.wpe(torch.arange(0, t))
+
+
+def test_dynamos_own_lower_bound_of_a_size_is_not_said_to_be_set_by_the_line_that_first_used_it(dynamo):
+    model = torch.compile(TinyGPT(), backend="eager")
+    with tl.watch() as w:
+        for t in (6, 9, 20):
+            model(torch.randint(0, 30, (2, t)))
+    check_against_dynamo(w, dynamo)
+    crossed = [c for r in w.table for c in r.causes if "crossed a bound" in c.words]
+    # 2 <= t is Dynamo's 0/1 specialisation, shown at t = idx.size(1); the user's bound is the branch's
+    assert crossed and all("if t > self.block_size" in c.words for c in crossed), [c.words for c in crossed]
+    assert not any("t = idx.size(1)" in c.words for c in crossed), [c.words for c in crossed]

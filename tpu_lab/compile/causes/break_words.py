@@ -235,7 +235,7 @@ def _break_words(
                 "wrapper eagerly on purpose and compiles the step itself as a graph of its own"
             )
         cause = dataclasses.replace(cause, fix=fix)
-    cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at)
+    cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at, library)
     cause = with_rnn_cost(cause)
     generator = _SOURCELESS_WORDS[-30:] in cause.words or "over `UserDefinedObjectVariable(generator)`" in cause.words
     if generator and not cause.fix:  # a generator passed in (torch 2.13 words it so): a list traces

@@ -64,6 +64,12 @@ def statement_at(code: str, where: str, most: int = 240) -> str:
 _FRAMEWORK = "the guard itself is not due user code"  # Dynamo's own 0/1 specialisation, shown at a first use
 
 
+def own_bound(comment: str) -> bool:
+    """Whether the first place Dynamo's comment on a guard names is its own 0/1 specialisation's first use."""
+    found = list(_PLACE.finditer(comment))
+    return bool(found) and _FRAMEWORK in comment[found[0].end() : found[1].start() if len(found) > 1 else None]
+
+
 def slocs(comment: str) -> list[tuple[str, str]]:
     """(code, file:line) of each place Dynamo's comment on a guard names: one, or for a range (``2 <= t <=
     11  # if t > 1:  # a.py:14 in f (...) and a = alphas[t]  # a.py:11 in f (...)``) where its lower and its

@@ -12,7 +12,7 @@ from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_objects import backend_words, hook_words, none_words, object_words
-from tpu_lab.compile.causes.guard_places import as_range, set_by, slocs
+from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
     is_parameter,
@@ -78,7 +78,10 @@ def parse(reasons: Sequence[str]) -> list[Failure]:
             code, place = "", code
         if not where and (m := _PLACE.search(place)):
             where = f"{m['file']}:{m['line']}"
-        out.append(Failure(graph, guard.strip(), code.strip(), where, tuple(slocs(comment))))
+        places = slocs(comment)
+        if own_bound(comment):  # the first use Dynamo shows for its own 0/1 specialisation: no cause of the user's
+            (code, where), places = places[0] if places else ("", ""), places[1:]
+        out.append(Failure(graph, guard.strip(), code.strip(), where, tuple(places)))
     return out
 
 

@@ -25,13 +25,14 @@ _FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
 }
 
 
-def fixed_size(name: str) -> str:
-    """How to do ``name``'s work outside the compiled function or at a fixed size."""
+def fixed_size(name: str, library: str = "") -> str:
+    """How to do ``name``'s work outside the compiled function or at a fixed size; where it runs inside a
+    library's code (``library``: its file:line), the call on the user's line is what to move."""
+    outside = "outside the compiled function (return what it takes, use the result after)"
+    if library:  # the stand-in would be an edit of the library's code: nothing the user holds
+        return f"{name} runs inside {library}: make your line's call {outside}"
     form = _FIXED_FORM.get(name, "a mask and torch.where in place of indexing by a mask")
-    return (
-        "compute it outside the compiled function (return what it takes, use the result after), or at a fixed "
-        f"size ({form})"
-    )
+    return f"compute it {outside}, or at a fixed size ({form})"
 
 
 def _later_check(code: str, at: tuple[str, int]) -> tuple[int, str]:
@@ -53,9 +54,10 @@ def _later_check(code: str, at: tuple[str, int]) -> tuple[int, str]:
     return 0, ""
 
 
-def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0)) -> Cause:
+def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), library: str = "") -> Cause:
     """``cause`` (a break's, from Dynamo's text) with a data-dependent-shape operator named and fixed;
-    ``code``: the user's line it broke at, ``at``: its file and line. Any other cause comes back as it is."""
+    ``code``: the user's line it broke at, ``at``: its file and line, ``library``: file:line of the library
+    code it broke in, if any. Any other cause comes back as it is."""
     shaped = SHAPED.search(cause.words)
     if not shaped:
         return cause
@@ -68,18 +70,18 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0)) -> Cau
         )
     elif _READ_BACK.search(code):  # the line itself needs the size as a Python number: the hint only crashes
         fix = (
-            f"{fixed_size(name)}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
+            f"{fixed_size(name, library)}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
             f"it), which {CAPTURE} turns from this break into an error (GuardOnDataDependentSymNode)"
         )
     elif (checked := _later_check(code, at))[0]:  # the hint traces the op, then that branch stops the trace
         fix = (
-            f"{fixed_size(name)}; or set {CAPTURE} before the first call and remove the check at line {checked[0]} "
+            f"{fixed_size(name, library)}; or set {CAPTURE} before the first call and remove the check at line {checked[0]} "
             f"({checked[1]}) where the code after it handles an empty result anyway: a branch on that size "
             "stops the trace again (data-dependent branching), so with the check the setting gains nothing"
         )
     else:
         fix = (
-            f"{fixed_size(name)}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
+            f"{fixed_size(name, library)}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
             "it in the compiled function needs its size as a Python number (.tolist(), len(), a loop over it, an if "
             "on its shape): there the graph breaks again, or the compile raises GuardOnDataDependentSymNode"
         )
