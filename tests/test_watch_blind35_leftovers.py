@@ -3,6 +3,9 @@
 as the line names it, so a changed ``float(lo)`` is never said to be ``float(hi)``; a Python float compared
 to ``inf`` is translated; a backward row names its forward's carried values. Checked against Dynamo's records."""
 
+import itertools
+
+import numpy as np
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -132,3 +135,39 @@ def test_dynamos_own_lower_bound_of_a_size_is_not_said_to_be_set_by_the_line_tha
     # 2 <= t is Dynamo's 0/1 specialisation, shown at t = idx.size(1); the user's bound is the branch's
     assert crossed and all("if t > self.block_size" in c.words for c in crossed), [c.words for c in crossed]
     assert not any("t = idx.size(1)" in c.words for c in crossed), [c.words for c in crossed]
+
+
+def brute_force_match(cost):  # DETR's matcher, scipy's linear_sum_assignment done by brute force over numpy
+    n_q, n_t = cost.shape
+    best = min(itertools.permutations(range(n_q), n_t), key=lambda rows: sum(cost[r, j] for j, r in enumerate(rows)))
+    return np.array(best), np.arange(n_t)
+
+
+def set_loss(matcher):
+    def loss(pred, target):
+        rows, cols = matcher(torch.cdist(pred, target, p=1).detach().numpy())
+        return torch.nn.functional.l1_loss(pred[torch.as_tensor(rows)], target[torch.as_tensor(cols)])
+
+    return loss
+
+
+def test_a_failure_inside_dynamos_stand_in_for_a_builtin_is_placed_on_the_users_line_and_told_to_disable(dynamo):
+    torch.manual_seed(0)
+    with tl.watch() as w:
+        f = torch.compile(set_loss(brute_force_match), backend="eager")
+        f(torch.rand(3, 2), torch.rand(2, 2))
+    check_against_dynamo(w, dynamo, also=("rows[1] == 2",))  # both items changed: Dynamo logs rows[0] only
+    line = brute_force_match.__code__.co_firstlineno + 2
+    gave_up = [r for r in w.table if r.function.startswith("brute_force_match") and r.failed]
+    assert gave_up and all(
+        f":{line}" in c.words and "stand-in for itertools.permutations" in c.words for r in gave_up for c in r.causes
+    ), [c.words for r in gave_up for c in r.causes]
+    assert all("@torch.compiler.disable" in c.fix for r in gave_up for c in r.causes), [
+        c.fix for r in gave_up for c in r.causes
+    ]
+    assert not any("polyfills" in b.words or "polyfills" in b.where for b in w.table.breaks), w.table.breaks
+    torch._dynamo.reset()
+    with tl.watch() as fixed:  # the fix as printed: the key lambda is no longer compiled for each permutation
+        f = torch.compile(set_loss(torch.compiler.disable(brute_force_match)), backend="eager")
+        f(torch.rand(3, 2), torch.rand(2, 2))
+    assert fixed.table.total_compiles < w.table.total_compiles, (fixed.table.to_text(), w.table.to_text())

@@ -5,7 +5,9 @@ Stacks are Dynamo's ``traceback.FrameSummary`` lists; files are told apart by pa
 from __future__ import annotations
 
 import functools
+import linecache
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,3 +62,25 @@ def _dynamo_own(filename: str) -> bool:
     """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
     folder = torch_folder()
     return bool(folder) and os.path.realpath(filename).startswith(os.path.join(folder, "_dynamo") + os.sep)
+
+
+def stand_in_call(stack: Sequence[Any], file: str, first_line: int) -> tuple[int, str]:
+    """A failure met only inside Dynamo's own stand-ins for builtins (its polyfills: ``itertools.permutations``),
+    placed in the compiled function (``file``, from its ``def`` at ``first_line``): (the first of its lines that
+    calls the outermost stand-in, the builtin it stands in for, ``itertools.permutations``); (0, "") where the
+    stack holds anything else or no line calls it."""
+    if not stack or not file or not all(_dynamo_own(s.filename) for s in stack):
+        return 0, ""
+    name, module = str(stack[0].name), os.path.splitext(os.path.basename(stack[0].filename))[0]
+    builtin = name if module in ("builtins", "__init__") else f"{module}.{name}"
+    head = linecache.getline(file, first_line)
+    indent = len(head) - len(head.lstrip())
+    for n in range(first_line + 1, first_line + 400):
+        text = linecache.getline(file, n)
+        if not text:
+            break
+        if text.strip() and len(text) - len(text.lstrip()) <= indent and not text.lstrip().startswith("#"):
+            break  # the function has ended
+        if re.search(rf"\b{re.escape(name)}\s*\(", text.split("#")[0]):
+            return n, builtin
+    return 0, ""

@@ -59,6 +59,9 @@ def failed_compile(
     trace = failure_of(str(getattr(record, "compile_id", "") or cap.compile_id))
     if trace is not None and trace.stack:  # the record keeps the innermost frame only: the user's line is above it
         file, line, library = stack_place.break_location(trace.stack)
+        at, builtin = stack_place.stand_in_call(trace.stack, cap.function.filename, cap.function.line)
+        if at:  # met inside Dynamo's own stand-in for a builtin the function's line calls: that line
+            file, line, library = cap.function.filename, at, f"{_STAND_IN}{builtin}"
     reason = _with_root(reason, trace)
     no_fake = _NO_FAKE.search(reason)  # the user's own custom op: where torch's dispatcher raised says nothing
     library = "" if no_fake else library
@@ -129,6 +132,13 @@ def failed_compile(
     if not cap.fullgraph:  # Dynamo's hint to set fullgraph=False: it is False already, the code ran eagerly
         fix = "; ".join(h for h in fix.split("; ") if "fullgraph=False" not in h)
     fix = fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
+    if library.startswith(_STAND_IN) and not recompile:  # nothing of Dynamo's to change: keep Dynamo out of it
+        fix = (
+            f"decorate {cap.function.name.rsplit('.', 1)[-1]} with @torch.compiler.disable: it runs eagerly as now, and "
+            "what it calls (a key function, a lambda) is no longer compiled on its own, a graph per value; or call it "
+            "outside the compiled function"
+        )
+        cause = dataclasses.replace(cause, fix=fix)  # its graph break says the same
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
     logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and not cap.fullgraph
@@ -138,6 +148,7 @@ def failed_compile(
     return FailedCompile(words, guard, fix, cause, break_at, raises=cap.fullgraph)
 
 
+_STAND_IN = "Dynamo's own stand-in for "  # a polyfill: Dynamo's code for a builtin (itertools.permutations)
 _REBUILD = "Reconstruction failure"  # Dynamo cannot rebuild, for the code after a break, what it needs
 
 
