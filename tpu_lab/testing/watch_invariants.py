@@ -203,8 +203,8 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
         if fix and (missing := unresolved_names(fix)):
             out["e_apis"].append(f"{missing} in fix: {fix[:160]}")
     for row in table.rows:  # what Dynamo made dynamic is named as the code names it, never as a graph input's
-        if m := _PLACEHOLDER.search(row.signature):  # an input carried over a break is named as its line names it
-            out["d_names"].append(f"{m[0]!r} among the inputs: {row.signature[:160]}")
+        if hole := _PLACEHOLDER.search(row.signature):  # an input carried over a break is named as its line names it
+            out["d_names"].append(f"{hole[0]!r} among the inputs: {row.signature[:160]}")
         roots = {part.split(": ", 1)[0].split("[")[0].split(".")[0] for part in row.signature.split(", ")}
         for item in filter(None, (row.dynamic or "").split(", ")):
             name = item.rsplit(" dim ", 1)[0]

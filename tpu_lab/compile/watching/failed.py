@@ -59,9 +59,9 @@ def failed_compile(
     trace = failure_of(str(getattr(record, "compile_id", "") or cap.compile_id))
     if trace is not None and trace.stack:  # the record keeps the innermost frame only: the user's line is above it
         file, line, library = stack_place.break_location(trace.stack)
-        at, builtin = stack_place.stand_in_call(trace.stack, cap.function.filename, cap.function.line)
-        if at:  # met inside Dynamo's own stand-in for a builtin the function's line calls: that line
-            file, line, library = cap.function.filename, at, f"{_STAND_IN}{builtin}"
+        calls, builtin = stack_place.stand_in_call(trace.stack, cap.function.filename, cap.function.line)
+        if calls:  # met inside Dynamo's own stand-in for a builtin the function's line calls: that line
+            file, line, library = cap.function.filename, calls, f"{_STAND_IN}{builtin}"
     reason = _with_root(reason, trace)
     no_fake = _NO_FAKE.search(reason)  # the user's own custom op: where torch's dispatcher raised says nothing
     library = "" if no_fake else library
