@@ -171,3 +171,27 @@ def test_a_failure_inside_dynamos_stand_in_for_a_builtin_is_placed_on_the_users_
         f = torch.compile(set_loss(torch.compiler.disable(brute_force_match)), backend="eager")
         f(torch.rand(3, 2), torch.rand(2, 2))
     assert fixed.table.total_compiles < w.table.total_compiles, (fixed.table.to_text(), w.table.to_text())
+
+
+def decode_step(emb, prev_tok, gt_tok, teacher_force):  # a captioning decoder's step, teacher forcing drawn per step
+    logits = emb(prev_tok) @ emb.weight.T
+    return logits, gt_tok if teacher_force else logits.argmax(-1)
+
+
+def test_a_recompile_tied_between_a_flags_graph_and_a_layouts_graph_is_told_as_the_layout_the_flags_graph_lacks(dynamo):
+    emb, caps = torch.nn.Embedding(20, 8), torch.randint(0, 20, (2, 5))
+    step = torch.compile(decode_step, backend="eager")
+    with tl.watch() as w:  # (flag, layout): (F, a column of caps), (F, argmax's), (T, argmax's), (T, caps column)
+        for prev, force in (
+            (caps[:, 0], False),
+            (caps[:, 0].clone(), False),
+            (caps[:, 0].clone(), True),
+            (caps[:, 0], True),
+        ):
+            step(emb, prev, caps[:, 1], force)
+    check_against_dynamo(w, dynamo)
+    last = [r for r in w.table if r.function.startswith("decode_step")][-1]
+    # the flag-True graph differs only in prev_tok's layout: the layout fix (.contiguous()) saves this compile too
+    assert "prev_tok's memory layout changed to non-contiguous" in last.cause, last.cause
+    layout = [c for r in w.table for c in r.causes if c.kind == "stride" and c.count]
+    assert len(layout) == 2, w.table.to_text()

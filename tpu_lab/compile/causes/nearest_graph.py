@@ -34,8 +34,9 @@ def nearest(
         order,
         key=lambda g: (
             # a graph compiled for inputs that look the same as now is nearest: what differs from it is
-            # what the table cannot show (a string's value, a list's order), not what another graph names
-            g not in inputs or _distance(inputs[g], signature) > 0,
+            # what the table cannot show (a string's value, a list's order), not what another graph names;
+            # a flag's value is not in the table either, but its guard names it: that graph is another path
+            g not in inputs or _distance(inputs[g], signature) > 0 or any(another_path(c) for c in per_graph[g]),
             # a graph for another case (a flag's other value, None for a tensor) is another code path: the
             # graph of this path, with its own failed guard, is what the call was meant to reuse
             any(another_path(c) for c in per_graph[g]),
