@@ -18,6 +18,7 @@ from tpu_lab.compile.sources.resume_code import RESUME
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
+_TYPED = r"(?::[^=]+)?"  # an annotation between the name and the = (out: ModelOutput = self.model(...))
 _SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
 
 
@@ -59,7 +60,7 @@ def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) ->
     slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
     if function.resumes_in == "inside line" and slots:  # (at .astype(...): a method of the value, same thing)
         return line, code, slots[-1][1], {}
-    target = re.match(r"^([A-Za-z_]\w*)\s*=(?!=)", code)
+    target = re.match(rf"^([A-Za-z_]\w*)\s*{_TYPED}=(?!=)", code)
     items = _unpacked(code)
     if target and (picked := re.search(r"\)\[(\d+)\]\s*(?:#.*)?$", code)):  # inds = torch.where(m)[0]: the
         return line, code, "", {f"[{picked[1]}]": target[1]}  # carried value is the call's tuple, its item the name
@@ -179,7 +180,7 @@ def named_inputs(signature: Sequence[tuple[str, str]], function: FunctionKey) ->
     if not function.name.startswith(RESUME):
         return tuple(signature)
     _, code, _, _ = _break_line(function)
-    call = code.split("=", 1)[1].strip() if re.match(r"^[\w\s,()\[\]]+=(?!=)", code) else ""
+    call = code.split("=", 1)[1].strip() if re.match(rf"^[\w\s,()\[\]]+{_TYPED}=(?!=)", code) else ""
     out = []
     for name, said in signature:
         carried = f"the carried value{name[len(call) :]}" if call and name.startswith(call) else name

@@ -190,8 +190,13 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             if getattr(value, "__module__", None) != "builtins":  # int(...), len(...): never another one
                 out.append((name, "class" if isinstance(value, type) else "function"))
             continue
-        # a piece of a message the line builds (f"..."), carried over the break: no input of the user's
-        if isinstance(value, str) and _CARRIED.fullmatch(raw) and raw not in slots:
+        # a piece of a message the line builds (f"..."), or of an index (x[:, :n]'s `:`), carried over the
+        # break: no input of the user's
+        if (
+            isinstance(value, (str, slice))
+            and _CARRIED.fullmatch(raw)
+            and (raw not in slots or isinstance(value, slice))
+        ):
             continue
         if value is None or isinstance(value, bool):
             continue  # flags: shown by Dynamo's guard text when they are what changed; kept out of the table

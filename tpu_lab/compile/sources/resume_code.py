@@ -99,12 +99,23 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
             out[name] = getattr(value, "__qualname__" if isinstance(value, type) else "__name__", "")
         elif len(pending) == len(slots) - 1:  # what the line had evaluated when the call broke, in order
-            out[name] = pending[i]
+            out[name] = _short(pending[i])
     if call and not _assigned(call, line):
-        out[slots[-1][1]] = call
-    elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_][\w.]*)\s*=(?!=)", line)):
+        out[slots[-1][1]] = _short(call)
+    elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=(?!=)", line)):
         out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), self.rng = get_rng_state(): by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
+
+
+def _short(code: str) -> str:
+    """``code`` as an input's name: whole where short, a long call by what it calls (``torch.bincount(...)``)."""
+    if len(code) <= 60:
+        return code
+    try:
+        node = ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return ""
+    return f"{ast.unparse(node.func)}(...)" if isinstance(node, ast.Call) and len(ast.unparse(node.func)) <= 50 else ""
 
 
 def carried_names(frame: Any) -> tuple[tuple[str, str], ...]:
@@ -148,6 +159,9 @@ def _pending(line: str, call: str) -> list[str]:
             out.append(ast.unparse(parent.left))
         elif isinstance(parent, ast.Subscript) and child is parent.slice:
             out.append(ast.unparse(parent.value))
+        elif isinstance(parent, ast.Slice):  # x[:, :n]: a bound left out is a None on the stack all the same
+            bounds = [parent.lower, parent.upper, parent.step]
+            out += [ast.unparse(b) if b else "None" for b in bounds[: [id(b) for b in bounds].index(id(child))]]
         elif isinstance(parent, (ast.Tuple, ast.List)):
             out += [ast.unparse(e) for e in parent.elts[: [id(e) for e in parent.elts].index(id(child))]]
         elif not isinstance(parent, _NOTHING_PENDING):
@@ -198,7 +212,7 @@ def _breaking_call(code: Any) -> str:
         return ""
     line = linecache.getline(original.co_filename, where.lineno).encode()
     text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
-    return text if 0 < len(text) <= 60 and text.isprintable() else ""
+    return text if 0 < len(text) <= 300 and text.isprintable() else ""  # a long one named short (_short)
 
 
 def _original_code(code: Any) -> Any:
