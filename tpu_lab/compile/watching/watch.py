@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
@@ -162,37 +163,37 @@ class Watch:
             now = time.perf_counter()
             for cap in self._pending:
                 if cap.trigger == LIMIT_TRIGGER:
-                    events.append(self._safely(cap, None, self._fold_limit))
+                    events.append(self._safely(cap, "refused", partial(self._fold_limit, cap)))
                     continue
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
                 elif record is not None and is_failed(record) and not is_limit_refusal(record):
-                    events.append(self._safely(cap, record, self._fold_failed))
+                    events.append(self._safely(cap, "failed", partial(self._fold_failed, cap, record)))
                 else:
-                    events.append(self._safely(cap, record, self._fold_compiled))
+                    events.append(self._safely(cap, "compiles", partial(self._fold_compiled, cap, record)))
             self._pending = waiting
             kept = {id(c) for c in waiting}
             self._guards_read = {i: p for i, p in self._guards_read.items() if i in kept}
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
-            events += [self._fold_limit(cap) for cap in refusals]
+            events += [self._safely(cap, "refused", partial(self._fold_limit, cap)) for cap in refusals]
             self._elsewhere += elsewhere
             events += self._poll_tpu()
             if events:
                 self.version += 1
             return events
 
-    def _safely(self, cap: Capture, record: Any, fold: Callable[..., CompileEvent]) -> CompileEvent:
-        """``fold`` of one compile; one that raises (a bug in tpu_lab) must not end the user's run: the compile
-        is counted on its row all the same, with the error said there (a test or corpus run fails on it)."""
+    def _safely(self, cap: Capture, which: str, fold: Callable[[], CompileEvent]) -> CompileEvent:
+        """``fold`` of one compile, counted on its row as ``which`` (compiles, failed, refused); one that raises
+        (a bug in tpu_lab) must not end the user's run: the compile is counted on its row all the same, with
+        the error said there (a test or corpus run fails on it)."""
         before = sum(r.compiles + r.failed + r.refused for r in self._fold.rows.values())
         try:
-            return fold(cap) if fold == self._fold_limit else fold(cap, record)
+            return fold()
         except Exception as e:
             self._handled.add(cap.compile_id)
             row = self._fold.row(cap.function, cap.signature)
             if sum(r.compiles + r.failed + r.refused for r in self._fold.rows.values()) == before:
-                which = "refused" if fold == self._fold_limit else "failed" if fold == self._fold_failed else "compiles"
                 setattr(row, which, getattr(row, which) + 1)
             place = traceback.extract_tb(e.__traceback__)[-1]
             words = (
