@@ -195,3 +195,30 @@ def test_a_recompile_tied_between_a_flags_graph_and_a_layouts_graph_is_told_as_t
     assert "prev_tok's memory layout changed to non-contiguous" in last.cause, last.cause
     layout = [c for r in w.table for c in r.causes if c.kind == "stride" and c.count]
     assert len(layout) == 2, w.table.to_text()
+
+
+def rand_box(size, lam):  # CutMix's rand_bbox: a box drawn with numpy, returned as numpy numbers
+    cut = int(size[2] * np.sqrt(1.0 - lam))
+    cx = np.random.randint(size[2])
+    return np.clip(cx - cut // 2, 0, size[2]), np.clip(cx + cut // 2, 0, size[2])
+
+
+def cutmix(x):  # clovaai/CutMix-PyTorch's train step, cut down: the box's bounds slice the batch
+    lam = np.random.uniform()
+    x1, x2 = rand_box(x.size(), lam)
+    x[:, :, x1:x2] = x.flip(0)[:, :, x1:x2]
+    return x.sum()
+
+
+def test_a_backends_failure_on_a_random_draw_is_told_as_such_with_the_draws_fix_never_a_loop(dynamo):
+    np.random.seed(0)
+    step = torch.compile(cutmix, backend="aot_eager")  # aot_eager fails on the numbers read back
+    with tl.watch() as w:
+        for _ in range(3):
+            step(torch.randn(2, 3, 8))
+    check_against_dynamo(w, dynamo)
+    backend = [b for b in w.table.breaks if b.words.startswith("Backend compiler") and "random draw" in b.words]
+    assert backend, [b.words for b in w.table.breaks]
+    for b in backend:  # no loop, no try/with: a backend's failure is what Dynamo cannot resume after
+        assert "cannot resume after a backend's failure" in b.words and "try/with" not in b.words, b.words
+        assert b.fix.startswith("draw the random number outside the compiled function"), b.fix

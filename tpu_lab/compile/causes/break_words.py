@@ -282,12 +282,17 @@ def _break_words(
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
         words = cause.words.replace("aten._local_scalar_dense.default", said)
-        cause = dataclasses.replace(cause, words=words, fix=_READ_BACK_FIX)
+        cause = dataclasses.replace(
+            cause, words=words, fix=_READ_BACK_FIX if ours else cause.fix
+        )  # a draw: drawn outside
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)
         cause = dataclasses.replace(cause, words=f"{cause.words.rstrip('.')}, {why or 'and Dynamo could not resume'}")
-    if stopped_at:  # Dynamo compiled up to its last resumable point and runs the rest eagerly
+    if stopped_at and reason.startswith("Backend compiler"):  # no graph to resume after: the frame runs eagerly
+        words = f"{cause.words.rstrip('.')}, and Dynamo cannot resume after a backend's failure: the code from here on runs eagerly on every call"
+        cause = dataclasses.replace(cause, words=words)
+    elif stopped_at:  # Dynamo compiled up to its last resumable point and runs the rest eagerly
         words = (
             f"{cause.words.rstrip('.')}, where Dynamo cannot resume (inside a loop, or a try/with block): it compiles "
             f"the function up to line {stopped_at} and the rest runs eagerly on every call"

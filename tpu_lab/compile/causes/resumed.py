@@ -185,5 +185,7 @@ def named_inputs(signature: Sequence[tuple[str, str]], function: FunctionKey) ->
     for name, said in signature:
         carried = f"the carried value{name[len(call) :]}" if call and name.startswith(call) else name
         named = carried_named(carried, function)
+        if named == CARRIED and call:  # the whole value a tuple assignment unpacks (x1, x2 = box(...)): its call
+            named = call if len(call) <= 60 else re.sub(r"\(.*", "(...)", call, flags=re.S)
         out.append((named if named != carried else name, said))
     return tuple(out)

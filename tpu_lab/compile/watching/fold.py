@@ -194,7 +194,7 @@ class Fold:
         """A compile with no graph (``failed_compile``), on its row, and among the breaks where Dynamo logs one."""
         heard = {where: entry[0] for (_, where), entry in self.breaks.items()}  # the latest at each place
         failed = failed_compile(cap, record, capture_causes(cap, tpu=self.tpu), heard)
-        row = self.row(cap.function, cap.shown)
+        row = self.row(cap.function, named_inputs(cap.shown, cap.function))
         row.failed += 1
         row.raised += failed.raises
         shown = "\n".join(self._shown(g, cap) for g in failed.guard.splitlines())  # the user's names
@@ -221,7 +221,7 @@ class Fold:
         """A compile Dynamo refused at the recompile limit: the call ran uncompiled, or (``cap.raises``:
         fullgraph=True or Dynamo's config makes it an error) raised FailOnRecompileLimitHit."""
         self.limited.add(cap.function)
-        row = self.row(cap.function, cap.shown)
+        row = self.row(cap.function, named_inputs(cap.shown, cap.function))
         row.limit_hit = True
         row.refused += 1
         said = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
