@@ -63,6 +63,8 @@ def failed_compile(
         if calls:  # met inside Dynamo's own stand-in for a builtin the function's line calls: that line
             file, line, library = cap.function.filename, calls, f"{_STAND_IN}{builtin}"
     reason = _with_root(reason, trace)
+    if not file and reason.startswith("Backend compiler") and cap.function.filename:  # no frame: the graph's own
+        file, line = cap.function.filename, cap.function.line
     no_fake = _NO_FAKE.search(reason)  # the user's own custom op: where torch's dispatcher raised says nothing
     library = "" if no_fake else library
     code = linecache.getline(file, line).strip() if file else ""
