@@ -16,6 +16,7 @@ from tpu_lab.compile.causes.guard_values import held_fix
 from tpu_lab.compile.sources.packages import USER
 
 _MODULE_HINT = "integer attributes of the nn.Module"  # Dynamo's own hint on such a guard
+_MODULE_INDEX = re.compile(r"nn/modules/container\.py:\d+ in (?:_get_abs_string_index|__getitem__)")  # layers[i]
 _INNERMOST = re.compile(r"\((?P<file>[^()\s]+\.py):(?P<line>\d+) in (?P<fn>\w+)\)\s*$")  # the library's frame
 
 
@@ -31,6 +32,17 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
     if itself and _MODULE_HINT in comment:
         words = f"): Dynamo keeps an nn.Module's int attribute static, so each new value compiles a graph of its own{at_most}"
         return dataclasses.replace(cause, words=start + words, fix=module_int_fix(name))
+    if itself and _MODULE_INDEX.search(comment):  # the submodule an index picks is fixed into the graph
+        words = (
+            f"): Dynamo made {name} dynamic, but it indexes a ModuleList (or Sequential): the submodule each index "
+            f"picks is fixed into the graph, so each new value compiles a graph of its own{at_most}"
+        )
+        fix = (
+            f"pass the submodule in from the caller in place of indexing by {name} (f(x, ..., layer=layers[{name}])): "
+            "a module passed in is an input, so one graph serves every layer of the same structure; or raise "
+            "torch._dynamo.config.recompile_limit to at least the number of layers"
+        )
+        return dataclasses.replace(cause, words=start + words, fix=fix)
     if itself:
         who = _needs_it(comment)
         place = condition_place(guard, {guard: comment})
