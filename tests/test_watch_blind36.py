@@ -44,3 +44,38 @@ def test_an_int_that_indexes_a_module_list_is_said_to_pick_a_submodule_and_the_f
         fixed.table.to_text(),
         w.table.to_text(),
     )
+
+
+class PromptEncoder(torch.nn.Module):  # SAM's prompt encoder, cut down: point labels select embeddings by mask
+    def __init__(self, d=8):
+        super().__init__()
+        self.pe, self.not_a_point, self.point = (
+            torch.nn.Linear(2, d),
+            torch.nn.Embedding(1, d),
+            torch.nn.Embedding(1, d),
+        )
+
+    def _embed_points(self, points, labels):
+        pe = self.pe(points)
+        pe[labels == -1] += self.not_a_point.weight  # a boolean mask: its shape follows the data, a break
+        pe[labels == 1] += self.point.weight
+        return pe
+
+    def forward(self, points, labels):
+        sparse = torch.empty((points.shape[0], 0, self.pe.out_features))
+        sparse = torch.cat([sparse, self._embed_points(points, labels)], dim=1)
+        return sparse.sum()
+
+
+def test_values_carried_over_a_break_at_a_masked_update_or_inside_a_list_argument_are_named(dynamo):
+    encoder = torch.compile(PromptEncoder(), backend="eager")
+    with tl.watch() as w:
+        for n in (3, 2):
+            encoder(torch.rand(1, n, 2), torch.tensor([[1, -1, 1][:n]]))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))  # its invariants: no placeholder among the inputs
+    masked = [r.signature for r in w.table if "_embed_points after" in r.function]
+    assert masked and all(s.startswith("labels == ") for s in masked), masked  # pe[labels == -1] += ...
+    listed = [r.signature for r in w.table if r.function.startswith("forward after")]
+    assert listed and all(s.startswith("cat: function, sparse: f32[1, 0, 8], self._embed_points(") for s in listed), (
+        listed
+    )

@@ -139,13 +139,14 @@ def _pending(line: str, call: str) -> list[str]:
     path = next((p for p in _paths(tree) if ast.unparse(p[-1]) == wanted), None)
     out: list[str] = []
     for parent, child in zip(path or [], (path or [])[1:], strict=False):
-        if isinstance(parent, ast.AugAssign) and child is parent.value:  # x.a += f(): x, then x.a's old value
+        if isinstance(parent, ast.AugAssign):  # x.a += f(): x, then x.a's old value (x[m] += v breaks at x[m])
             target = parent.target
             if isinstance(target, ast.Attribute):
                 out.append(ast.unparse(target.value))
             elif isinstance(target, ast.Subscript):
                 out += [ast.unparse(target.value), ast.unparse(target.slice)]
-            out.append(ast.unparse(target))
+            if child is parent.value:
+                out.append(ast.unparse(target))
         elif isinstance(parent, ast.Call) and child is not parent.func:
             given = [*parent.args, *parent.keywords]
             if any(isinstance(a, ast.Starred) or getattr(a, "arg", "") is None for a in given):
@@ -205,6 +206,8 @@ def _breaking_call(code: Any) -> str:
     )
     at = len(before_break) - (len(instructions) - target)  # the same instruction, counted from the end
     if not 0 < at < len(before_break) or before_break[at].opname != instructions[target].opname:
+        at = _same_place(before_break, instructions[target:])  # else where the code after it matches longest
+    if not at:
         return ""
     call = before_break[at - 1]
     where = call.positions if call.opname in _BREAKING_OPS else None
@@ -213,6 +216,22 @@ def _breaking_call(code: Any) -> str:
     line = linecache.getline(original.co_filename, where.lineno).encode()
     text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
     return text if 0 < len(text) <= 300 and text.isprintable() else ""  # a long one named short (_short)
+
+
+def _same_place(original: list[Any], after: list[Any]) -> int:
+    """Where in the original code the resume function's code after its jump (``after``) starts, where
+    counting from the end misses (Dynamo's copy may differ by an instruction near its end): the place whose
+    instructions match it for longest; 0 where none matches its first few."""
+    key = lambda ins: (ins.opname, ins.argrepr)  # noqa: E731
+
+    def matched(at: int) -> int:
+        return next(
+            (n for n, (a, b) in enumerate(zip(original[at:], after, strict=False)) if key(a) != key(b)), len(after)
+        )
+
+    scores = {at: matched(at) for at in range(1, len(original)) if key(original[at]) == key(after[0])} if after else {}
+    best = max(scores, key=lambda at: (scores[at], -at), default=0)
+    return best if best and scores[best] >= min(4, len(after)) else 0
 
 
 def _original_code(code: Any) -> Any:
