@@ -79,3 +79,28 @@ def test_values_carried_over_a_break_at_a_masked_update_or_inside_a_list_argumen
     assert listed and all(s.startswith("cat: function, sparse: f32[1, 0, 8], self._embed_points(") for s in listed), (
         listed
     )
+
+
+class MLPHead(torch.nn.Module):  # a Hydra-style config dict read inside forward, changed by a sweep
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg, self.fc = cfg, torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.cfg.get("residual_scale") is not None:
+            h = h * self.cfg["residual_scale"]
+        return h
+
+
+def test_a_config_key_a_sweep_adds_is_a_setting_that_picks_a_path_never_a_cache_keyed_by_size(dynamo):
+    cfg = {"dropout": 0.1}
+    model = torch.compile(MLPHead(cfg), backend="eager")
+    with tl.watch() as w:
+        model(torch.randn(2, 4))
+        cfg["residual_scale"] = 0.5  # the sweep's next setting
+        model(torch.randn(2, 4))
+    check_against_dynamo(w, dynamo)
+    (gained,) = [c for r in w.table for c in r.causes if c.kind == "dict_keys"]
+    assert "gained the key 'residual_scale'" in gained.words and "size" not in gained.words + gained.fix, gained
+    assert gained.fix.startswith("expected once per setting") and "torch._dynamo.reset()" in gained.fix, gained.fix

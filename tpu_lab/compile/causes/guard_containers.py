@@ -165,6 +165,9 @@ def container_words(
             return Cause("dict_keys", words, g, _PER_OBJECT_FIX)  # parametrize.cached(): (id(module), 'weight')
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
+        if _on_module(name, inputs) and now == "gained" and re.fullmatch(r"'[A-Za-z_]\w*'", m["key"]):  # a setting
+            words = f"dict {name} gained the key {m['key']}{_SETTING}"
+            return Cause("dict_keys", words, g, _SETTING_FIX)
         if _on_module(name, inputs) and now == "gained":  # a module's own cache, never passed in
             return Cause("dict_keys", f"dict {name} gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         flag = (inputs or {}).get(f"{name}[{m['key']}]") in ("True", "False")  # a flag passed only sometimes
@@ -224,6 +227,12 @@ CACHE_WORDS = (
 )
 _PER_OBJECT = " (absent when this graph was compiled): a cache keyed by object gains one key per object it holds"
 _PER_OBJECT_FIX = "fill it before the first compiled call (run what fills it once outside, under the same context)"
+_SETTING = " (absent when this graph was compiled): a setting the code reads picks its path, each setting a graph"
+_SETTING_FIX = (
+    "expected once per setting (a config the code reads inside forward: each set of keys and values is a graph "
+    "of its own); in a sweep that changes it, call torch._dynamo.reset() between settings so the graphs of "
+    "settings done with do not count toward the recompile limit"
+)
 CACHE_FIX = (
     "keep the cached values in one tensor computed for the longest size outside the compiled function and slice "
     "it inside by the size (t[:n]): from the second size on, one graph serves every size; or fill the cache outside, before "
