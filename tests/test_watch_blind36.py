@@ -3,6 +3,8 @@
 one graph for every layer), never "pass it as a tensor", which made Dynamo give up on the function. Checked
 against Dynamo's records."""
 
+import math
+
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -104,3 +106,25 @@ def test_a_config_key_a_sweep_adds_is_a_setting_that_picks_a_path_never_a_cache_
     (gained,) = [c for r in w.table for c in r.causes if c.kind == "dict_keys"]
     assert "gained the key 'residual_scale'" in gained.words and "size" not in gained.words + gained.fix, gained
     assert gained.fix.startswith("expected once per setting") and "torch._dynamo.reset()" in gained.fix, gained.fix
+
+
+def resample(wav, orig_freq: int, new_freq: int):  # torchaudio's resample, cut down: rates reduced by their gcd
+    gcd = math.gcd(int(orig_freq), int(new_freq))
+    orig, new = int(orig_freq) // gcd, int(new_freq) // gcd
+    out = wav.repeat_interleave(new, -1)[..., ::orig]
+    target = torch.ceil(torch.as_tensor(new * wav.size(-1) / orig)).long()
+    return out[..., :target]  # a tensor as a slice bound: read back, inside an operator
+
+
+def test_math_gcd_of_numbers_made_dynamic_and_a_break_inside_an_operator_are_said_as_what_they_are(dynamo):
+    f = torch.compile(resample, backend="eager")
+    with tl.watch() as w:
+        for orig in (44100, 48000, 22050):
+            f(torch.randn(1, 64), orig, 16000)
+    check_against_dynamo(w, dynamo, also=("orig_freq == 48000",))  # beside gcd's: Dynamo logs gcd's only
+    gcd = [b for b in w.table.breaks if "math.gcd" in b.words]
+    assert gcd and all(b.fix.startswith("compute math.gcd(...) outside the compiled function") for b in gcd), [
+        (b.words, b.fix) for b in w.table.breaks
+    ]
+    resumed = [b for b in w.table.breaks if "cannot resume" in b.words]
+    assert resumed and not any("inside a loop" in b.words for b in resumed), [b.words for b in resumed]

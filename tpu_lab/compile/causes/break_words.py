@@ -27,7 +27,7 @@ from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logg
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
-from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, symbolic_number
+from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, python_result, symbolic_number
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -187,7 +187,7 @@ def _break_words(
         hints = [*hints, *advice]
         words = clean(explanation or (found.explanation if found and "{" not in found.explanation else "") or first)
         words = clean(first) if first and re.fullmatch(r"Dynamo does not support this\.?", words) else words
-        if symbolic := symbolic_number(words, code):  # a value read from tensor data, where a real one is needed
+        if symbolic := symbolic_number(words, code) or python_result(inner, code):  # a symbol where a value is needed
             words, hints = symbolic
         elif len(words) > 200 and _FX_DUMP.search(words):  # an FX node with its fake tensors: the type and error say it
             error = re.search(r"got (\w+)\((['\"])(.+?)\2\)", words)
@@ -294,7 +294,7 @@ def _break_words(
         cause = dataclasses.replace(cause, words=words)
     elif stopped_at:  # Dynamo compiled up to its last resumable point and runs the rest eagerly
         words = (
-            f"{cause.words.rstrip('.')}, where Dynamo cannot resume (inside a loop, or a try/with block): it compiles "
+            f"{cause.words.rstrip('.')}, where Dynamo cannot resume (it resumes only at a function call, outside a try/with block): it compiles "
             f"the function up to line {stopped_at} and the rest runs eagerly on every call"
         )
         cause = dataclasses.replace(cause, words=words)

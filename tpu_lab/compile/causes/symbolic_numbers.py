@@ -112,3 +112,22 @@ def python_int_fix(code: str) -> str:
             "torch.gather, torch.index_select), or compute the int in Python (from shapes or lengths)"
         )
     return ""
+
+
+_NON_TENSOR = re.compile(r"target: <built-in function (\w+)>")  # gb0208's debug context: math.gcd, math.factorial
+
+
+def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
+    """(words, [fix]) where Dynamo met a Python function of numbers it had made dynamic (``math.gcd`` of an int
+    argument after it changed): the function returns a plain number, which a graph cannot hold; None else."""
+    target = _NON_TENSOR.search(reason) if "return a non-Tensor" in reason else None
+    if target is None:
+        return None
+    called = re.search(rf"(?<![\w.])((?:\w+\.)*{re.escape(target[1])})\(", code)
+    name = called[1] if called else target[1]
+    said = (
+        f"{name} is called on numbers Dynamo made dynamic (an argument that changed between calls): it returns a "
+        "plain Python number, which Dynamo cannot put in the graph"
+    )
+    fix = f"compute {name}(...) outside the compiled function and pass the result in, with what depends on it"
+    return said, [fix]
