@@ -128,3 +128,29 @@ def test_math_gcd_of_numbers_made_dynamic_and_a_break_inside_an_operator_are_sai
     ]
     resumed = [b for b in w.table.breaks if "cannot resume" in b.words]
     assert resumed and not any("inside a loop" in b.words for b in resumed), [b.words for b in resumed]
+
+
+def policy_loss(log_probs, rewards, gamma=0.99):  # pytorch/examples' REINFORCE: returns from a list of rewards
+    R, returns = 0.0, []
+    for r in rewards[::-1]:
+        R = r + gamma * R
+        returns.insert(0, R)
+    returns = torch.tensor(returns)
+    return (-log_probs * (returns - returns.mean())).sum()
+
+
+def test_a_size_pinned_by_a_tensor_built_from_a_list_names_the_list_and_passing_it_as_a_tensor_fixes_it(dynamo):
+    f = torch.compile(policy_loss, backend="eager")
+    with tl.watch() as w:
+        for n in (6, 5, 4):
+            f(torch.randn(n), [1.0] * n)
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    pinned = [c for r in w.table for c in r.causes if "pins log_probs dim 0" in c.words]
+    assert pinned and all("to the length of rewards, a Python list" in c.words for c in pinned), w.table.to_text()
+    assert all(c.fix.startswith("pass rewards in as one tensor") for c in pinned), [c.fix for c in pinned]
+    torch._dynamo.reset()
+    with tl.watch() as fixed:  # the fix: the returns computed before the call, passed in as one tensor
+        f = torch.compile(lambda log_probs, returns: (-log_probs * (returns - returns.mean())).sum(), backend="eager")
+        for n in (6, 5, 4):
+            f(torch.randn(n), torch.tensor([0.99**i for i in range(n)]))
+    assert fixed.table.total_compiles == 2, fixed.table.to_text()  # the second made the size dynamic

@@ -48,6 +48,10 @@ def settled(
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
+        elif m and dim in fixed and (listed := _list_sized(c.words, causes)):
+            c = dataclasses.replace(
+                c, words=with_note(c.words, _LISTED.format(m[1], m[2], listed)), fix=_LISTED_FIX.format(listed)
+            )
         elif m and dim in fixed and (held := _module_held(c.words, m[1])):
             c = dataclasses.replace(
                 c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
@@ -173,6 +177,25 @@ _FIXED = (
 _FIXED_FIX = (
     "pad to a few sizes (buckets), or keep the size out of Python control flow (where a loop runs over it, "
     "vectorise it); mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
+)
+
+
+def _list_sized(words: str, causes: list[RowCause]) -> str:
+    """A Python list whose length changed as ``words``' size did (``rewards has a different length (was 6, now
+    5)`` beside ``log_probs dimension 0 changed 6 -> 5``): a list's length is fixed into every graph, and a
+    tensor built from it (torch.tensor(rewards)) has that size, so what meets it is pinned too."""
+    size = re.search(r"dimension \d+ changed (\d+) -> (\d+)", words)
+    lengths = (re.match(r"^(\S+) has a different length \(was (\d+), now (\d+)\)", c.words) for c in causes)
+    return next((m[1] for m in lengths if m and size and m[2] == size[1] and m[3] == size[2]), "")
+
+
+_LISTED = (
+    "the graph pins {0} dim {1} to the length of {2}, a Python list: its length is fixed into every graph, and a "
+    "tensor built from it (torch.tensor({2})) has that size, so what meets it is fixed too"
+)
+_LISTED_FIX = (
+    "pass {0} in as one tensor (torch.tensor({0}) before the call, with what the function computes from it), so "
+    "its length is a tensor size Dynamo can make dynamic; else pad it to a few lengths"
 )
 
 
