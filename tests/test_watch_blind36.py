@@ -154,3 +154,14 @@ def test_a_size_pinned_by_a_tensor_built_from_a_list_names_the_list_and_passing_
         for n in (6, 5, 4):
             f(torch.randn(n), torch.tensor([0.99**i for i in range(n)]))
     assert fixed.table.total_compiles == 2, fixed.table.to_text()  # the second made the size dynamic
+
+
+def test_a_quantized_modules_packed_weights_are_said_in_words_never_as_dynamos_internals(dynamo):
+    fp32 = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).eval()
+    quantized = torch.ao.quantization.quantize_dynamic(fp32, {torch.nn.Linear}, dtype=torch.qint8)
+    f = torch.compile(quantized, backend="eager")
+    with tl.watch() as w, torch.inference_mode():
+        f(torch.randn(4, 8))
+    check_against_dynamo(w, dynamo)
+    packed = [b for b in w.table.breaks if "TorchScript object" in b.words]
+    assert packed and "as_proxy" not in str(w.table), [b.words for b in w.table.breaks]

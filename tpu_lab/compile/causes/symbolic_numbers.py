@@ -2,7 +2,9 @@
 a symbol (under fullgraph or capture_scalar_outputs) used where a real one is needed: a NumPy call that
 must build an array of it, or a branch that must pick a side. Dynamo's text for it is a sympy dump
 (``2*TruncToInt(zuf0 + 1.5) > 10``); these are its words and fix. Text in, words out; the fix also reads
-whether a capture setting is on now (it is what turned a graph break into this error)."""
+whether a capture setting is on now (it is what turned a graph break into this error). Also a value a
+graph cannot hold at all: a plain number a function of dynamic numbers returns (``math.gcd``), a TorchScript
+object passed to an op (the packed weights of torch.ao's quantized modules)."""
 
 from __future__ import annotations
 
@@ -120,6 +122,12 @@ _NON_TENSOR = re.compile(r"target: <built-in function (\w+)>")  # gb0208's debug
 def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
     """(words, [fix]) where Dynamo met a Python function of numbers it had made dynamic (``math.gcd`` of an int
     argument after it changed): the function returns a plain number, which a graph cannot hold; None else."""
+    if "Missing `as_proxy()`" in reason and "ScriptObject" in reason:  # Dynamo's words for it are its internals'
+        said = (
+            "this call passes a TorchScript object (a ScriptObject, as the packed weights of torch.ao's quantized "
+            "modules) to an op, which Dynamo cannot put in a graph"
+        )
+        return said, ["call it outside the compiled function, or accept the break"]
     target = _NON_TENSOR.search(reason) if "return a non-Tensor" in reason else None
     if target is None:
         return None
