@@ -165,3 +165,20 @@ def test_a_quantized_modules_packed_weights_are_said_in_words_never_as_dynamos_i
     check_against_dynamo(w, dynamo)
     packed = [b for b in w.table.breaks if "TorchScript object" in b.words]
     assert packed and "as_proxy" not in str(w.table), [b.words for b in w.table.breaks]
+
+
+def prompt_embed(image, points=None):  # SAM: points come as a (coords, labels) tuple, or not at all
+    if points is not None:
+        coords, labels = points
+        return image.sum() + (coords * labels[..., None]).sum()
+    return image.sum()
+
+
+def test_a_tuple_now_none_is_one_change_never_also_a_different_length(dynamo):
+    f = torch.compile(prompt_embed, backend="eager")
+    with tl.watch() as w:
+        f(torch.randn(2, 4), (torch.randn(1, 3, 2), torch.ones(1, 3)))
+        f(torch.randn(2, 4), None)
+    check_against_dynamo(w, dynamo, also=("len(points)", "___check_type_id(points"))
+    (row,) = [r for r in w.table if r.compiles and "points is now None" in r.cause]
+    assert "different length" not in row.cause, row.cause

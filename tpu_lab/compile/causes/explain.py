@@ -10,7 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
-from tpu_lab.compile.causes.guard_containers import one_dict_change
+from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
@@ -130,7 +130,9 @@ def causes_of(
             for c in calling_style(
                 cache_first(
                     one_dict_change(
-                        merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
+                        none_not_shorter(
+                            merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
+                        )
                     )
                 )
             )

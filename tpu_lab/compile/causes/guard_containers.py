@@ -271,3 +271,19 @@ def one_dict_change(causes: list[Cause]) -> list[Cause]:
         if reordered[i] is None:
             out.append(dataclasses.replace(c, guard="\n".join([c.guard, *moved])) if moved else c)
     return out
+
+
+def none_not_shorter(causes: list[Cause]) -> list[Cause]:
+    """A container that is now None fails its length guard too: one change, said once (that it is None), with
+    both guards; never "points has a different length" beside "points is now None"."""
+    nones = {m[1]: i for i, c in enumerate(causes) if (m := re.match(r"(\S+) is now None\b", c.words))}
+    into = [nones.get(m[1]) if (m := _LENGTH_OF.match(c.words)) else None for c in causes]
+    out = []
+    for i, c in enumerate(causes):
+        moved = [causes[j].guard for j, k in enumerate(into) if k == i]
+        if into[i] is None:
+            out.append(dataclasses.replace(c, guard="\n".join([c.guard, *moved])) if moved else c)
+    return out
+
+
+_LENGTH_OF = re.compile(r"^(\S+) has a different length \(")
