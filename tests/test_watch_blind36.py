@@ -179,6 +179,6 @@ def test_a_tuple_now_none_is_one_change_never_also_a_different_length(dynamo):
     with tl.watch() as w:
         f(torch.randn(2, 4), (torch.randn(1, 3, 2), torch.ones(1, 3)))
         f(torch.randn(2, 4), None)
-    check_against_dynamo(w, dynamo, also=("len(points)", "___check_type_id(points"))
+    check_against_dynamo(w, dynamo, also=("points",))  # its type and (torch 2.14 on) its length: Dynamo logs one
     (row,) = [r for r in w.table if r.compiles and "points is now None" in r.cause]
     assert "different length" not in row.cause, row.cause
