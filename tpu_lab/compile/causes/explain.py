@@ -23,6 +23,7 @@ from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
 from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, FunctionKey, renamed, where_label
+from tpu_lab.compile.sources.packages import USER, package_of
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -298,6 +299,28 @@ def capture_causes(
         baked=baked,
         compared=capture.compared,
     )
+    found = _read_by_library(found, package_of(capture.function.filename) if capture.function.filename else USER)
     if not capture.function.name.startswith(RESUME):
         return found
     return in_resumed_frame(found, capture.function, capture.names)
+
+
+_HELD = re.compile(r"^compute what depends on (.+?) outside the compiled function and pass it in as a tensor")
+
+
+def _read_by_library(causes: list[Cause], package: str) -> list[Cause]:
+    """``causes`` of a library's compiled function (transformers' forward): a number its code reads as a plain
+    Python value (``int(L * (1 - self.config.mask_ratio))``) is no tensor the user could pass in its place."""
+    if package in (USER, "tpu_lab"):
+        return causes
+    whose = f"{package}'" if package.endswith("s") else f"{package}'s"  # transformers' code, torch's code
+    return [
+        dataclasses.replace(
+            c,
+            fix=f"expected once per value of {m[1]}: {whose} code reads it as a plain Python number, so a "
+            "tensor in its place would not do; keep it to a few values, set before the first compiled call",
+        )
+        if (m := _HELD.match(c.fix))
+        else c
+        for c in causes
+    ]

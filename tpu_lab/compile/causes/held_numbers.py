@@ -16,7 +16,10 @@ from tpu_lab.compile.causes.guard_values import held_fix
 from tpu_lab.compile.sources.packages import USER
 
 _MODULE_HINT = "integer attributes of the nn.Module"  # Dynamo's own hint on such a guard
-_MODULE_INDEX = re.compile(r"nn/modules/container\.py:\d+ in (?:_get_abs_string_index|__getitem__)")  # layers[i]
+_MODULE_INDEX = re.compile(r"nn/modules/container\.py:\d+ in (?:_get_abs_string_index|_get_item_by_idx)")  # layers[i]
+_MODULE_SLICE = re.compile(
+    r"_modules\.values\(\)\)\[idx\]\)?\s+#\s+nn/modules/container\.py:\d+ in __getitem__"
+)  # [:n]
 _INNERMOST = re.compile(r"\((?P<file>[^()\s]+\.py):(?P<line>\d+) in (?P<fn>\w+)\)\s*$")  # the library's frame
 
 
@@ -41,6 +44,16 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             f"pass the submodule in from the caller in place of indexing by {name} (f(x, ..., layer=layers[{name}])): "
             "a module passed in is an input, so one graph serves every layer of the same structure; or raise "
             "torch._dynamo.config.recompile_limit to at least the number of layers"
+        )
+        return dataclasses.replace(cause, words=start + words, fix=fix)
+    if itself and _MODULE_SLICE.search(comment):  # layers[:n]: how many layers run is the graph's own
+        words = (
+            f"): Dynamo made {name} dynamic, but it slices a ModuleList (layers[:{name}]): which layers run is fixed "
+            f"into the graph, so each new value compiles a graph of its own{at_most}"
+        )
+        fix = (
+            f"expected once per value of {name}: keep it to a few values, or run every layer and weigh the ones "
+            f"past {name} by zero (a mask tensor), so one graph serves all"
         )
         return dataclasses.replace(cause, words=start + words, fix=fix)
     if itself:

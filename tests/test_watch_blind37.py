@@ -1,0 +1,54 @@
+"""tl.watch() checked blind, thirty-seventh round: an int that slices a ModuleList (EnCodec's residual
+quantizer, ``self.layers[:n_q]``) is said to fix which layers run, with a fix that holds (a few values, or
+every layer masked), never "pass the layer in"; a float a library's compiled forward reads as a plain number
+(ViTMAE's ``config.mask_ratio``) is never told to be passed as a tensor. Checked against Dynamo's records."""
+
+import torch
+from _dynamo_oracle import check_against_dynamo
+
+import tpu_lab as tl
+
+
+class ResidualVQ(torch.nn.Module):  # facebookresearch/encodec's ResidualVectorQuantization, cut down
+    def __init__(self, n=4, d=8):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(n))
+
+    def forward(self, x, n_q=None):
+        n_q = n_q or len(self.layers)
+        out, residual = torch.zeros_like(x), x
+        for layer in self.layers[:n_q]:  # the bandwidth picks how many codebooks run
+            q = layer(residual)
+            residual, out = residual - q, out + q
+        return out
+
+
+def test_an_int_that_slices_a_module_list_is_said_to_fix_which_layers_run(dynamo):
+    model = torch.compile(ResidualVQ(), backend="eager")
+    with tl.watch() as w:
+        for n_q in (4, 2, 3):
+            model(torch.randn(2, 8), n_q=n_q)
+    check_against_dynamo(w, dynamo)
+    sliced = [c for r in w.table for c in r.causes if "slices a ModuleList" in c.words]
+    assert sliced and all(c.fix.startswith("expected once per value of n_q") for c in sliced), w.table.to_text()
+    assert not any("pass the submodule in" in c.fix or "as a tensor" in c.fix for r in w.table for c in r.causes)
+
+
+def test_a_float_a_librarys_forward_reads_as_a_plain_number_is_never_told_to_be_a_tensor(dynamo):
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
+    torch.manual_seed(0)
+    config = ViTMAEConfig(
+        image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        decoder_hidden_size=16, decoder_num_hidden_layers=1, decoder_num_attention_heads=2, decoder_intermediate_size=32,
+    )  # fmt: skip
+    model = ViTMAEForPreTraining(config)
+    f = torch.compile(model, backend="aot_eager")  # its tensorified float is specialised back: a graph per value
+    with tl.watch() as w, torch.no_grad():
+        for ratio in (0.75, 0.5, 0.25):  # the evaluation's mask ratio, set on the config
+            model.config.mask_ratio = ratio
+            f(pixel_values=torch.randn(1, 3, 16, 16))
+    check_against_dynamo(w, dynamo)
+    ratio = [c for r in w.table for c in r.causes if "self.config.mask_ratio" in c.words]
+    assert ratio and not any("as a tensor (" in c.fix or "torch.exp" in c.fix for c in ratio), [c.fix for c in ratio]
+    assert any(c.fix.startswith("expected once per value of self.config.mask_ratio") for c in ratio), ratio
