@@ -52,3 +52,20 @@ def test_a_float_a_librarys_forward_reads_as_a_plain_number_is_never_told_to_be_
     ratio = [c for r in w.table for c in r.causes if "self.config.mask_ratio" in c.words]
     assert ratio and not any("as a tensor (" in c.fix or "torch.exp" in c.fix for c in ratio), [c.fix for c in ratio]
     assert any(c.fix.startswith("expected once per value of self.config.mask_ratio") for c in ratio), ratio
+
+
+def test_a_break_where_torch_checks_a_mask_is_causal_is_fixed_by_saying_so(dynamo):
+    torch.manual_seed(0)  # pytorch/tutorials' translation transformer: a greedy decode step compiled
+    layer = torch.nn.TransformerDecoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0)
+    decoder = torch.nn.TransformerDecoder(layer, num_layers=1).eval()
+    tgt, memory = torch.randn(3, 1, 8), torch.randn(5, 1, 8)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(3).bool()
+    with tl.watch() as w, torch.no_grad():
+        torch.compile(decoder, backend="eager")(tgt, memory, tgt_mask=mask)
+    check_against_dynamo(w, dynamo)
+    causal = [b for b in w.table.breaks if "transformer.py" in b.words]
+    assert causal and all(b.fix.startswith("pass is_causal=True with the causal mask") for b in causal), w.table.breaks
+    torch._dynamo.reset()
+    with tl.watch() as fixed, torch.no_grad():  # the fix as printed
+        torch.compile(decoder, backend="eager")(tgt, memory, tgt_mask=mask, tgt_is_causal=True)
+    assert not fixed.table.breaks, fixed.table.to_text()

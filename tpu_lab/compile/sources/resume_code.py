@@ -163,10 +163,19 @@ def _pending(line: str, call: str) -> list[str]:
         elif isinstance(parent, ast.Slice):  # x[:, :n]: a bound left out is a None on the stack all the same
             bounds = [parent.lower, parent.upper, parent.step]
             out += [ast.unparse(b) if b else "None" for b in bounds[: [id(b) for b in bounds].index(id(child))]]
+        elif isinstance(parent, ast.Dict) and any(child is v for v in parent.values) and None not in parent.keys:
+            i = [id(v) for v in parent.values].index(id(child))
+            keys = list(parent.keys)
+            if len(keys) > 1 and all(isinstance(k, ast.Constant) for k in keys):  # the keys come as one constant
+                out += [ast.unparse(v) for v in parent.values[:i]]
+            else:  # key, value, key, value: a constant key is no input (left unnamed, as a message's piece)
+                said = lambda k: "" if isinstance(k, ast.Constant) else ast.unparse(k)  # noqa: E731
+                out += [t for k, v in zip(keys[:i], parent.values[:i], strict=True) for t in (said(k), ast.unparse(v))]
+                out.append(said(keys[i]))
         elif isinstance(parent, (ast.Tuple, ast.List)):
             out += [ast.unparse(e) for e in parent.elts[: [id(e) for e in parent.elts].index(id(child))]]
         elif not isinstance(parent, _NOTHING_PENDING):
-            return []  # a comparison chain, a dict, a comprehension, an f-string: not followed here
+            return []  # a comparison chain, a ** in a dict, a comprehension, an f-string: not followed here
     return out
 
 
