@@ -69,3 +69,19 @@ def test_a_break_where_torch_checks_a_mask_is_causal_is_fixed_by_saying_so(dynam
     with tl.watch() as fixed, torch.no_grad():  # the fix as printed
         torch.compile(decoder, backend="eager")(tgt, memory, tgt_mask=mask, tgt_is_causal=True)
     assert not fixed.table.breaks, fixed.table.to_text()
+
+
+def proto_loss(logits, target):  # prototypical networks' loss: the loss, and stats read back for logging
+    loss = torch.nn.functional.cross_entropy(logits, target)
+    acc = (logits.argmax(-1) == target).float().mean()
+    return loss, {"loss": loss.item(), "acc": acc.item()}
+
+
+def test_values_carried_over_a_break_inside_a_dict_display_are_named(dynamo):
+    f = torch.compile(proto_loss, backend="eager")
+    with tl.watch() as w:
+        for n in (4, 6):
+            f(torch.randn(n, 3), torch.randint(0, 3, (n,)))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))  # its invariants: no placeholder among the inputs
+    resumed = [r.signature for r in w.table if "after the graph break" in r.function]
+    assert resumed and all(s.startswith("loss: f32[]") for s in resumed), resumed
