@@ -85,3 +85,31 @@ def test_values_carried_over_a_break_inside_a_dict_display_are_named(dynamo):
     check_against_dynamo(w, dynamo, also=("size mismatch",))  # its invariants: no placeholder among the inputs
     resumed = [r.signature for r in w.table if "after the graph break" in r.function]
     assert resumed and all(s.startswith("loss: f32[]") for s in resumed), resumed
+
+
+_ANCHORS = {}
+
+
+def grid_anchors(feature, stride, by_text=True):  # torchvision's AnchorGenerator: a cache keyed by the grid size
+    h, w = feature.shape[-2:]
+    key = str(h) + "x" + str(w) if by_text else (h, w)
+    if key not in _ANCHORS:
+        _ANCHORS[key] = torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij"), -1) * stride
+    return feature.sum() + _ANCHORS[key].sum()
+
+
+def test_str_of_a_size_made_dynamic_is_said_in_words_and_keying_by_the_numbers_avoids_the_break(dynamo):
+    f = torch.compile(grid_anchors, backend="eager")
+    with tl.watch() as w:
+        for n in (4, 6):
+            f(torch.randn(1, n, n), 8)
+    check_against_dynamo(w, dynamo, also=("size mismatch", "_ANCHORS"))  # each failed guard named
+    text = [b for b in w.table.breaks if b.words.startswith("str() or repr()")]
+    assert text and all(b.fix.startswith("key by the numbers themselves") for b in text), w.table.breaks
+    assert "tp_repr" not in str(w.table)
+    torch._dynamo.reset()
+    _ANCHORS.clear()
+    with tl.watch() as fixed:  # the fix as printed: the tuple (h, w) as the key
+        for n in (4, 6, 8):
+            f(torch.randn(1, n, n), 8, by_text=False)
+    assert not fixed.table.breaks, fixed.table.to_text()

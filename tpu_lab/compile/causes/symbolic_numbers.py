@@ -122,6 +122,19 @@ _NON_TENSOR = re.compile(r"target: <built-in function (\w+)>")  # gb0208's debug
 def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
     """(words, [fix]) where Dynamo met a Python function of numbers it had made dynamic (``math.gcd`` of an int
     argument after it changed): the function returns a plain number, which a graph cannot hold; None else."""
+    if re.search(  # str(n) of a SymInt: torch 2.14 on, then torch 2.13's words
+        r"The type (?:int|float|bool) has a tp_(?:repr|str) C slot|builtin operator `(?:str|repr)` with argument "
+        r"types \['(?:int|float)'\]",
+        reason,
+    ):
+        said = (
+            "str() or repr() (an f-string too) of a number Dynamo made dynamic (a size or an int argument that "
+            "changed): Dynamo cannot turn a number it traces as a symbol into text"
+        )
+        return said, [
+            "key by the numbers themselves (a tuple, (h, w)) in place of their text, or build the text outside "
+            "the compiled function and pass it in"
+        ]
     if "Missing `as_proxy()`" in reason and "ScriptObject" in reason:  # Dynamo's words for it are its internals'
         said = (
             "this call passes a TorchScript object (a ScriptObject, as the packed weights of torch.ao's quantized "
