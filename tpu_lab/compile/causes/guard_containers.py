@@ -262,22 +262,18 @@ def one_dict_change(causes: list[Cause]) -> list[Cause]:
     """A dict with another number of keys fails its key-order guard too: one change, said once (the number
     of keys, with the keys now), with both guards; never a second cause on the same dict's keys."""
     counted = {m[1]: i for i, c in enumerate(causes) if (m := re.match(r"dict (\S+) has another number of", c.words))}
-    reordered = [
-        counted.get(m[1]) if (m := re.match(r"the keys of dict (\S+) changed", c.words)) else None for c in causes
-    ]
-    out = []
-    for i, c in enumerate(causes):
-        moved = [causes[j].guard for j, into in enumerate(reordered) if into == i]
-        if reordered[i] is None:
-            out.append(dataclasses.replace(c, guard="\n".join([c.guard, *moved])) if moved else c)
-    return out
+    return _folded(causes, [counted.get(m[1]) if (m := _REORDERED.match(c.words)) else None for c in causes])
 
 
 def none_not_shorter(causes: list[Cause]) -> list[Cause]:
     """A container that is now None fails its length guard too: one change, said once (that it is None), with
     both guards; never "points has a different length" beside "points is now None"."""
     nones = {m[1]: i for i, c in enumerate(causes) if (m := re.match(r"(\S+) is now None\b", c.words))}
-    into = [nones.get(m[1]) if (m := _LENGTH_OF.match(c.words)) else None for c in causes]
+    return _folded(causes, [nones.get(m[1]) if (m := _LENGTH_OF.match(c.words)) else None for c in causes])
+
+
+def _folded(causes: list[Cause], into: list[int | None]) -> list[Cause]:
+    """``causes`` without those ``into`` names another cause for (by index), whose guards that one takes."""
     out = []
     for i, c in enumerate(causes):
         moved = [causes[j].guard for j, k in enumerate(into) if k == i]
@@ -286,4 +282,5 @@ def none_not_shorter(causes: list[Cause]) -> list[Cause]:
     return out
 
 
+_REORDERED = re.compile(r"the keys of dict (\S+) changed")
 _LENGTH_OF = re.compile(r"^(\S+) has a different length \(")
