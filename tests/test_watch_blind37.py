@@ -113,3 +113,24 @@ def test_str_of_a_size_made_dynamic_is_said_in_words_and_keying_by_the_numbers_a
         for n in (4, 6, 8):
             f(torch.randn(1, n, n), 8, by_text=False)
     assert not fixed.table.breaks, fixed.table.to_text()
+
+
+class AutoCorrelation(torch.nn.Module):  # thuml/Autoformer: the aggregation's output permuted on the same line
+    def aggregate(self, values):
+        torch._dynamo.graph_break()  # Autoformer's int(index[i]) reads: a break inside the call
+        return values * 2
+
+    def forward(self, x):
+        out = self.aggregate(x).permute(0, 2, 1)
+        return out.sum()
+
+
+def test_a_value_carried_over_a_break_before_a_permute_on_its_line_is_named_by_its_call_not_the_result(dynamo):
+    f = torch.compile(AutoCorrelation(), backend="eager")
+    with tl.watch() as w:
+        for n in (6, 8):
+            f(torch.randn(2, 4, n))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    sized = [c for r in w.table if r.function.startswith("forward after") for c in r.causes if "dimension 2" in c.words]
+    # out is the permuted value: its dimension 2 is another one; the carried one is self.aggregate(x)'s
+    assert sized and all("self.aggregate(x)" in c.words and "out " not in c.words for c in sized), w.table.to_text()

@@ -18,6 +18,11 @@ from tpu_lab.compile.sources.resume_code import RESUME
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
+# a method left on the break's line that may change the value's shape (.permute(...)): what the line assigns is
+# another value, so the carried one is named by its call; .astype(...) or .float() keep it, and the name with it
+_RESHAPING = re.compile(
+    r"at \.(?!(?:astype|to|float|double|half|bfloat16|int|long|bool|type|contiguous|clone|detach|cpu|cuda|numpy)\()"
+)
 _TYPED = r"(?::[^=]+)?"  # an annotation between the name and the = (out: ModelOutput = self.model(...))
 _SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
 
@@ -58,7 +63,7 @@ def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) ->
     code = linecache.getline(function.filename, int(line)).strip() if line.isdigit() else ""
     code = statement_at(code, f"{function.filename}:{line}", 2000) or code  # a call over several lines, whole
     slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
-    if function.resumes_in == "inside line" and slots:  # (at .astype(...): a method of the value, same thing)
+    if (function.resumes_in == "inside line" or _RESHAPING.match(function.resumes_in)) and slots:
         return line, code, slots[-1][1], {}
     target = re.match(rf"^([A-Za-z_]\w*)\s*{_TYPED}=(?!=)", code)
     items = _unpacked(code)
