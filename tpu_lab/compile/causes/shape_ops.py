@@ -35,9 +35,10 @@ def fixed_size(name: str, library: str = "") -> str:
     return f"compute it {outside}, or at a fixed size ({form})"
 
 
-def _later_check(code: str, at: tuple[str, int]) -> tuple[int, str]:
+def _later_check(code: str, at: tuple[str, int], ranged: bool = False) -> tuple[int, str]:
     """The first later line of the same function (``at``: the break's file and line, ``code`` that line)
-    that branches on the size of what the line assigns (``if top_x.shape[0] == 0:``), else (0, "")."""
+    that branches on the size of what the line assigns (``if top_x.shape[0] == 0:``), or (``ranged``) that
+    walks a range over it (``tc[range(t.shape[0]), c]``), else (0, "")."""
     target = re.match(r"^\s*([\w\s,()]+?)\s*=(?!=)", code)
     names = sorted(set(re.findall(r"\w+", target[1]))) if target else []
     file, line = at
@@ -49,7 +50,9 @@ def _later_check(code: str, at: tuple[str, int]) -> tuple[int, str]:
         text = linecache.getline(file, n)
         if text.strip() and len(text) - len(text.lstrip()) < indent and not text.lstrip().startswith(("#", ")")):
             break  # the block that assigned them has ended (a loop's body; the function)
-        if re.match(r"\s*(?:if|elif|while)\b", text) and re.search(size, text):
+        if ranged and re.search(rf"\brange\(\s*(?:{size})", text):
+            return n, text.strip()
+        if not ranged and re.match(r"\s*(?:if|elif|while)\b", text) and re.search(size, text):
             return n, text.strip()
     return 0, ""
 
@@ -72,6 +75,13 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
         fix = (
             f"{fixed_size(name, library)}; this line reads the result back into Python (.tolist(), len(), a loop or branch on "
             f"it), which {CAPTURE} turns from this break into an error (GuardOnDataDependentSymNode)"
+        )
+    elif (ranged := _later_check(code, at, ranged=True))[0]:  # range() of a traced size: the compile fails
+        fix = (
+            f"{fixed_size(name, library)}; leave capture_dynamic_output_shape_ops off here: line {ranged[0]} "
+            f"({ranged[1]}) takes its size as a Python int in range(), where the setting gains nothing: the graph "
+            "breaks there again, or (torch 2.15) the compile fails and the call raises; torch.arange in place of "
+            "range there also stops each new size compiling a graph of its own"
         )
     elif (checked := _later_check(code, at))[0]:  # the hint traces the op, then that branch stops the trace
         fix = (
