@@ -57,3 +57,27 @@ def test_the_capture_setting_the_fix_leaves_off_does_fail_there_on_the_newest_to
         except Exception as e:  # InternalTorchDynamoError: 'Proxy' object cannot be interpreted as an integer
             raised = e
     assert raised is not None
+
+
+def kl_loss(mean_q, mean_p):  # DreamerV3's KL balancing, cut down: torch.distributions inside the loss
+    dist = lambda logits: torch.distributions.Independent(torch.distributions.OneHotCategorical(logits=logits), 1)  # noqa: E731
+    return torch.distributions.kl_divergence(dist(mean_q), dist(mean_p)).mean()
+
+
+def test_a_librarys_own_memo_filled_at_the_first_call_is_said_so_and_one_eager_call_first_skips_it(dynamo):
+    torch.distributions.kl._KL_MEMOIZE.clear()  # as in a fresh process: no pair of types looked up yet
+    f = torch.compile(kl_loss, backend="eager")
+    with tl.watch() as w:
+        for _ in range(2):
+            f(torch.randn(2, 4, 8), torch.randn(2, 4, 8))
+    check_against_dynamo(w, dynamo)
+    memo = [c for r in w.table for c in r.causes if "_KL_MEMOIZE" in c.words]
+    assert memo and all("torch's own memo, filled at the first call" in c.words for c in memo), w.table.to_text()
+    assert all(c.fix.startswith("expected once") and "pass only what" not in c.fix for c in memo), memo
+    torch._dynamo.reset()
+    torch.distributions.kl._KL_MEMOIZE.clear()
+    kl_loss(torch.randn(2, 4, 8), torch.randn(2, 4, 8))  # the fix as printed: one eager call first
+    with tl.watch() as fixed:
+        for _ in range(2):
+            f(torch.randn(2, 4, 8), torch.randn(2, 4, 8))
+    assert fixed.table.total_compiles < w.table.total_compiles, (fixed.table.to_text(), w.table.to_text())
