@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
 from tpu_lab.compile.causes.guard_places import statement_at
 from tpu_lab.compile.causes.guard_values import DRAW, held_fix
 from tpu_lab.compile.sources.frames import FunctionKey
-from tpu_lab.compile.sources.resume_code import RESUME
+from tpu_lab.compile.sources.resume_code import RESUME, short_call
 
 _CARRIED_ITEM = re.compile(rf"(?:{re.escape(CARRIED)}|the carried value)((?:\[\d+\])+)")
 _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an item of it: lam[0]
@@ -191,6 +191,6 @@ def named_inputs(signature: Sequence[tuple[str, str]], function: FunctionKey) ->
         carried = f"the carried value{name[len(call) :]}" if call and name.startswith(call) else name
         named = carried_named(carried, function)
         if named == CARRIED and call:  # the whole value a tuple assignment unpacks (x1, x2 = box(...)): its call
-            named = call if len(call) <= 60 else re.sub(r"\(.*", "(...)", call, flags=re.S)
+            named = short_call(call) or named
         out.append((named if named != carried else name, said))
     return tuple(out)

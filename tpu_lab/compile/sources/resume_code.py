@@ -99,15 +99,15 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
         if isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
             out[name] = getattr(value, "__qualname__" if isinstance(value, type) else "__name__", "")
         elif len(pending) == len(slots) - 1:  # what the line had evaluated when the call broke, in order
-            out[name] = _short(pending[i])
+            out[name] = short_call(pending[i])
     if call and not _assigned(call, line):
-        out[slots[-1][1]] = _short(call)
+        out[slots[-1][1]] = short_call(call)
     elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=(?!=)", line)):
         out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), self.rng = get_rng_state(): by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
 
 
-def _short(code: str) -> str:
+def short_call(code: str) -> str:
     """``code`` as an input's name: whole where short, a long call by what it calls (``torch.bincount(...)``)."""
     if len(code) <= 60:
         return code
