@@ -48,7 +48,7 @@ def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
     return 0, ""
 
 
-def _parsed(file: str) -> ast.Module | None:
+def parsed_file(file: str) -> ast.Module | None:
     """The user's file as Python's parser reads it (None where it cannot be read or parsed)."""
     try:
         return ast.parse("".join(linecache.getlines(file)))
@@ -61,7 +61,7 @@ def enclosing_loop(file: str, line: int) -> tuple[int, str]:
     (0, '') where there is none or the file cannot be read."""
     if not (file and line):
         return 0, ""
-    if (tree := _parsed(file)) is None:
+    if (tree := parsed_file(file)) is None:
         return 0, ""
     loops = [
         n.lineno
@@ -97,7 +97,7 @@ _SIZED = re.compile(r"^for\b.*\bin\b.*\.tolist\(\)")
 def _branches_on_items(file: str, line: int) -> bool:
     """The for loop at ``file:line`` tests one of its own targets in an if/while/assert of its body (a beam
     search's ``if t == EOS``); True where the file cannot be read (no claim either way)."""
-    if (tree := _parsed(file)) is None:
+    if (tree := parsed_file(file)) is None:
         return True
     loop = next((n for n in ast.walk(tree) if isinstance(n, ast.For) and n.lineno == line), None)
     if loop is None:
@@ -146,7 +146,7 @@ def feeds_bookkeeping(code: str, file: str = "", line: int = 0) -> bool:
 
 def _local(file: str, line: int, name: str) -> bool:
     """``name`` is assigned in the function around ``file:line``: a list made anew at each call."""
-    tree = _parsed(file) if file and line else None
+    tree = parsed_file(file) if file and line else None
     if tree is None:
         return False
     around = [
@@ -200,7 +200,7 @@ RANDOM_VALUE_FIX = (
 def only_raises(file: str, line: int) -> bool:
     """The ``if`` at ``file:line`` has no else and its body only raises (a NaN check, ``if torch.isnan(loss):
     raise``): a check, not a branch, so the fix is an assertion or a check outside, never torch.cond."""
-    if (tree := _parsed(file)) is None:
+    if (tree := parsed_file(file)) is None:
         return False
     branch = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None)
     return branch is not None and not branch.orelse and all(isinstance(s, ast.Raise) for s in branch.body)
@@ -216,7 +216,7 @@ CHECK_FIX = (
 def calls_vmap(file: str, line: int) -> bool:
     """The function defined at ``file:line`` calls ``vmap`` (``torch.func.vmap``, ``torch.vmap``): it, not a
     Python number in the user's code, fixes the size of the dimension it maps over."""
-    if (tree := _parsed(file)) is None:
+    if (tree := parsed_file(file)) is None:
         return False
     fn = next(
         (

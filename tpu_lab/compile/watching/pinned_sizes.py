@@ -8,23 +8,31 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable
+from types import CodeType
 
 from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.causes.resumed import UNTIL_MARKED
+from tpu_lab.compile.causes.size_uses import pinned_by
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
 def settled(
-    causes: list[RowCause], shapes: str, tpu: bool, tried: str = "", before: set[str] | None = None
+    causes: list[RowCause],
+    shapes: str,
+    tpu: bool,
+    tried: str = "",
+    before: set[str] | None = None,
+    code: CodeType | None = None,
 ) -> list[RowCause]:
     """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
     reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic).
     ``tried``: the dimensions Dynamo traced symbolic before the graph's guards pinned some to one size
     (``unpinned``); ``before``: those pinned so in an earlier compile of the function (updated here). Pinned
     once, the reason is not known (a Python number, or an input of fixed size it meets); pinned again, the
-    code fixes the size: every size is a graph, and mark_dynamic would raise."""
+    code fixes the size: every size is a graph, and mark_dynamic would raise; where ``code`` (the compiled
+    function's) shows the line that takes the size as a Python number, that line is said, first time on."""
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
     gained = [
         c.words.split(" the key ", 1)[1].split(" (absent")[0]
@@ -56,6 +64,9 @@ def settled(
             c = dataclasses.replace(
                 c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
             )
+        elif (d := _dim_of(c)) and f"{d[0]} dim {d[1]}" in fixed and (by := pinned_by(code, *d))[0]:
+            unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
+            c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
         elif m and dim in fixed and dim in before:
             note = _FIXED.format(m[1], m[2])
             if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
@@ -130,9 +141,9 @@ def _dim_of(c: RowCause) -> tuple[str, str] | None:
     if c.kind not in ("size", "size_one"):
         return None
     m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) or re.match(
-        r"(\S+) dimension (\d+) changed", c.words
+        r"(\S+) (?:dimension (\d+) changed|changed size \(dimension (\d+):)", c.words
     )
-    return (m[1], m[2]) if m else None
+    return (m[1], m[2] or m[3]) if m else None
 
 
 def keyed(causes: Iterable[RowCause]) -> list[tuple[str, str]]:
