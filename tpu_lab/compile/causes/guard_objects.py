@@ -81,7 +81,10 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         if "None" in (now, was):  # a value and None: the code's two cases, each its own graph
             was = "None" if was == "NoneType" else _a(was)
             return Cause(
-                "type", f"{name} is now {now or 'a value'}, was {was} (each case is its own graph)", g, none_fix()
+                "type",
+                f"{name} is now {now or 'a value'}, was {was} (each case is its own graph)",
+                g,
+                none_fix(name if now == "None" else ""),
             )
         if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
             now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
@@ -139,6 +142,8 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
             "optimizer.zero_grad(); where some parameters skip steps (a head used every other step), "
             "zero_grad(set_to_none=False) keeps zeros there instead, and one graph"
         )
+    elif re.match(r"self[.\[]", name) and not now_value:  # set to None between calls, by code outside the module
+        fix = none_fix(name)
     elif name.startswith("self."):
         fix = _set_before(name)
     elif caller:  # e.g. a model passes its full-attention layers no mask and its sliding-window layers one
@@ -153,6 +158,14 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
     )
 
 
+_SET_NONE = (
+    "expected once per case: code outside the compiled call set {0} to None between calls; where that is a "
+    "one-off pass over the model (torch.optim.swa_utils.update_bn sets each BatchNorm's momentum to None), give "
+    "it the uncompiled module (model, not torch.compile(model)): the pass then compiles nothing; else keep "
+    "{0} one type"
+)
+
+
 def _set_before(name: str) -> str:
     """The fix for an attribute the code itself set after the first compile (a transformers model sets
     ``config.problem_type`` on its first call with labels): the user sets it first, not passes it."""
@@ -162,8 +175,11 @@ def _set_before(name: str) -> str:
     )
 
 
-def none_fix() -> str:
-    """The fix where a value is None in some calls and not in others (``top_k=None`` turning top-k off)."""
+def none_fix(attribute: str = "") -> str:
+    """The fix where a value is None in some calls and not in others (``top_k=None`` turning top-k off);
+    ``attribute``: a module's own attribute that is None now (set so between calls, not passed)."""
+    if re.match(r"self[.\[]", attribute):
+        return _SET_NONE.format(attribute)
     return (
         "expected once per case; to keep one graph, pass a value of the same type in place of None, one with the "
         "same effect (e.g. a limit at its largest), or compile a function of its own for the None case"

@@ -108,7 +108,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
         # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
         if became == "None":
             return Cause(
-                "type", f"{name} is now None, was the {kind} {value} (each case is its own graph)", g, none_fix()
+                "type", f"{name} is now None, was the {kind} {value} (each case is its own graph)", g, none_fix(name)
             )
         became = "tensor" if _TENSOR_NOW.match(became) else "list or tuple" if became == "sequence" else became
         numbers = became in ("int", "float", "bool")

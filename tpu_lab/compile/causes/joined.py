@@ -110,13 +110,13 @@ def _forced(case: _Told) -> str:
 
 def own_graph_first(causes: list[_C]) -> list[_C]:
     """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step), or a
-    flag with a new value (a PEFT adapter switched off), makes a graph of its own whatever else changed: that
+    flag with a new value (a PEFT adapter switched off), or a new grad mode, makes a graph of its own whatever else changed: that
     cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
     that its fix saves no compile here, only later ones."""
     if causes and per_instance(causes[0]):
         return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
-    case = case or next((c for c in causes if forces_own_graph(c)), None)
+    case = case or next((c for c in causes if forces_own_graph(c) or c.kind == "global_state"), None)
     if case is None or len(causes) == 1:
         return causes
     said = _forced(case)

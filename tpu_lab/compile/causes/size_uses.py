@@ -30,7 +30,9 @@ def size_as_number(code: CodeType | None, name: str, dim: str) -> tuple[int, str
     if not around:
         return 0, "", ""
     end = min(around, key=lambda s: s[1] - s[0])[1]  # the innermost function: a resumed part starts inside it
-    size = rf"{re.escape(name)}\.(?:shape\[{dim}\]|size\({dim}\))" + (rf"|len\({re.escape(name)}\)" if dim == "0" else "")
+    size = rf"{re.escape(name)}\.(?:shape\[{dim}\]|size\({dim}\))" + (
+        rf"|len\({re.escape(name)}\)" if dim == "0" else ""
+    )
     for n in range(start, end + 1):
         text = linecache.getline(file, n).strip()
         if re.match(rf"for\b.*\bin\s+range\((?:.*,\s*)?(?:{size})\s*\)", text):

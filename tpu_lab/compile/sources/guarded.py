@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.sources.value_text import describe
 
 _SOURCE = r"(?:[LG]\['\w+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*"
@@ -53,7 +54,8 @@ def guarded_nones(frame: Any, reasons: Sequence[str]) -> list[str]:
             source = m and next((s for s in m.group("a", "b", "c", "d") if s), None)
             try:
                 if source and _value_at(source, frame) is None:
-                    out.append(re.sub(r"[LG]\['(\w+)'\]", r"\1", source))
+                    name = re.sub(r"[LG]\['(\w+)'\]", r"\1", source)
+                    out.append(local_name(name) if re.match(r"fn\b", name) else name)  # a module's: self[1].momentum
             except Exception:
                 continue  # a source this reader does not follow: the inputs show less, never wrong
     return out

@@ -245,8 +245,8 @@ class Fold:
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
     def add_break(self, cause: Cause, where: str) -> None:
-        entry = self.breaks.setdefault((cause.words, where), [cause, 0])
-        entry[1] += 1
+        entry = self.breaks.setdefault((cause.words.split(", computed from")[0], where), [cause, 0])  # an if: once
+        entry[0], entry[1] = max(entry[0], cause, key=lambda c: len(c.words)), entry[1] + 1  # with its origin
 
     def _unmark(self, function: FunctionKey, name: str, dim: str) -> None:
         """Rows of ``function``'s other parts that said to mark ``name`` dim ``dim`` dynamic: it is a dict key."""
