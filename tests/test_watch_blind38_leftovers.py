@@ -128,3 +128,21 @@ def test_one_if_is_one_break_with_its_origin_whether_its_frame_or_its_callers_hi
     at = [b for b in w.table.breaks if b.where.endswith(f":{line}")]
     assert len(at) == 1 and at[0].count >= 2, w.table.breaks
     assert "computed from line" in at[0].words, at[0]
+
+
+def zero_listed(x, idx):  # a subscript assignment whose index breaks: the value and the target wait on the stack
+    x = x * 2
+    x[idx.tolist()] = 0.0
+    return x.sum()
+
+
+def test_a_break_inside_an_assignments_target_names_what_waits_on_the_stack(dynamo):
+    f = torch.compile(zero_listed, backend="eager")
+    with tl.watch() as w:
+        for n in (2, 3):
+            f(torch.randn(6), torch.arange(n))
+    check_against_dynamo(w, dynamo, also=("len(", "size mismatch", "== "))
+    resumed = [r for r in w.table if "after the graph break" in r.function]
+    assert resumed and all(r.signature.startswith("the value stored in x: float 0.0") for r in resumed), (
+        w.table.to_text()
+    )

@@ -147,6 +147,15 @@ def _pending(line: str, call: str) -> list[str]:
                 out += [ast.unparse(target.value), ast.unparse(target.slice)]
             if child is parent.value:
                 out.append(ast.unparse(target))
+        elif isinstance(parent, ast.Assign) and child is not parent.value:  # x[i] = v: v first, then x, then i
+            if len(parent.targets) > 1 or not isinstance(child, (ast.Subscript, ast.Attribute)):
+                return []
+            given = parent.value
+            out.append(
+                f"the value stored in {ast.unparse(child.value)}"
+                if isinstance(given, ast.Constant)
+                else ast.unparse(given)
+            )
         elif isinstance(parent, ast.Call) and child is not parent.func:
             given = [*parent.args, *parent.keywords]
             if any(isinstance(a, ast.Starred) or getattr(a, "arg", "") is None for a in given):
