@@ -281,7 +281,7 @@ def test_dynamic_true_is_not_called_automatic_and_a_parity_branch_names_the_line
             f(torch.ones(n))
     check_against_dynamo(w, dynamo)
     words = [c.words for r in w.table for c in r.causes]
-    assert "x dim 0 dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)" in words
+    assert "x dim 0 dynamic from the first compile (torch.compile(dynamic=True))" in words
     assert not any("automatic dynamic" in x for x in words)
     (branch,) = only_causes(w, "parity")
     assert branch.kind == "specialised" and "test_watch_unseen.py:" in branch.words

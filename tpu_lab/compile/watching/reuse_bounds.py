@@ -56,7 +56,8 @@ def bounded(
     out = []
     for c in causes:
         made = re.search(
-            r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from the first compile", f"{c.words} {c.fix}"
+            r"Dynamo made (.+?) dynamic|^(?:first compile; )?(.+?) dynamic from (?:the|this function's) first compile",
+            f"{c.words} {c.fix}",
         )
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
@@ -96,7 +97,7 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
         return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
     where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
     where = f" ({where})" if where else ""
-    held_to = next(((w, g) for w, g in found if " == " in g), None)  # one value: it decides each value's graph
+    held_to = next(((w, g) for w, g in found if " == " in g and len(w) <= 80), None)  # one value: a graph per value
     if held_to is None:
         many = f"the {len(every)} conditions it holds on {subject} pass"
         return (many if len(every) > 1 else f"the condition it holds on {subject} passes") + where

@@ -72,8 +72,11 @@ def dynamic_note(
         words += "differs from the earlier call whose compile failed)"
     elif first and set(new) <= numpy:  # Dynamo reads a numpy scalar as a 0-d tensor
         words = f"{', '.join(new)} dynamic from the first compile (a numpy scalar, which Dynamo reads as a tensor)"
-    elif first:  # automatic dynamic needs an earlier graph: this was asked for
-        words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True) or mark_dynamic)"
+    elif first and every:
+        words = f"{', '.join(new)} dynamic from the first compile (torch.compile(dynamic=True))"
+    elif first:  # automatic dynamic needs an earlier graph of this code: one before the watch, or another frame's
+        words = f"{', '.join(new)} dynamic from this function's first compile in the watch: your code did not mark it, "
+        words += "so Dynamo had seen that size change in an earlier compile of the same code (automatic dynamic shapes)"
     elif every:  # torch.compile(dynamic=True): a new graph's sizes are dynamic from its start
         words = f"{', '.join(new)} dynamic from this graph's start (torch.compile(dynamic=True))"
     elif static:  # automatic dynamic is off: only the user's marks make a dimension dynamic
