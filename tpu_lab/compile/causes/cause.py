@@ -84,12 +84,14 @@ def _balanced(text: str) -> bool:
 _DICT_ITEM = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\)")
 _DICT_GET = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), (?P<k>'[^']*'|\d+)\)")
 _DICT_KEY = re.compile(r"list\(dict\.keys\((?P<d>[^()]+?)\)\)\[(?P<i>\d+)\]")
+_DICT_AT = re.compile(r"(?<![\w.\]'])(?P<d>[\w.\[\]']+?)\[list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\]")
 
 
 def _dict_sources(s: str) -> str:
     """Dynamo's source forms for a dict's entries as Python reads them: ``dict.__getitem__(d, list(dict.keys(d))[0])``
     -> ``list(d.values())[0]``, ``dict.__getitem__(d, 'k')`` -> ``d['k']``, ``list(dict.keys(d))[0]`` -> ``list(d)[0]``."""
     s = _DICT_ITEM.sub(r"list(\g<d>.values())[\g<i>]", s)
+    s = _DICT_AT.sub(r"list(\g<d>.values())[\g<i>]", s)  # d[list(dict.keys(d))[0]]: an optimizer's state
     s = _DICT_GET.sub(r"\g<d>[\g<k>]", s)
     return _DICT_KEY.sub(r"list(\g<d>)[\g<i>]", s)
 
@@ -150,6 +152,7 @@ KIND_LABELS = {
     "string": "a Python string changed",
     "global": "a global baked into the graph changed",
     "lr": "the optimizer's learning rate changed",
+    "optimizer_step": "the optimizer's step count changed (a Python int)",
     "deallocated": "an object was freed and recreated",
     "identity": "a different object",
     "global_state": "global state changed",

@@ -65,6 +65,8 @@ def container_words(
         if package := _library_global(name):  # torch.distributions.kl._KL_MEMOIZE: the library's own memo
             words = f"{name} holds items now; the graph was compiled while it was empty: {package}'s own memo, filled at the first call"
             return Cause("length", words, g, _MEMO_FIX)
+        if re.search(r"(^|\.)state$", name):  # an optimizer's per-parameter state, empty before its first step
+            return Cause("optimizer_state", _STATE_CREATED, g, _STATE_FIX)
         if _global_dict(m["name"], inputs):
             return Cause(
                 "length",
@@ -110,12 +112,7 @@ def container_words(
         were = "there was 1" if m["n"] == "1" else f"there were {m['n']}"
         return Cause("kwargs", f"a keyword argument was added or dropped ({were}{now})", g, fix)
     if m and re.search(r"(^|\.)state\[", m["name"]) and m["n"] == "0":  # an optimizer's per-parameter state
-        return Cause(
-            "optimizer_state",
-            "the optimizer's state was created on its first step (momentum or Adam buffers appear then)",
-            g,
-            "expected once: the graph for the steps after the first is reused from then on",
-        )
+        return Cause("optimizer_state", _STATE_CREATED, g, _STATE_FIX)
     if m and re.search(r"(^|\.)param_groups$", m["name"]):  # torch's optimizer step reads every group
         return Cause(
             "length",
@@ -307,3 +304,7 @@ def _folded(causes: list[Cause], into: list[int | None]) -> list[Cause]:
 
 _REORDERED = re.compile(r"the keys of dict (\S+) changed")
 _LENGTH_OF = re.compile(r"^(\S+) has a different length \(")
+
+
+_STATE_CREATED = "the optimizer's state was created on its first step (momentum or Adam buffers appear then)"
+_STATE_FIX = "expected once: the state is created at the first step, and kept from then on"
