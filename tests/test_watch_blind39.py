@@ -46,3 +46,49 @@ def test_the_step_count_is_the_cause_said_at_the_recompile_limit_too(dynamo):
     check_against_dynamo(w, dynamo, also=("['step'] ==",))
     refused = [c for r in w.table for c in r.causes if c.kind == "limit"]
     assert refused and "step count" in refused[0].words and "holds items" not in refused[0].words, w.table.to_text()
+
+
+def compute_gae(rewards, values, dones, gamma=0.99, lam=0.95):  # CleanRL's ppo.py, its advantage loop
+    num_steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = 0
+    for t in reversed(range(num_steps)):
+        nonterminal = 1.0 - dones[t + 1] if t < num_steps - 1 else 1.0
+        nextvalues = values[t + 1] if t < num_steps - 1 else 0.0
+        delta = rewards[t] + gamma * nextvalues * nonterminal - values[t]
+        advantages[t] = last = delta + gamma * lam * nonterminal * last
+    return advantages
+
+
+def test_a_size_a_loop_runs_over_through_a_name_is_pinned_from_its_first_change_not_none_needed(dynamo):
+    f = torch.compile(compute_gae, backend="eager")
+    with tl.watch() as w:
+        for n in (4, 6, 8):  # rollout lengths, as a curriculum grows them
+            f(torch.randn(n, 2), torch.randn(n, 2), torch.zeros(n, 2))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    sized = [c for r in w.table for c in r.causes if c.kind == "size"]
+    loop = compute_gae.__code__.co_firstlineno + 4
+    assert len(sized) == 2 and all(f"line {loop} (for t in reversed(range(num_steps)):)" in c.words for c in sized), (
+        sized
+    )
+    assert all("num_steps (= rewards.shape[0]" in c.words and "none needed" not in c.fix for c in sized), sized
+
+
+def test_a_numpy_input_is_never_told_to_be_marked_dynamic(dynamo):
+    np = pytest.importorskip("numpy")
+    emb = torch.nn.Embedding(20, 4)
+
+    def log2feats(log_seqs):  # SASRec.pytorch's model.py: NumPy ids in, tensors built inside
+        seqs = emb(torch.LongTensor(log_seqs))
+        return seqs * torch.BoolTensor(log_seqs != 0).unsqueeze(-1)
+
+    f = torch.compile(log2feats, backend="eager")
+    with tl.watch() as w:
+        for batch in (4, 4, 3):  # the last batch is short
+            f(np.random.randint(0, 20, (batch, 6)))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    sized = [c for r in w.table for c in r.causes if c.kind == "size"]
+    assert sized and all("maybe_mark_dynamic(log_seqs" not in c.fix for c in sized), sized
+    assert all("torch.from_numpy(log_seqs)" in c.fix for c in sized), sized
+    with pytest.raises(AttributeError):  # why: the array cannot carry the mark
+        torch._dynamo.maybe_mark_dynamic(np.zeros((4, 6)), 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import CARRIED, Cause, bare, local_name
 
@@ -59,6 +60,7 @@ def size_words(
     caller: str = "",
     pipeline: bool = False,
     sequences: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> Cause:
     """``cache``: the class of the KV cache among the inputs (``StaticCache``, ``DynamicCache``), if any;
     ``caller``: the library that called the compiled function (``transformers``), when not the user;
@@ -141,6 +143,11 @@ def size_words(
     if not re.fullmatch(r"[A-Za-z_][\w.]*(?:\[(?:\d+|'[\w.-]*')\])*(?:\.[A-Za-z_]\w*)*", name):
         # not an expression the user can write (a cache keyed by a device object): nothing to mark, pad instead
         dynamic = "nothing to mark: it is built inside the compiled code; pad what it is built from to a few sizes"
+    elif (inputs or {}).get(name, "").startswith("ndarray"):  # Dynamo builds a tensor from it each call
+        dynamic = (
+            f"pass torch.from_numpy({name}) where the code takes a tensor too, and mark that tensor dynamic before the "
+            "first call (a NumPy array itself cannot be marked: maybe_mark_dynamic takes a tensor), or pad to a few sizes"
+        )
     elif "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
         dynamic = (
             f"sizes 0 and 1 always compile graphs of their own: torch._dynamo.decorators.mark_unbacked({name}, {i}) "

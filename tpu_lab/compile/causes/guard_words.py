@@ -126,7 +126,9 @@ def words(
         )
     if m:
         return (
-            size_words(m, g, tpu, static, cache, caller, pipeline, _sequences(local_name(m["name"]), inputs or {}))
+            size_words(
+                m, g, tpu, static, cache, caller, pipeline, _sequences(local_name(m["name"]), inputs or {}), inputs
+            )
             if m["what"] == "size"
             else layout_words(
                 local_name(m["name"]),

@@ -46,7 +46,10 @@ def settled(
     for c in causes:
         m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
         dim = f"{m[1]} dim {m[2]}" if m else ""
-        if m and dim in dims and c.kind == "size":
+        if c.kind == "size" and (by := _pinned_line(c, fixed, code))[0]:  # a line of the code fixes the size
+            unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
+            c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
+        elif m and dim in dims and c.kind == "size":
             fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
@@ -64,9 +67,6 @@ def settled(
             c = dataclasses.replace(
                 c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
             )
-        elif (d := _dim_of(c)) and f"{d[0]} dim {d[1]}" in fixed and (by := pinned_by(code, *d))[0]:
-            unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
-            c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
         elif m and dim in fixed and dim in before:
             note = _FIXED.format(m[1], m[2])
             if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
@@ -81,6 +81,15 @@ def settled(
         out.append(c)
     before |= fixed
     return out
+
+
+def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[str, str]:
+    """(note, fix) for the first input a size cause names (``dones, values, rewards dimension 0 changed``) whose
+    dimension this graph pinned (``fixed``) by a line of ``code`` that takes it as a Python number."""
+    m = re.match(r"^(.+?) (?:dimension (\d+) changed|changed size \(dimension (\d+):)", c.words)
+    dim = m and (m[2] or m[3])
+    names = [n for n in m[1].split(", ") if f"{n} dim {dim}" in fixed] if m and dim else []
+    return next((by for n in names if (by := pinned_by(code, n, dim or ""))[0]), ("", ""))
 
 
 def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
