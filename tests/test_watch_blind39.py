@@ -92,3 +92,29 @@ def test_a_numpy_input_is_never_told_to_be_marked_dynamic(dynamo):
     assert all("torch.from_numpy(log_seqs)" in c.fix for c in sized), sized
     with pytest.raises(AttributeError):  # why: the array cannot carry the mark
         torch._dynamo.maybe_mark_dynamic(np.zeros((4, 6)), 0)
+
+
+def wav2vec2(layerdrop):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Wav2Vec2Config(
+        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, conv_dim=(8, 8),
+        conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+        do_stable_layer_norm=True, layerdrop=layerdrop, mask_time_prob=0.0,
+    )  # fmt: skip
+    return transformers.Wav2Vec2Model(config).train()
+
+
+@pytest.mark.slow
+def test_layerdrop_inside_a_librarys_model_is_fixed_by_its_config_setting(dynamo):
+    model = wav2vec2(layerdrop=0.1)
+    f = torch.compile(model, backend="eager")
+    with tl.watch() as w:
+        f(torch.randn(1, 400))
+    check_against_dynamo(w, dynamo)
+    drop = [b for b in w.table.breaks if "self.config.layerdrop" in b.words]
+    assert drop and all("model.config.layerdrop = 0.0" in b.fix for b in drop), w.table.breaks
+    torch._dynamo.reset()
+    with tl.watch() as fixed:  # the fix as printed
+        torch.compile(wav2vec2(layerdrop=0.0), backend="eager")(torch.randn(1, 400))
+    assert sum(b.count for b in fixed.table.breaks) < sum(b.count for b in w.table.breaks), fixed.table.breaks

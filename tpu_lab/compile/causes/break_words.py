@@ -23,7 +23,7 @@ from tpu_lab.compile.causes.branch_origin import (
     random_origin,
 )
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.library_breaks import avoided_by_argument
+from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
@@ -319,7 +319,7 @@ def _break_words(
             fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}"
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
-        fix = avoided_by_argument(library) or fix  # an argument of the call skips torch's read (is_causal=True)
+        fix = avoided_by_argument(library) or config_switch(library, cause.words) or fix  # is_causal=True, LayerDrop
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
 
 
