@@ -103,14 +103,13 @@ def test_a_size_a_loop_fixes_is_said_so_and_never_told_to_mark_dynamic(dynamo):
     check_against_dynamo(w, dynamo)
     sizes = causes(w)
     assert [c.words.split(" (")[0] for c in sizes] == ["x dimension 0 changed 4 -> 6", "x dimension 0 changed 6 -> 7"]
-    # pinned once, the reason is one of two; pinned again, the code fixes the size, and the first is retold so
-    once, again = sizes
-    assert "the code either" not in once.words and "as a later graph did again: the code fixes this size" in once.words
-    assert "every size is its own graph" in once.words and once.fix == again.fix
-    assert "the code fixes this size (it uses x.shape[0] as a plain Python number" in again.words
-    assert "range(x.shape[0])" in again.words and "every size is its own graph" in again.words
-    assert "mark_dynamic(" not in again.fix and "mark_dynamic would raise here" in again.fix
-    assert "pins x dim 0 to one size again" in again.words and "where a loop runs over it, vectorise it" in again.fix
+    # the line that fixes the size is read from the code, from the first pin on: no "one of two reasons"
+    loop = running_sum.__code__.co_firstlineno + 2
+    for c in sizes:
+        assert "the code either" not in c.words and "every size is its own graph" in c.words
+        assert f"line {loop} (for i in range(x.shape[0]):" in c.words and "as the length of a loop" in c.words
+        assert "mark_dynamic(" not in c.fix and "mark_dynamic would raise here" in c.fix
+        assert c.fix.startswith(f"vectorise the loop at line {loop}")
     assert not any(c.kind == "dynamic" for r in w.table for c in r.causes)  # nothing was made dynamic
     # the words are right: mark_dynamic on that size raises
     torch._dynamo.reset()
