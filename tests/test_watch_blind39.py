@@ -118,3 +118,45 @@ def test_layerdrop_inside_a_librarys_model_is_fixed_by_its_config_setting(dynamo
     with tl.watch() as fixed:  # the fix as printed
         torch.compile(wav2vec2(layerdrop=0.0), backend="eager")(torch.randn(1, 400))
     assert sum(b.count for b in fixed.table.breaks) < sum(b.count for b in w.table.breaks), fixed.table.breaks
+
+
+class RandomFlip(torch.nn.Module):  # torchvision's RandomHorizontalFlip: the draw tested on the line
+    def __init__(self, p, branchless=False):
+        super().__init__()
+        self.p, self.branchless = p, branchless
+
+    def forward(self, img):
+        if self.branchless:  # the fix as printed: x = torch.where(torch.rand(()) < p, f(x), x)
+            return torch.where(torch.rand(()) < self.p, img.flip(-1), img)
+        if torch.rand(1) < self.p:
+            return img.flip(-1)
+        return img
+
+
+class RandomInvert(RandomFlip):
+    def forward(self, img):
+        if self.branchless:
+            return torch.where(torch.rand(()) < self.p, 1 - img, img)
+        if torch.rand(1) < self.p:
+            return 1 - img
+        return img
+
+
+def test_every_branch_on_a_tensor_drawn_on_its_line_gets_the_same_branchless_fix_and_it_works(dynamo):
+    def run(branchless):
+        torch.manual_seed(0)
+        aug = torch.nn.Sequential(RandomFlip(0.5, branchless), RandomInvert(0.5, branchless))
+        f = torch.compile(aug, backend="eager")
+        with tl.watch() as w:
+            for _ in range(3):
+                f(torch.rand(2, 3, 4, 4))
+        return w
+
+    w = run(branchless=False)
+    check_against_dynamo(w, dynamo)
+    drawn = [b for b in w.table.breaks if "data-dependent branching" in b.words]
+    assert len(drawn) == 2 and all("a random tensor drawn on the line" in b.words for b in drawn), w.table.breaks
+    assert len({b.fix for b in drawn}) == 1 and "torch.where(torch.rand(()) < p" in drawn[0].fix
+    torch._dynamo.reset()
+    fixed = run(branchless=True)
+    assert not fixed.table.breaks and fixed.table.total_compiles <= w.table.total_compiles, fixed.table.to_text()

@@ -7,8 +7,11 @@ draw behind a data-dependent operator (a drawn number used as a size). Text and 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import linecache
 import re
+
+from tpu_lab.compile.causes.cause import Cause
 
 _TRACE = "The branch condition involves a tensor computed as follows:"
 _CODE = re.compile(r'# File "(?P<file>[^"]+)", line (?P<line>\d+), in [^,]+, code: (?P<code>.+)$', re.M)
@@ -183,8 +186,20 @@ RANDOM_BRANCH_FIX = (  # a float draw passed in is specialised, then guarded by 
     "make it branchless with a tensor draw (x = torch.where(torch.rand(()) < p, f(x), x): one graph, "
     "both sides computed), or make the choice outside the compiled function and pass it in as a bool (flip="
     "random.random() < p: a graph per side, not the float draw, which each value recompiles); torch.cond does "
-    "not fit a branch on a Python random draw"
+    "not fit a branch on a random draw"
 )
+
+
+def tensor_drawn(cause: Cause, code: str) -> Cause:
+    """A data-dependent branch whose condition draws a random tensor itself (``if torch.rand(1) < self.p:``,
+    torchvision's random transforms): said so, with the branchless fix; any other comes back as it is."""
+    m = _COND.match(code)
+    drawn = re.search(r"\btorch\.rand\w*\(", (m["cond"] or m["loop"] or "") if m else "")
+    if drawn is None:
+        return cause
+    return dataclasses.replace(cause, words=f"{cause.words}: a random tensor drawn on the line", fix=RANDOM_BRANCH_FIX)
+
+
 RANDOM_LOOP_FIX = (
     "make the branch branchless (keep = torch.rand(()) >= p, then h = torch.where(keep, layer(h), h): one graph, "
     "every layer computed), or compile the loop's body (each layer) and keep the loop and its draws eager; "

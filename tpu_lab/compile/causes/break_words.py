@@ -21,6 +21,7 @@ from tpu_lab.compile.causes.branch_origin import (
     feeds_bookkeeping,
     only_raises,
     random_origin,
+    tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch
@@ -139,6 +140,7 @@ def _constructor_words(qualname: str, code: str) -> tuple[str, str]:
     return words, fix
 
 
+BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
     "the optimizer's step and zero_grad, and a GradScaler's scale/step/update outside the compiled function "
@@ -168,19 +170,15 @@ def _break_words(
     first, explanation, hints = _sections(inner)
     found = break_type(inner)
     if "generic_jump" in reason or "Data-dependent branching" in reason:
-        cause = Cause(
-            "data_dependent",
-            "data-dependent branching: an if/while on a tensor's value",
-            first or reason.strip(),
-            "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)",
-        )
+        branched = "data-dependent branching: an if/while on a tensor's value"
+        cause = Cause("data_dependent", branched, first or reason.strip(), BRANCH_FIX)
         line, origin = branch_origin(inner, code, *at)
         if origin:  # Dynamo's own trace of the condition's value, or the random draw that assigns it
             drawn = ", a Python random draw Dynamo passes into the graph as a tensor" if draws_random(origin) else ""
             words = f"{cause.words}, computed from line {line}: {origin}{drawn}"
-            fix = RANDOM_BRANCH_FIX if drawn else cause.fix
-            fix = RANDOM_LOOP_FIX if drawn and enclosing_loop(*at)[0] else fix  # a draw per layer: LayerDrop
-            cause = dataclasses.replace(cause, words=words, fix=fix)
+            fix = (RANDOM_LOOP_FIX if enclosing_loop(*at)[0] else RANDOM_BRANCH_FIX) if drawn else cause.fix
+            cause = dataclasses.replace(cause, words=words, fix=fix)  # a draw per layer: LayerDrop's loop fix
+        cause = tensor_drawn(cause, code) if not origin else cause
         if only_raises(*at):
             cause = dataclasses.replace(cause, fix=CHECK_FIX)
     else:
