@@ -150,11 +150,11 @@ def _pending(line: str, call: str) -> list[str]:
         elif isinstance(parent, ast.Assign) and child is not parent.value:  # x[i] = v: v first, then x, then i
             if len(parent.targets) > 1 or not isinstance(child, (ast.Subscript, ast.Attribute)):
                 return []
-            given = parent.value
+            stored = parent.value
             out.append(
                 f"the value stored in {ast.unparse(child.value)}"
-                if isinstance(given, ast.Constant)
-                else ast.unparse(given)
+                if isinstance(stored, ast.Constant)
+                else ast.unparse(stored)
             )
         elif isinstance(parent, ast.Call) and child is not parent.func:
             given = [*parent.args, *parent.keywords]
