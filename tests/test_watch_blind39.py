@@ -160,3 +160,22 @@ def test_every_branch_on_a_tensor_drawn_on_its_line_gets_the_same_branchless_fix
     torch._dynamo.reset()
     fixed = run(branchless=True)
     assert not fixed.table.breaks and fixed.table.total_compiles <= w.table.total_compiles, fixed.table.to_text()
+
+
+def clf_curve(preds, target):  # torchmetrics' _binary_clf_curve: an item of a data-dependent call's result
+    preds, order = torch.sort(preds, descending=True)
+    distinct = torch.where(preds[1:] - preds[:-1])[0]
+    idxs = torch.nn.functional.pad(distinct, [0, 1], value=target.size(0) - 1)
+    return torch.cumsum(target[order], 0)[idxs]
+
+
+def test_an_item_of_the_carried_result_is_named_by_the_call_it_is_an_item_of(dynamo):
+    f = torch.compile(clf_curve, backend="eager")
+    with tl.watch() as w:
+        for n in (16, 24):
+            f((torch.rand(n) * 8).round(), (torch.rand(n) < 0.5).long())
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    resumed = [r for r in w.table if "after the graph break" in r.function]
+    assert resumed and all(r.signature.startswith("torch.where(preds[1:] - preds[:-1])[0]: i64[") for r in resumed), (
+        w.table.to_text()
+    )

@@ -203,10 +203,10 @@ _ASSIGNMENT = re.compile(r"^\s*\(?\s*[\w.]+(?:\s*,\s*[\w.]+)*\s*,?\s*\)?\s*=(?!=
 
 
 def _assigned(call: str, line: str) -> bool:
-    """The line assigns the call's result (or items of it) to names: the carried value is named by them
+    """The line assigns the call's whole result to names: the carried value is named by them
     (``lam`` of ``mixed, y_a, y_b, lam = mixup(...)``, see ``causes/resumed.py``), not by the call."""
     m = _ASSIGNMENT.match(line)
-    return m is not None and re.fullmatch(re.escape(call) + r"(?:\[\d+\])*", m["value"]) is not None
+    return m is not None and m["value"] == call  # x = f()[0]: the carried value is f()'s whole result, not x
 
 
 def _breaking_call(code: Any) -> str:
