@@ -179,3 +179,31 @@ def test_an_item_of_the_carried_result_is_named_by_the_call_it_is_an_item_of(dyn
     assert resumed and all(r.signature.startswith("torch.where(preds[1:] - preds[:-1])[0]: i64[") for r in resumed), (
         w.table.to_text()
     )
+
+
+def sample_euler(x, sigmas, churn=0.0, s_tmax=5.0, branchless=False):  # k-diffusion's sampler, cut down
+    for i in range(len(sigmas) - 1):
+        if branchless:  # the fix as printed: both branches at once
+            gamma = torch.where(sigmas[i] <= s_tmax, churn, 0.0)
+            x = x + torch.where(gamma > 0, torch.randn_like(x) * gamma, 0.0)
+        else:
+            gamma = churn if sigmas[i] <= s_tmax else 0.0
+            if gamma > 0:
+                x = x + torch.randn_like(x) * gamma
+        x = x - (sigmas[i] - sigmas[i + 1]) * torch.tanh(x)
+    return x
+
+
+def test_a_branch_assigned_then_branched_on_again_is_fixed_together_with_the_second_branch(dynamo):
+    f = torch.compile(sample_euler, backend="eager")
+    with tl.watch() as w:
+        f(torch.randn(2, 3), torch.linspace(10.0, 0.1, 5), churn=0.5)
+    check_against_dynamo(w, dynamo)
+    (branch,) = [b for b in w.table.breaks if "data-dependent branching" in b.words]
+    again = sample_euler.__code__.co_firstlineno + 7
+    assert "computed from line" not in branch.words, branch  # the tested value is the input sigmas[i]
+    assert f"together with line {again} (if gamma > 0:)" in branch.fix, branch
+    torch._dynamo.reset()
+    with tl.watch() as fixed:
+        f(torch.randn(2, 3), torch.linspace(10.0, 0.1, 5), churn=0.5, branchless=True)
+    assert not fixed.table.breaks and not any(r.failed for r in fixed.table), fixed.table.to_text()

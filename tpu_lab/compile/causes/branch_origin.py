@@ -28,7 +28,8 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
     if found:  # Dynamo lists the chain from the inputs on: the line assigning the condition's name, else its last
         names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", (m["cond"] or m["loop"] or "") if m else ""))
         assigns = [(n, c) for n, c in found if (a := re.match(r"([A-Za-z_]\w*)\s*=(?!=)", c)) and a[1] in names]
-        return (assigns or found)[-1]
+        last = (assigns or found)[-1]  # a loop's or branch's header assigns no value: the tested one is an input
+        return (0, "") if re.match(r"(?:for|while|if|elif)\b", last[1]) else last
     return random_origin(m["cond"] or m["loop"] or "", file, line) if m else (0, "")
 
 
@@ -256,3 +257,26 @@ def by_vmap(words: str) -> str:
     return _BY_NUMBER.sub(
         "(torch.func.vmap, which this function calls, traces the dimension it maps over at one size)", words
     )
+
+
+def branched_again(code: str, file: str, line: int) -> str:
+    """What to add to a branch's fix where a later line of the same block branches on the name ``code``
+    assigns (``gamma = ... if sigma <= s_tmax else 0.``, then ``if gamma > 0:``): making only the first
+    branchless moves the break there. '' where there is none."""
+    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", code)
+    if not (target and file and line):
+        return ""
+    indent = len(code) - len(code.lstrip())
+    for n in range(line + 1, line + 30):
+        text = linecache.getline(file, n)
+        if text.strip() and len(text) - len(text.lstrip()) < indent:
+            break
+        if re.match(rf"\s*(?:if|elif|while)\b.*\b{target[1]}\b", text):
+            return _AGAIN.format(n, text.strip())
+    return ""
+
+
+_AGAIN = (
+    "together with line {0} ({1}), which branches on what this line assigns (made branchless alone, the break "
+    "moves there); or compile only the tensor work the loop calls (a model, say) and keep the loop eager"
+)

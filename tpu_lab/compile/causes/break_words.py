@@ -15,6 +15,7 @@ from tpu_lab.compile.causes.branch_origin import (
     RANDOM_VALUE_FIX,
     bookkeeping_fix,
     branch_origin,
+    branched_again,
     controls_python,
     draws_random,
     enclosing_loop,
@@ -179,6 +180,8 @@ def _break_words(
             fix = (RANDOM_LOOP_FIX if enclosing_loop(*at)[0] else RANDOM_BRANCH_FIX) if drawn else cause.fix
             cause = dataclasses.replace(cause, words=words, fix=fix)  # a draw per layer: LayerDrop's loop fix
         cause = tensor_drawn(cause, code) if not origin else cause
+        if (again := branched_again(code, *at)) and cause.fix == BRANCH_FIX:  # gamma = ... if ...; if gamma > 0:
+            cause = dataclasses.replace(cause, fix=f"{BRANCH_FIX}, {again}")
         if only_raises(*at):
             cause = dataclasses.replace(cause, fix=CHECK_FIX)
     else:
