@@ -207,3 +207,18 @@ def test_a_branch_assigned_then_branched_on_again_is_fixed_together_with_the_sec
     with tl.watch() as fixed:
         f(torch.randn(2, 3), torch.linspace(10.0, 0.1, 5), churn=0.5, branchless=True)
     assert not fixed.table.breaks and not any(r.failed for r in fixed.table), fixed.table.to_text()
+
+
+def pair_energy(pos):  # SchNet's radius graph, cut down: torch.cdist picks its algorithm by the size
+    d = torch.cdist(pos, pos)
+    return torch.exp(-d).sum()
+
+
+def test_a_bound_torchs_own_code_sets_inside_the_users_call_is_said_as_torchs(dynamo):
+    f = torch.compile(pair_energy, backend="eager")
+    with tl.watch() as w:
+        for n in (6, 9):
+            f(torch.randn(n, 3))
+    check_against_dynamo(w, dynamo, also=("size mismatch",))
+    said = " ".join(f"{c.words} {c.fix}" for r in w.table for c in r.causes)
+    assert "<= 25 holds (a check inside torch)" in said and "from your line" not in said, w.table.to_text()

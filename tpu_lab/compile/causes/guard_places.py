@@ -61,6 +61,7 @@ def statement_at(code: str, where: str, most: int = 240) -> str:
     return ""
 
 
+_INNER = re.compile(r"[\w<>]+ \((\S+\.py):(\d+) in [\w<>]+\)")  # the frame inside the call that set it
 _FRAMEWORK = "the guard itself is not due user code"  # Dynamo's own 0/1 specialisation, shown at a first use
 
 
@@ -74,14 +75,16 @@ def slocs(comment: str) -> list[tuple[str, str]]:
     """(code, file:line) of each place Dynamo's comment on a guard names: one, or for a range (``2 <= t <=
     11  # if t > 1:  # a.py:14 in f (...) and a = alphas[t]  # a.py:11 in f (...)``) where its lower and its
     upper bound were set. A place Dynamo says is its own specialisation, not the user's code, is left out."""
-    found = list(_PLACE.finditer(comment))
+    found = [m for m in _PLACE.finditer(comment) if not m["file"].startswith("(")]  # not a frame inside it
     out, start = [], 0
     for i, m in enumerate(found):
         end = comment.rfind(") and ", m.end(), found[i + 1].start()) + 1 if i + 1 < len(found) else len(comment)
         end = end or len(comment)
         code = comment[start : m.start()].rpartition("  # ")[0].strip()
+        inner = _INNER.match(comment, m.end())  # s11.py:26 in forward (functional.py:1535 in cdist): torch's check
+        where = f"{inner[1]}:{inner[2]}" if inner and owner(f"{inner[1]}:{inner[2]}") not in (None, USER) else ""
         if _FRAMEWORK not in comment[m.end() : end]:
-            out.append((code, f"{m['file']}:{m['line']}"))
+            out.append((code, where or f"{m['file']}:{m['line']}"))
         start = end + len(" and ") if end < len(comment) else end
     return out
 

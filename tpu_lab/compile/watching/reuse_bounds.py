@@ -9,6 +9,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
+from tpu_lab.compile.causes.cause import bare
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -98,6 +99,11 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
     where = f" ({where})" if where else ""
     held_to = next(((w, g) for w, g in found if " == " in g and len(w) <= 80), None)  # one value: a graph per value
+    shown = [w for w in every if len(w) <= 48][:3]  # the short ones by name (K != 1: a 0/1 case), the rest counted
+    if held_to is None and shown and len(shown) < len(every):
+        rest = len(every) - len(shown)
+        more = f"{rest} more condition{'s' if rest > 1 else ''} on {subject} pass{'es' if rest == 1 else ''}"
+        return f"{' and '.join(shown)} {'hold' if len(shown) > 1 else 'holds'}, and {more}{where}"
     if held_to is None:
         many = f"the {len(every)} conditions it holds on {subject} pass"
         return (many if len(every) > 1 else f"the condition it holds on {subject} passes") + where
@@ -110,7 +116,9 @@ _SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|
 
 def _plain(condition: str, subject: str) -> str:
     """A condition in words a reader can check: one holding Dynamo's symbolic arithmetic (``math.trunc(32.0*
-    torch.sym_float(...))``, from the user's rounding of a size) is said as the range it keeps ``subject`` in."""
+    torch.sym_float(...))``, from the user's rounding of a size) is said as the range it keeps ``subject`` in;
+    Dynamo's sympy text as Python reads it (``(1 + (((-1) + n) // 2)) != 32`` -> ``1 + ((n - 1) // 2) != 32``)."""
     if not _SYMBOLIC.search(condition):
-        return condition
+        parts = re.split(r"( (?:!=|==|<=|>=|<|>) )", re.sub(r"\(\(-1\) \+ ((?:[^()]|\(\))+)\)", r"(\1 - 1)", condition))
+        return "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
     return f"the range the graph computed for {subject} (from arithmetic on sizes)"
