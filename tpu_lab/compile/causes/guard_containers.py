@@ -308,3 +308,22 @@ _LENGTH_OF = re.compile(r"^(\S+) has a different length \(")
 
 _STATE_CREATED = "the optimizer's state was created on its first step (momentum or Adam buffers appear then)"
 _STATE_FIX = "expected once: the state is created at the first step, and kept from then on"
+
+
+def optimizer_step(name: str, value: str, g: str) -> Cause | None:
+    """An optimizer's step count kept as a Python int per parameter (``list(opt.state.values())[0]['step']
+    == 3``: transformers' Adafactor), read by its compiled step as a constant; None for any other value."""
+    if not re.search(r"\.state\.values\(\)\)\[\d+\]\['step'\]$", name) or "." in value:
+        return None
+    each = re.sub(r"^list\((.+)\.values\(\)\)\[\d+\]", r"\1[p]", name)  # one per parameter p: said once
+    return Cause("optimizer_step", _STEP_WORDS.format(each, value), g, _STEP_FIX)
+
+
+_STEP_WORDS = (
+    "the optimizer's step count {0} changed (was {1}): this optimizer keeps it as a Python int, which its compiled "
+    "step() reads as a constant, so each step is a graph of its own, until the recompile limit"
+)
+_STEP_FIX = (
+    "leave this optimizer's step() uncompiled (compile the model's forward and loss), or use an optimizer that "
+    "keeps its step count in a tensor (torch.optim's Adam, AdamW, SGD)"
+)

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import CARRIED, VERBATIM_FIX, Cause, local_name
+from tpu_lab.compile.causes.guard_containers import optimizer_step
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.sources.value_text import shown_float
 
@@ -44,14 +45,6 @@ _STATE = {
 }
 
 
-_STEP_WORDS = (
-    "the optimizer's step count {0} changed (was {1}): this optimizer keeps it as a Python int, which its compiled "
-    "step() reads as a constant, so each step is a graph of its own, until the recompile limit"
-)
-_STEP_FIX = (
-    "leave this optimizer's step() uncompiled (compile the model's forward and loss), or use an optimizer that "
-    "keeps its step count in a tensor (torch.optim's Adam, AdamW, SGD)"
-)
 BAKED = "; its value is baked into the graph"  # how a changed number is said; later steps match on it
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
@@ -68,9 +61,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             g,
             "hold the learning rate in a tensor: the optimizer's lr=torch.tensor(0.01)",
         )
-    if re.search(r"\.state\.values\(\)\)\[\d+\]\['step'\]$", name) and "." not in value:
-        each = re.sub(r"^list\((.+)\.values\(\)\)\[\d+\]", r"\1[p]", name)  # one per parameter p: said once
-        return Cause("optimizer_step", _STEP_WORDS.format(each, value), g, _STEP_FIX)
+    if cause := optimizer_step(name, value, g):  # its step count: a Python int kept per parameter
+        return cause
     kind = "string" if value.startswith("'") else "float" if re.search(r"[.e]|inf|nan", value) else "int"
     if kind == "float" and re.fullmatch(r"-?[\d.]+(?:e[-+]?\d+)?", value):
         value = shown_float(float(value))  # 0.3, not 0.30000000000000004 (the guard beside keeps it exact)
