@@ -221,4 +221,4 @@ def test_a_bound_torchs_own_code_sets_inside_the_users_call_is_said_as_torchs(dy
             f(torch.randn(n, 3))
     check_against_dynamo(w, dynamo, also=("size mismatch",))
     said = " ".join(f"{c.words} {c.fix}" for r in w.table for c in r.causes)
-    assert "<= 25 holds (a check inside torch)" in said and "from your line" not in said, w.table.to_text()
+    assert "<= 25 holds (from your line" in said and "a check inside torch's cdist)" in said, w.table.to_text()

@@ -61,7 +61,20 @@ def statement_at(code: str, where: str, most: int = 240) -> str:
     return ""
 
 
-_INNER = re.compile(r"[\w<>]+ \((\S+\.py):(\d+) in [\w<>]+\)")  # the frame inside the call that set it
+_INNER = re.compile(r"\S+\.py:\d+ in [\w<>]+ \((\S+\.py):\d+ in ([\w<>]+)\)")  # the frame that set it, inside
+_TRACER = ("_dynamo/", "fx/", "utils/_sympy/", "_subclasses/")  # Dynamo or fake tensors evaluating the user's code
+
+
+def _inside(comment: str) -> str:
+    """``torch's cdist`` where Dynamo's comment on a guard names a frame of torch's own code, under the user's
+    line, that set it (``s11.py:26 in forward (functional.py:1535 in cdist)``: an algorithm switch); '' where
+    the frame is Dynamo's own or fake tensors' evaluating the user's expression, or none is named."""
+    for m in _INNER.finditer(comment):
+        if not m[1].startswith(_TRACER) and (package := owner(f"{m[1]}:0")) not in (None, USER):
+            return f"{package}'s {m[2].removesuffix('_meta')}"
+    return ""
+
+
 _FRAMEWORK = "the guard itself is not due user code"  # Dynamo's own 0/1 specialisation, shown at a first use
 
 
@@ -81,10 +94,8 @@ def slocs(comment: str) -> list[tuple[str, str]]:
         end = comment.rfind(") and ", m.end(), found[i + 1].start()) + 1 if i + 1 < len(found) else len(comment)
         end = end or len(comment)
         code = comment[start : m.start()].rpartition("  # ")[0].strip()
-        inner = _INNER.match(comment, m.end())  # s11.py:26 in forward (functional.py:1535 in cdist): torch's check
-        where = f"{inner[1]}:{inner[2]}" if inner and owner(f"{inner[1]}:{inner[2]}") not in (None, USER) else ""
         if _FRAMEWORK not in comment[m.end() : end]:
-            out.append((code, where or f"{m['file']}:{m['line']}"))
+            out.append((code, f"{m['file']}:{m['line']}"))
         start = end + len(" and ") if end < len(comment) else end
     return out
 
@@ -217,7 +228,8 @@ def condition_place(guard: str, places: Mapping[str, str]) -> str:
         return ""
     if not said[0].startswith("line "):
         return f" ({said[0]})" if len(said) == 1 else f" ({' and '.join(said)})"
-    return f" (from your {' and '.join(said)})"
+    inside = f", a check inside {checker}" if (checker := _inside(places.get(guard, ""))) else ""
+    return f" (from your {' and '.join(said)}{inside})"
 
 
 def _short(where: str) -> str:
