@@ -170,5 +170,7 @@ def test_a_size_several_inputs_share_and_the_code_fixes_is_said_shared(dynamo):
                 torch.randn(1, 3, length),
             )
     check_against_dynamo(w, dynamo, also=("size mismatch",))
-    again = [c for r in w.table for c in r.causes if "one size again" in c.words]
-    assert again and all("share this size, so the code may read it from any of them" in c.words for c in again)
+    # the inputs share the size, and the line that fixes it reads it from u: said by that line, on every pin
+    pinned = [c for r in w.table for c in r.causes if c.kind == "size"]
+    loop = selective_scan.__code__.co_firstlineno + 4
+    assert pinned and all(f"line {loop} (for i in range(u.shape[2]):) takes u.shape[2]" in c.words for c in pinned)
