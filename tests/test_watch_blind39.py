@@ -222,3 +222,24 @@ def test_a_bound_torchs_own_code_sets_inside_the_users_call_is_said_as_torchs(dy
     check_against_dynamo(w, dynamo, also=("size mismatch",))
     said = " ".join(f"{c.words} {c.fix}" for r in w.table for c in r.causes)
     assert "<= 25 holds (from your line" in said and "a check inside torch's cdist)" in said, w.table.to_text()
+
+
+def lion_update(p, grad, exp_avg, lr):  # lucidrains' lion-pytorch update_fn, called on each parameter
+    p.add_(exp_avg.clone().mul_(0.9).add(grad, alpha=0.1).sign_(), alpha=-lr)
+    exp_avg.mul_(0.99).add_(grad, alpha=0.01)
+
+
+def test_a_per_parameter_update_is_told_parameter_shapes_are_static_not_once_per_rank(dynamo):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    state = {p: torch.zeros_like(p) for p in model.parameters()}
+    model(torch.randn(3, 4)).sum().backward()
+    f = torch.compile(lion_update, backend="eager")
+    with tl.watch() as w, torch.no_grad():
+        for p in model.parameters():
+            f(p, p.grad, state[p], 1e-3)
+    check_against_dynamo(w, dynamo, also=("size mismatch", "rank mismatch"))
+    told = [c for r in w.table for c in r.causes if c.count and c.kind in ("rank", "parameter_shape")]
+    assert told and all("Dynamo keeps a parameter's shape static" in c.fix for c in told), w.table.to_text()
+    assert "force_parameter_static_shapes = False" in told[0].fix and "once per rank" not in told[0].fix
+    sized = [c for r in w.table for c in r.causes if c.kind == "size" and not c.count]
+    assert all("needs a graph of its own anyway" in c.fix for c in sized), sized  # grad follows the parameter

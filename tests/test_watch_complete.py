@@ -188,7 +188,7 @@ def test_a_number_made_dynamic_is_said_to_reuse_the_graph_and_a_static_one_to_co
     assert (
         second.causes[0].words
         == "Python int n changed (was 1): Dynamo made n dynamic, so later values reuse this graph; the earlier graph "
-        "was for 0 or 1, which Dynamo always compiles apart"
+        "was for 0 or 1, which Dynamo compiles apart"
     )
     assert second.dynamic == "n" and second.causes[0].fix == "none needed: later values reuse this graph"
 

@@ -71,7 +71,7 @@ def _inside(comment: str) -> str:
     the frame is Dynamo's own or fake tensors' evaluating the user's expression, or none is named."""
     for m in _INNER.finditer(comment):
         if not m[1].startswith(_TRACER) and (package := owner(f"{m[1]}:0")) not in (None, USER):
-            return f"{package}'s {m[2].removesuffix('_meta')}"
+            return "" if m[2].startswith("_") else f"{package}'s {m[2].removesuffix('_meta')}"  # a public one only
     return ""
 
 

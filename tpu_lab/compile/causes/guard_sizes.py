@@ -4,7 +4,6 @@ code fixes (a loop over it) is never told to mark_dynamic. Pure: strings in, ``C
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 
@@ -69,10 +68,9 @@ def size_words(
     if is_parameter(m["name"], g):
         return Cause(
             "parameter_shape",
-            f"parameter {name} has another shape (dimension {i}: {a} -> {b}): a model of another size",
+            f"parameter {name} has another shape (dimension {i}: {a} -> {b}): another parameter, or a model of another size",
             g,
-            "expected once per model size (parameter shapes are static; "
-            "torch._dynamo.config.force_parameter_static_shapes = False makes them dynamic)",
+            PARAMETER_FIX,
         )
     if name.startswith("self.") and not name.startswith("self.cache"):  # not passed in: the module keeps it
         return Cause(
@@ -96,7 +94,7 @@ def size_words(
                 else "else none needed once Dynamo makes the size dynamic"
             ),
         )
-    if ("cache" in name or "keys" in name or "values" in name) and i == "2":
+    if ("cache" in name or "past_key" in name or re.search(r"\.(?:keys|values)\b", name)) and i == "2":  # a cache's
         if "cross_attention" in name:  # an encoder-decoder's: one entry per encoder token, filled once per prompt
             return Cause(
                 "cache_length",
@@ -236,6 +234,27 @@ UNTIL_DYNAMIC = ", else none needed once Dynamo makes the batch size dynamic"
 ON_TPU = "; on a TPU: pad to buckets instead (torch_tpu rejects dynamic shapes)"
 
 
+PARAMETER_FIX = (
+    "expected once per parameter shape: Dynamo keeps a parameter's shape static, so a model of another size, or "
+    "one function called on each parameter (a per-parameter optimizer update), compiles a graph per shape; "
+    "torch._dynamo.config.force_parameter_static_shapes = False lets shapes share a graph, or update every "
+    "parameter in one call (torch._foreach_add_ and the other _foreach ops, over lists)"
+)
+
+
+def rank_fix(name: str, parameter: bool) -> str:
+    """The fix for ``name`` having another number of dimensions: a module's own tensor made at another rank, a
+    parameter (static shapes: a graph per shape), or an input."""
+    if parameter:
+        return PARAMETER_FIX
+    if name.startswith("self."):
+        return (
+            f"the module's own {name} was made at another rank (a placeholder such as torch.empty(0) replaced by the "
+            "real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
+        )
+    return "expected once per rank; reshape inputs to one rank if this keeps changing"
+
+
 def is_parameter(raw: str, g: str) -> bool:
     """The guard is on a module's parameter (Dynamo says so), not on an input."""
     return "Guard failed on a parameter" in g or "._parameters[" in raw
@@ -265,62 +284,3 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
 
 
 # as a row describes a tensor (``value_text.describe``)
-_LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")
-
-
-def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:
-    """A tensor's memory layout changed (a stride guard): named as it is now where the call's input is
-    described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""
-    layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
-    whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
-    sizes = re.search(r"\[([\d, ]+)\]", now or "")
-    at = re.match(r"stride (\d+): \d+ -> (\d+)", detail)
-    shape = [int(d) for d in sizes[1].split(", ")] if sizes else []
-    # the new tensor's stride there is not what its own sizes give: a slice of a longer one (else a real change)
-    if at and int(at[1]) < len(shape) and shape[int(at[1])] == 1 and int(at[2]) != math.prod(shape[int(at[1]) + 1 :]):
-        return Cause(  # a size-1 dimension's stride: no layout at all, but a slice of a longer tensor carries it
-            "stride",
-            f"{whose} stride along its size-1 dimension {at[1]} changed ({detail.split(': ', 1)[1]}): the same "
-            "layout, but a slice of a longer tensor keeps that tensor's stride there, and Dynamo guards it",
-            g,
-            f"where {name} is passed or made, {name}.clone(memory_format=torch.contiguous_format) gives it the same "
-            "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
-        )
-    if layout == "non-contiguous":
-        words = f"{whose} memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
-    elif layout:
-        words = f"{whose} memory layout changed to {layout} ({detail})"
-    else:
-        words = f"{whose} memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
-    dims = now.count(",") + 1 if now and "[" in now else 4  # channels_last is for 4-D tensors, _3d for 5-D
-    form = {4: "channels_last", 5: "channels_last_3d"}.get(dims)
-    who = name if re.fullmatch(r"[\w.]+(?:\[[\w'\"]+\])*", name) else "x"  # as the call names it: past[0]
-    other = f", or always {who}.to(memory_format=torch.{form})" if form else ""
-    fix = (
-        "expected once per memory format: convert the model once, before the first compiled call "
-        "(model.to(memory_format=torch.channels_last)), and leave it so"
-        if parameter
-        else f"pass it in one memory format every call (always {who}.contiguous(){other})"
-    )
-    return Cause("stride", words, g, fix)
-
-
-_OFFSET = re.compile(r"^(?:(?P<lo>\d+) <= )?(?P<name>.+?)\.storage_offset\(\)(?: (?P<op>[<>=!]=?) (?P<n>\d+))?$")
-
-
-def offset_words(g: str) -> Cause | None:
-    """A storage-offset guard (``2 <= past[0].storage_offset()``): a dynamic graph built for a view into a
-    larger tensor (split, chunk, slicing) met a tensor of its own, or the other way round."""
-    m = _OFFSET.match(g.strip())
-    if m is None:
-        return None
-    name = local_name(m["name"])
-    held = f"offset {m['lo']} or more" if m["lo"] else f"offset {m['op']} {m['n']}" if m["op"] else "another offset"
-    return Cause(
-        "offset",
-        f"the storage offset of {name} changed (the graph assumed {held}): a view into a larger tensor (from "
-        "split, chunk or slicing) and a tensor of its own are graphs of their own",
-        g,
-        f"pass {name} the same way every call: where it is made as a view, .clone() it (every call then passes a "
-        "tensor of its own), or always pass a view",
-    )

@@ -11,13 +11,13 @@ from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, loc
 from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
+from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words
 from tpu_lab.compile.causes.guard_objects import backend_words, hook_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
     is_parameter,
-    layout_words,
-    offset_words,
+    rank_fix,
     size_value_words,
     size_words,
 )
@@ -143,10 +143,7 @@ def words(
             "rank",
             f"{local_name(m['name'])} has {m['b']} dimension{'' if m['b'] == '1' else 's'}, was {m['a']}",
             g,
-            f"the module's own {local_name(m['name'])} was made at another rank (a placeholder such as torch.empty(0)"
-            " replaced by the real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
-            if local_name(m["name"]).startswith("self.")
-            else "expected once per rank; reshape inputs to one rank if this keeps changing",
+            rank_fix(local_name(m["name"]), is_parameter(m["name"], g)),
         )
     if m := _DTYPE.search(g):
         owned = is_parameter(m["name"], g) or "._buffers[" in m["name"]  # the model was cast, not an input

@@ -87,8 +87,8 @@ def another_path(c: _Told) -> bool:
 
 
 def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, or a new string (never dynamic: an einsum's)."""
-    return another_path(c) or c.kind == "string"
+    """A graph of its own whatever else changed: another case, a new string, a new parameter shape (static)."""
+    return another_path(c) or c.kind == "string" or c.fix.startswith("expected once per parameter shape")
 
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"

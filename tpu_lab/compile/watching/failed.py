@@ -248,7 +248,8 @@ def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] |
     m = _MARKED.search(reason)
     if m is None:
         return None
-    stack = [(f, int(n)) for f, n in _USER_FRAME.findall(reason.partition("User stack:")[2]) if not is_library(f)]
+    first = re.split(r"\n\s*- You marked|User stack:", reason.partition("User stack:")[2])[0]  # the mark named
+    stack = [(f, int(n)) for f, n in _USER_FRAME.findall(first) if not is_library(f)]
     fixed_at = ""
     if stack:
         code = linecache.getline(stack[-1][0], stack[-1][1]).strip().rstrip(":")  # a loop header without its colon

@@ -9,7 +9,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import bare
+from tpu_lab.compile.causes.cause import CARRIED, bare
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -94,12 +94,14 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
         if w not in said:
             said.append(w)
     every = [w for ws in by_place.values() for w in ws]
-    if len(every) <= 3 and all(len(w) <= 48 for w in every):
+    if len(every) <= 3 and all(len(w) <= 48 and CARRIED not in w for w in every):
         return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
     where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
     where = f" ({where})" if where else ""
     held_to = next(((w, g) for w, g in found if " == " in g and len(w) <= 80), None)  # one value: a graph per value
-    shown = [w for w in every if len(w) <= 48][:3]  # the short ones by name (K != 1: a 0/1 case), the rest counted
+    shown = [w for w in every if len(w) <= 48 and CARRIED not in w][
+        :3
+    ]  # the short ones by name (K != 1: a 0/1 case), the rest counted
     if held_to is None and shown and len(shown) < len(every):
         rest = len(every) - len(shown)
         more = f"{rest} more condition{'s' if rest > 1 else ''} on {subject} pass{'es' if rest == 1 else ''}"

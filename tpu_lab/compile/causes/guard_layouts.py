@@ -1,0 +1,70 @@
+"""A tensor's memory layout or storage offset changed: a stride (channels_last, a transposed or sliced view)
+or the offset of a view into a larger tensor, in words, with the layout to keep. Pure: strings in, ``Cause``
+out."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tpu_lab.compile.causes.cause import Cause, local_name
+
+_LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")
+
+
+def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:
+    """A tensor's memory layout changed (a stride guard): named as it is now where the call's input is
+    described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""
+    layout = next((k for k in _LAYOUTS if now and now.endswith(f" {k}")), "contiguous" if now else "")
+    whose = f"{name}'" if name.endswith("s") else f"{name}'s"  # labels' layout, not labels's
+    sizes = re.search(r"\[([\d, ]+)\]", now or "")
+    at = re.match(r"stride (\d+): \d+ -> (\d+)", detail)
+    shape = [int(d) for d in sizes[1].split(", ")] if sizes else []
+    # the new tensor's stride there is not what its own sizes give: a slice of a longer one (else a real change)
+    if at and int(at[1]) < len(shape) and shape[int(at[1])] == 1 and int(at[2]) != math.prod(shape[int(at[1]) + 1 :]):
+        return Cause(  # a size-1 dimension's stride: no layout at all, but a slice of a longer tensor carries it
+            "stride",
+            f"{whose} stride along its size-1 dimension {at[1]} changed ({detail.split(': ', 1)[1]}): the same "
+            "layout, but a slice of a longer tensor keeps that tensor's stride there, and Dynamo guards it",
+            g,
+            f"where {name} is passed or made, {name}.clone(memory_format=torch.contiguous_format) gives it the same "
+            "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
+        )
+    if layout == "non-contiguous":
+        words = f"{whose} memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
+    elif layout:
+        words = f"{whose} memory layout changed to {layout} ({detail})"
+    else:
+        words = f"{whose} memory layout changed ({detail}; a transposed, sliced or channels_last tensor)"
+    dims = now.count(",") + 1 if now and "[" in now else 4  # channels_last is for 4-D tensors, _3d for 5-D
+    form = {4: "channels_last", 5: "channels_last_3d"}.get(dims)
+    who = name if re.fullmatch(r"[\w.]+(?:\[[\w'\"]+\])*", name) else "x"  # as the call names it: past[0]
+    other = f", or always {who}.to(memory_format=torch.{form})" if form else ""
+    fix = (
+        "expected once per memory format: convert the model once, before the first compiled call "
+        "(model.to(memory_format=torch.channels_last)), and leave it so"
+        if parameter
+        else f"pass it in one memory format every call (always {who}.contiguous(){other})"
+    )
+    return Cause("stride", words, g, fix)
+
+
+_OFFSET = re.compile(r"^(?:(?P<lo>\d+) <= )?(?P<name>.+?)\.storage_offset\(\)(?: (?P<op>[<>=!]=?) (?P<n>\d+))?$")
+
+
+def offset_words(g: str) -> Cause | None:
+    """A storage-offset guard (``2 <= past[0].storage_offset()``): a dynamic graph built for a view into a
+    larger tensor (split, chunk, slicing) met a tensor of its own, or the other way round."""
+    m = _OFFSET.match(g.strip())
+    if m is None:
+        return None
+    name = local_name(m["name"])
+    held = f"offset {m['lo']} or more" if m["lo"] else f"offset {m['op']} {m['n']}" if m["op"] else "another offset"
+    return Cause(
+        "offset",
+        f"the storage offset of {name} changed (the graph assumed {held}): a view into a larger tensor (from "
+        "split, chunk or slicing) and a tensor of its own are graphs of their own",
+        g,
+        f"pass {name} the same way every call: where it is made as a view, .clone() it (every call then passes a "
+        "tensor of its own), or always pass a view",
+    )
