@@ -88,7 +88,9 @@ def another_path(c: _Told) -> bool:
 
 def forces_own_graph(c: _Told) -> bool:
     """A graph of its own whatever else changed: another case, a new string, a new parameter shape (static)."""
-    return another_path(c) or c.kind == "string" or c.fix.startswith("expected once per parameter shape")
+    return (
+        another_path(c) or c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    )
 
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"
