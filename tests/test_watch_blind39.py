@@ -243,3 +243,33 @@ def test_a_per_parameter_update_is_told_parameter_shapes_are_static_not_once_per
     assert "force_parameter_static_shapes = False" in told[0].fix and "once per rank" not in told[0].fix
     sized = [c for r in w.table for c in r.causes if c.kind == "size" and not c.count]
     assert all("needs a graph of its own anyway" in c.fix for c in sized), sized  # grad follows the parameter
+
+
+def crop_params(img, scale=(0.3, 1.0)):  # torchvision's RandomResizedCrop.get_params: a retry loop on .item()
+    height, width = img.shape[-2:]
+    for _ in range(10):
+        target_area = height * width * torch.empty(1).uniform_(scale[0], scale[1]).item()
+        w = int(round(target_area**0.5))
+        if 0 < w <= width:
+            return w
+    return width
+
+
+def test_a_number_read_back_in_a_retry_loop_that_feeds_its_branch_is_told_to_run_outside(dynamo):
+    def crop(img, w=None):
+        w = crop_params(img) if w is None else w  # the fix as printed: the draw outside, its number passed in
+        return torch.nn.functional.interpolate(img[..., :w, :w], size=(8, 8), mode="bilinear")
+
+    f = torch.compile(crop, backend="eager")
+    with tl.watch() as w:
+        for _ in range(2):
+            f(torch.rand(1, 3, 16, 16))
+    check_against_dynamo(w, dynamo)
+    read = [b for b in w.table.breaks if "Tensor.item()" in b.words]
+    assert read and all(b.fix.startswith("the value decides Python control flow") for b in read), w.table.breaks
+    assert not any("capture_scalar_outputs = True" in b.fix for b in read)
+    torch._dynamo.reset()
+    with tl.watch() as fixed:
+        for _ in range(2):
+            f(torch.rand(1, 3, 16, 16), crop_params(torch.rand(1, 3, 16, 16)))
+    assert not fixed.table.breaks, fixed.table.to_text()

@@ -90,7 +90,29 @@ def controls_python(code: str, file: str = "", line: int = 0) -> bool:
     if _ON_VALUES.match(code):
         return not _SIZED.match(code) or _branches_on_items(file, line)
     at, header = enclosing_loop(file, line)
-    return bool(_ON_VALUES.match(header)) and (not _SIZED.match(header) or _branches_on_items(file, at))
+    if _ON_VALUES.match(header) and (not _SIZED.match(header) or _branches_on_items(file, at)):
+        return True
+    return bool(at) and _feeds_branch(code, file, line)
+
+
+def _feeds_branch(code: str, file: str, line: int) -> bool:
+    """Inside a loop, the name ``code`` assigns reaches an if/while of the same block through later
+    assignments (torchvision's ``target_area = ... .item()``, then ``w = ...target_area...``, then ``if 0 < w
+    <= width:``, a retry loop): the number decides Python control flow, as a branch on it would."""
+    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", code)
+    if not target:
+        return False
+    tracked, indent = {target[1]}, len(code) - len(code.lstrip())
+    for n in range(line + 1, line + 30):
+        text = linecache.getline(file, n)
+        if text.strip() and len(text) - len(text.lstrip()) < indent:
+            return False
+        used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
+        if used and re.match(r"\s*(?:if|elif|while)\b", text):
+            return True
+        if used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
+            tracked.add(a[1])
+    return False
 
 
 # a loop over .tolist() runs a fixed number of times (the tensor's size): captured, its items break nothing
