@@ -249,7 +249,7 @@ def crop_params(img, scale=(0.3, 1.0)):  # torchvision's RandomResizedCrop.get_p
     height, width = img.shape[-2:]
     for _ in range(10):
         target_area = height * width * torch.empty(1).uniform_(scale[0], scale[1]).item()
-        w = int(round(target_area**0.5))
+        w = round(target_area**0.5)
         if 0 < w <= width:
             return w
     return width
