@@ -1,6 +1,5 @@
-"""Causes that are one change, said as one: several inputs failing the same way (``batch['a'],
-batch['b'] dimension 0 changed 2 -> 4``), a size that follows the KV cache's length, an argument passed by
-keyword now and positionally before. Pure: causes in, causes out."""
+"""Causes that are one change, said as one: inputs failing alike (``batch['a'], batch['b'] dimension 0 changed
+2 -> 4``), a size following the KV cache, an argument by keyword now. Pure: causes in, causes out."""
 
 from __future__ import annotations
 
@@ -87,10 +86,9 @@ def another_path(c: _Told) -> bool:
 
 
 def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, a new string, a new parameter shape (static)."""
-    return (
-        another_path(c) or c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
-    )
+    """A graph of its own whatever else changed: another case, a new string or length, a new parameter shape."""
+    static = c.kind in ("string", "length") or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    return another_path(c) or static
 
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"
