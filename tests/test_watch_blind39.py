@@ -275,24 +275,6 @@ def test_a_number_read_back_in_a_retry_loop_that_feeds_its_branch_is_told_to_run
     assert not fixed.table.breaks, fixed.table.to_text()
 
 
-def accuracy(output, target, topk=(1,)):  # the ImageNet example's accuracy(): topk a tuple of ints
-    pred = output.topk(max(topk), 1, True, True)[1].t()
-    correct = pred.eq(target.view(1, -1))
-    return [correct[:k].float().sum() for k in topk]
-
-
-def test_a_size_change_in_a_compile_a_new_tuple_length_forces_is_not_told_how_to_skip_it(dynamo):
-    f = torch.compile(accuracy, backend="eager")
-    with tl.watch() as w:
-        f(torch.randn(8, 20), torch.randint(0, 20, (8,)), (1, 5))
-        f(torch.randn(8, 10), torch.randint(0, 10, (8,)), (1,))
-    check_against_dynamo(w, dynamo, also=("size mismatch", "len("))
-    second = [c for c in w.table.rows[-1].causes]
-    assert second[0].kind == "length" and second[0].count == 1, second
-    sized = [c for c in second if c.kind == "size"]
-    assert sized and all("to skip even this one" not in c.fix for c in sized), sized
-
-
 def attend(queries, keys, values):  # a self-attention module's own arguments: no KV cache anywhere
     return torch.softmax(queries @ keys.transpose(-1, -2), -1) @ values
 

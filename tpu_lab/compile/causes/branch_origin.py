@@ -92,7 +92,7 @@ def controls_python(code: str, file: str = "", line: int = 0) -> bool:
     at, header = enclosing_loop(file, line)
     if _ON_VALUES.match(header) and (not _SIZED.match(header) or _branches_on_items(file, at)):
         return True
-    return bool(at) and _feeds_branch(code, file, line)
+    return bool(at) and bool(_SCALAR.search(code)) and _feeds_branch(code, file, line)  # a number read back
 
 
 def _feeds_branch(code: str, file: str, line: int) -> bool:

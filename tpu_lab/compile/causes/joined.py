@@ -86,8 +86,8 @@ def another_path(c: _Told) -> bool:
 
 
 def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, a new string or length, a new parameter shape."""
-    static = c.kind in ("string", "length") or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    """A graph of its own whatever else changed: another case, a new string, a new parameter shape."""
+    static = c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
     return another_path(c) or static
 
 
