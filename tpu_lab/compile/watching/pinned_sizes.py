@@ -186,8 +186,9 @@ _PINNED = (
 _PINNED_FIX = (
     "if {0} meets another input of fixed size, once that input's size changes too Dynamo can make both dynamic; "
     "to skip the wait, mark {0} dim {1} dynamic together with the same dimension of each input it is combined with "
-    "(torch._dynamo.mark_dynamic on each, before the first call); if the code uses the size as a Python number, "
-    "pad to a few sizes instead (mark_dynamic raises there: ConstraintViolationError)"
+    "(torch._dynamo.maybe_mark_dynamic on each, before the first call); if the code uses the size as a Python "
+    "number, pad to a few sizes instead (where it does, a mark cannot help, and mark_dynamic raises: "
+    "ConstraintViolationError)"
 )
 _FIXED = (
     "the graph pins {0} dim {1} to one size again, as an earlier graph did: the code fixes this size (it uses "
