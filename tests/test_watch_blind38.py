@@ -36,6 +36,12 @@ def test_a_masks_break_whose_size_later_goes_into_range_is_never_told_the_captur
     masked = [b for b in w.table.breaks if "its output's shape depends on the tensor's data" in b.words]
     assert masked and all("leave capture_dynamic_output_shape_ops off here" in b.fix for b in masked), w.table.breaks
     assert all("range(t.shape[0])" in b.fix and "= True" not in b.fix for b in masked), [b.fix for b in masked]
+    # the size range() takes after the break is named by that line, never "none needed once Dynamo makes it dynamic"
+    resumed = [c for r in w.table if "after the graph break" in r.function for c in r.causes if c.kind == "size"]
+    assert len(resumed) >= 2, w.table.to_text()
+    assert all("takes t.shape[0] as a Python int in range()" in c.words for c in resumed), w.table.to_text()
+    assert all("torch.arange(t.shape[0]) in place of range(t.shape[0])" in c.fix for c in resumed), resumed
+    assert not any("once Dynamo makes the size dynamic" in c.fix for c in resumed), resumed
     torch._dynamo.reset()
     with tl.watch() as fixed:  # the fix as printed: torch.arange in place of range
         for args in batches(arange=True):
