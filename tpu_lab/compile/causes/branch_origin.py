@@ -99,20 +99,26 @@ def _feeds_branch(code: str, file: str, line: int) -> bool:
     """Inside a loop, the name ``code`` assigns reaches an if/while of the same block through later
     assignments (torchvision's ``target_area = ... .item()``, then ``w = ...target_area...``, then ``if 0 < w
     <= width:``, a retry loop): the number decides Python control flow, as a branch on it would."""
+    return _later_branch(code, file, line, follow=True)[0] > 0
+
+
+def _later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, str]:
+    """(line, code) of the first later if/while of ``code``'s block that tests the name ``code`` assigns, or
+    (``follow``) a name later assigned from it; (0, '') where there is none."""
     target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", code)
-    if not target:
-        return False
+    if not (target and file and line):
+        return 0, ""
     tracked, indent = {target[1]}, len(code) - len(code.lstrip())
     for n in range(line + 1, line + 30):
         text = linecache.getline(file, n)
         if text.strip() and len(text) - len(text.lstrip()) < indent:
-            return False
+            break
         used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
         if used and re.match(r"\s*(?:if|elif|while)\b", text):
-            return True
-        if used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
+            return n, text.strip()
+        if follow and used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
             tracked.add(a[1])
-    return False
+    return 0, ""
 
 
 # a loop over .tolist() runs a fixed number of times (the tensor's size): captured, its items break nothing
@@ -285,17 +291,8 @@ def branched_again(code: str, file: str, line: int) -> str:
     """What to add to a branch's fix where a later line of the same block branches on the name ``code``
     assigns (``gamma = ... if sigma <= s_tmax else 0.``, then ``if gamma > 0:``): making only the first
     branchless moves the break there. '' where there is none."""
-    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", code)
-    if not (target and file and line):
-        return ""
-    indent = len(code) - len(code.lstrip())
-    for n in range(line + 1, line + 30):
-        text = linecache.getline(file, n)
-        if text.strip() and len(text) - len(text.lstrip()) < indent:
-            break
-        if re.match(rf"\s*(?:if|elif|while)\b.*\b{target[1]}\b", text):
-            return _AGAIN.format(n, text.strip())
-    return ""
+    n, text = _later_branch(code, file, line, follow=False)
+    return _AGAIN.format(n, text) if n else ""
 
 
 _AGAIN = (

@@ -50,7 +50,7 @@ def _scan(
         text = linecache.getline(file, n).strip()
         if given := re.fullmatch(rf"([A-Za-z_]\w*)\s*=\s*({size})", text):  # num_steps = rewards.shape[0]
             aliases[given[1]] = f"{given[1]} (= {given[2]}, line {n})"
-        elif (unpacked := re.fullmatch(rf"([\w\s,]+?)\s*=\s*{re.escape(name)}\.shape", text)) and dim.isdigit():
+        elif unpacked := re.fullmatch(rf"([\w\s,]+?)\s*=\s*{re.escape(name)}\.shape", text):
             names = [t.strip() for t in unpacked[1].split(",")]  # B, L_Q, H, D = queries.shape
             if int(dim) < len(names) and names[int(dim)] != "_":
                 aliases[names[int(dim)]] = f"{names[int(dim)]} (= {name}.shape[{dim}], line {n})"

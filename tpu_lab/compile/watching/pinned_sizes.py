@@ -83,10 +83,14 @@ def settled(
     return out
 
 
+# how a size cause names its input and dimension: ``x dimension 0 changed``, a carried ``t changed size (dimension 0:``
+_SIZE_SAID = re.compile(r"^(.+?) (?:dimension (\d+) changed|changed size \(dimension (\d+):)")
+
+
 def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[str, str]:
     """(note, fix) for the first input a size cause names (``dones, values, rewards dimension 0 changed``) whose
     dimension this graph pinned (``fixed``) by a line of ``code`` that takes it as a Python number."""
-    m = re.match(r"^(.+?) (?:dimension (\d+) changed|changed size \(dimension (\d+):)", c.words)
+    m = _SIZE_SAID.match(c.words)
     dim = m and (m[2] or m[3])
     names = [n for n in m[1].split(", ") if f"{n} dim {dim}" in fixed] if m and dim else []
     return next((by for n in names if (by := pinned_by(code, n, dim or ""))[0]), ("", ""))
@@ -149,10 +153,10 @@ def _dim_of(c: RowCause) -> tuple[str, str] | None:
     frame's fix says to remove the break instead)."""
     if c.kind not in ("size", "size_one"):
         return None
-    m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) or re.match(
-        r"(\S+) (?:dimension (\d+) changed|changed size \(dimension (\d+):)", c.words
-    )
-    return (m[1], m[2] or m[3]) if m else None
+    if m := re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix):
+        return m[1], m[2]
+    said = _SIZE_SAID.match(c.words)  # one input only: a merged cause (``a, b dimension 0``) names no one dim
+    return (said[1], said[2] or said[3]) if said and ", " not in said[1] else None
 
 
 def keyed(causes: Iterable[RowCause]) -> list[tuple[str, str]]:

@@ -99,9 +99,8 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
     where = f" ({where})" if where else ""
     held_to = next(((w, g) for w, g in found if " == " in g and len(w) <= 80), None)  # one value: a graph per value
-    shown = [w for w in every if len(w) <= 48 and CARRIED not in w][
-        :3
-    ]  # the short ones by name (K != 1: a 0/1 case), the rest counted
+    # the short ones by name (K != 1: a 0/1 case), the rest counted
+    shown = [w for w in every if len(w) <= 48 and CARRIED not in w][:3]
     if held_to is None and shown and len(shown) < len(every):
         rest = len(every) - len(shown)
         more = f"{rest} more condition{'s' if rest > 1 else ''} on {subject} pass{'es' if rest == 1 else ''}"
