@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import linecache
 import re
 
@@ -54,8 +55,13 @@ def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
 
 def parsed_file(file: str) -> ast.Module | None:
     """The user's file as Python's parser reads it (None where it cannot be read or parsed)."""
+    return _parsed("".join(linecache.getlines(file)))
+
+
+@functools.lru_cache(maxsize=16)  # several causes of one compile read the same file: parse its text once
+def _parsed(text: str) -> ast.Module | None:
     try:
-        return ast.parse("".join(linecache.getlines(file)))
+        return ast.parse(text)
     except (SyntaxError, ValueError):
         return None
 
