@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from tpu_lab.compile.causes.joined import forces_own_graph, per_instance
+from tpu_lab.compile.causes.own_graph import forces_own_graph, per_instance
 from tpu_lab.testing.watch_invariants import overcounted, text_violations
 
 _WAS = re.compile(r"\(was ([^;()]+)")  # the earlier value a cause was told against

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import RAISE_LIMIT
-from tpu_lab.compile.causes.joined import INSTANCES_SHARE, per_instance
+from tpu_lab.compile.causes.own_graph import INSTANCES_SHARE, per_instance
 
 _NUMBER = re.compile(r"^(?:a )?Python (?:int|float) ")  # a number of the instance's, or one computed from it
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import derived_joined, derived_key
-from tpu_lab.compile.causes.guard_sizes import PREFILL_DECODE_FIX, STATIC_WORDS, prompt_length_words, with_note
+from tpu_lab.compile.causes.guard_sizes import (
+    PARAMETER_FIX,
+    PREFILL_DECODE_FIX,
+    STATIC_WORDS,
+    prompt_length_words,
+    with_note,
+)
 
 
 def calling_style(causes: list[Cause]) -> list[Cause]:
@@ -32,109 +38,33 @@ def calling_style(causes: list[Cause]) -> list[Cause]:
 
 
 def cache_first(causes: list[Cause]) -> list[Cause]:
-    """A size change that follows the KV cache's length (the attention mask spans the cache) is part of
-    that cause, not one of its own: its guard joins the cache's."""
-    cache = next((c for c in causes if c.kind == "cache_length"), None)
-    change = re.search(r"\d+ -> \d+", cache.words) if cache else None
-    if cache is None or change is None:
+    """A size change that follows the KV cache's length (the attention mask spans the cache), or a size or
+    rank change that follows a parameter's (its gradient, its optimizer state), is part of that cause, not
+    one of its own: its guard joins the leader's."""
+    lead = next((c for c in causes if c.kind == "cache_length" or c.fix == PARAMETER_FIX), None)
+    change = _CHANGE.search(lead.words) if lead else None
+    if lead is None or change is None:
         return causes
-    follows = [c for c in causes if c.kind == "size" and f"changed {change[0]}" in c.words]
+    follows = [c for c in causes if c.kind in ("size", "rank") and c is not lead and _changed(c) == change[0]]
     if not follows:
         return causes
-    guards = "\n".join([cache.guard, *(c.guard for c in follows)])
+    guards = "\n".join([lead.guard, *(c.guard for c in follows)])
     names = [
-        "the attention mask" if c.words.startswith("attention mask") else c.words.split(" dimension ")[0]
+        "the attention mask"
+        if c.words.startswith("attention mask")
+        else re.split(r" dimension | ha(?:s|ve) ", c.words)[0]
         for c in follows
     ]
-    also = f"{names[0]} follows it" if len(names) == 1 else f"{', '.join(names)} follow it"
-    joined = dataclasses.replace(cache, words=f"{cache.words} ({also})", guard=guards)
-    return [joined if c is cache else c for c in causes if c not in follows]
+    also = f"{', '.join(names)} follow{'s' * (len(names) == 1 and ', ' not in names[0])} it"
+    joined = dataclasses.replace(lead, words=f"{lead.words} ({also})", guard=guards)
+    return [joined if c is lead else c for c in causes if c not in follows]
 
 
-OWN_GRAPH = "(each case is its own graph)"
-_OWN_VALUE = "(each value is its own graph)"
+_CHANGE = re.compile(r"\d+ -> \d+|\d+ dimensions?, was \d+")
 
 
-class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
-    __dataclass_fields__: ClassVar[dict[str, Any]]
-    kind: str
-    words: str
-    fix: str
-
-
-_C = TypeVar("_C", bound=_Said)
-
-
-class _Told(Protocol):  # read-only: a frozen Cause too
-    @property
-    def kind(self) -> str: ...
-    @property
-    def words(self) -> str: ...
-
-
-_FROM_01 = re.compile(r"^Python int (?P<name>\S+) changed \((?:was (?P<was>[01])\b|was [^,)]+, now (?P<now>[01]):)")
-
-
-def another_path(c: _Told) -> bool:
-    """A cause that is another case of the code: None vs a value, a flag's new value, an int argument from or
-    to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph)."""
-    return (
-        (c.kind in ("none", "type") and OWN_GRAPH in c.words)
-        or (c.kind == "flag" and _OWN_VALUE in c.words)
-        or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None)
-    )
-
-
-def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, a new string, a new parameter shape."""
-    static = c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
-    return another_path(c) or static
-
-
-INSTANCES_SHARE = "instances share the compiled code's graphs"
-
-
-def per_instance(c: _Told) -> bool:
-    """A module's int attribute that differs per instance (HF's ``self.layer_idx``, each layer compiled on its
-    own): Dynamo keeps it static, so every instance is a graph of its own, whatever else changed."""
-    return c.kind == "value" and INSTANCES_SHARE in c.words and "Python int" in c.words
-
-
-def _forced(case: _Told) -> str:
-    """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
-    if m := _FROM_01.match(case.words):
-        was = f"was {m['was']}" if m["was"] else f"is now {m['now']}"
-        return f"{m['name']} {was}, and Dynamo compiles 0 and 1 apart from other values"
-    return case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
-
-
-def own_graph_first(causes: list[_C]) -> list[_C]:
-    """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step), or a
-    flag with a new value (a PEFT adapter switched off), or a new grad mode, makes a graph of its own whatever else changed: that
-    cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
-    that its fix saves no compile here, only later ones."""
-    if causes and per_instance(causes[0]):
-        return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
-    case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
-    case = case or next((c for c in causes if forces_own_graph(c)), None)
-    case = case or next((c for c in causes if c.kind == "global_state"), None)  # a new grad mode: never dynamic
-    if case is None or len(causes) == 1:
-        return causes
-    said = _forced(case)
-    moot = f"none for this compile, which needs a graph of its own anyway ({said})"
-    skip = "; to skip even this one"  # a size made dynamic: nothing could have skipped this compile
-    rest = [
-        dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix}")
-        if c.kind in ("size", "global_state") and not c.fix.startswith("none")
-        else dataclasses.replace(
-            c, fix=f"{c.fix.split(skip)[0]} (this compile needs a graph of its own anyway: {said})"
-        )
-        if c.kind == "size" and c.fix.startswith("none needed") and skip in c.fix
-        else c
-        for c in causes
-        if c is not case
-    ]
-    return [case, *rest]
+def _changed(c: Cause) -> str:
+    return m[0] if (m := _CHANGE.search(c.words)) else ""
 
 
 def maybe_marked(fix: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_words import TENSOR_MISMATCH
-from tpu_lab.compile.causes.joined import another_path
+from tpu_lab.compile.causes.own_graph import another_path
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import MORE
 

@@ -1,8 +1,7 @@
 """The one fold from compile events to a table's rows: a compiled graph, a compile Dynamo gave up on, a
 lazy backward, a refusal at the recompile limit, a graph break. Each event comes in with what its source
 could read (Dynamo's record, the new graph's guards, the numbers made dynamic), so the live watch
-(``watch``) and a TORCH_TRACE log read later (``compile.trace``) give the same rows in the same words.
-"""
+(``watch``) and a TORCH_TRACE log read later (``compile.trace``) give the same rows in the same words."""
 
 from __future__ import annotations
 
@@ -21,7 +20,8 @@ from tpu_lab.compile.causes.explain import (
     first_compile_words,
     limit_raised,
 )
-from tpu_lab.compile.causes.joined import maybe_marked, own_graph_first
+from tpu_lab.compile.causes.joined import maybe_marked
+from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
 from tpu_lab.compile.causes.rnn_breaks import packed_rnn
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources

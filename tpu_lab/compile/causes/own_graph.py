@@ -1,0 +1,94 @@
+"""A cause that makes a graph of its own whatever else changed (another case of the code: None vs a value, a
+flag's new value, a new grad mode, a new parameter shape): it counts the compile, and a size change beside
+it is told that its fix saves no compile here, only later ones. Pure: causes in, causes out."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, ClassVar, Protocol, TypeVar
+
+OWN_GRAPH = "(each case is its own graph)"
+_OWN_VALUE = "(each value is its own graph)"
+
+
+class _Said(Protocol):  # a Cause, or a table's RowCause (both dataclasses)
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+    kind: str
+    words: str
+    fix: str
+
+
+_C = TypeVar("_C", bound=_Said)
+
+
+class _Told(Protocol):  # read-only: a frozen Cause too
+    @property
+    def kind(self) -> str: ...
+    @property
+    def words(self) -> str: ...
+
+
+_FROM_01 = re.compile(r"^Python int (?P<name>\S+) changed \((?:was (?P<was>[01])\b|was [^,)]+, now (?P<now>[01]):)")
+
+
+def another_path(c: _Told) -> bool:
+    """A cause that is another case of the code: None vs a value, a flag's new value, an int argument from or
+    to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph)."""
+    return (
+        (c.kind in ("none", "type") and OWN_GRAPH in c.words)
+        or (c.kind == "flag" and _OWN_VALUE in c.words)
+        or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None)
+    )
+
+
+def forces_own_graph(c: _Told) -> bool:
+    """A graph of its own whatever else changed: another case, a new string, a new parameter shape."""
+    static = c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    return another_path(c) or static
+
+
+INSTANCES_SHARE = "instances share the compiled code's graphs"
+
+
+def per_instance(c: _Told) -> bool:
+    """A module's int attribute that differs per instance (HF's ``self.layer_idx``, each layer compiled on its
+    own): Dynamo keeps it static, so every instance is a graph of its own, whatever else changed."""
+    return c.kind == "value" and INSTANCES_SHARE in c.words and "Python int" in c.words
+
+
+def _forced(case: _Told) -> str:
+    """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
+    if m := _FROM_01.match(case.words):
+        was = f"was {m['was']}" if m["was"] else f"is now {m['now']}"
+        return f"{m['name']} {was}, and Dynamo compiles 0 and 1 apart from other values"
+    return case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
+
+
+def own_graph_first(causes: list[_C]) -> list[_C]:
+    """A value that is None on one call and not on the other (a KV cache's ``past=None`` prompt step), or a
+    flag with a new value (a PEFT adapter switched off), or a new grad mode, makes a graph of its own whatever else changed: that
+    cause comes first, so it counts the compile, and a size or grad-mode change in the same compile is told
+    that its fix saves no compile here, only later ones."""
+    if causes and per_instance(causes[0]):
+        return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
+    case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
+    case = case or next((c for c in causes if forces_own_graph(c)), None)
+    case = case or next((c for c in causes if c.kind == "global_state"), None)  # a new grad mode: never dynamic
+    if case is None or len(causes) == 1:
+        return causes
+    said = _forced(case)
+    moot = f"none for this compile, which needs a graph of its own anyway ({said})"
+    skip = "; to skip even this one"  # a size made dynamic: nothing could have skipped this compile
+    rest = [
+        dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix}")
+        if c.kind in ("size", "global_state") and not c.fix.startswith("none")
+        else dataclasses.replace(
+            c, fix=f"{c.fix.split(skip)[0]} (this compile needs a graph of its own anyway: {said})"
+        )
+        if c.kind == "size" and c.fix.startswith("none needed") and skip in c.fix
+        else c
+        for c in causes
+        if c is not case
+    ]
+    return [case, *rest]
