@@ -1,6 +1,7 @@
 """tl.watch() after the fortieth blind round: what it left open (a per-parameter optimizer update whose gradient
 and state follow the parameter), checked against Dynamo's records, with the fix as printed applied."""
 
+import numpy as np
 import torch
 from _dynamo_oracle import check_against_dynamo
 
@@ -49,3 +50,35 @@ def test_a_gradient_and_state_shaped_like_the_parameter_follow_it_with_no_fix_of
     with tl.watch() as fixed, torch.no_grad():
         fixed_update(ps, [p.grad for p in ps], [state[p] for p in ps], 1e-3, 0.01, 0.9, 0.99)
     assert fixed.table.total_compiles == 1 < w.table.total_compiles, fixed.table.to_text()
+
+
+def rand_bbox(size, lam):  # clovaai/CutMix-PyTorch's box, drawn with NumPy
+    W, H = size[2], size[3]
+    cut_rat = np.sqrt(1.0 - lam)
+    cut_w, cut_h = int(W * cut_rat), int(H * cut_rat)
+    cx, cy = np.random.randint(W), np.random.randint(H)
+    bbx1, bby1 = np.clip(cx - cut_w // 2, 0, W), np.clip(cy - cut_h // 2, 0, H)
+    bbx2, bby2 = np.clip(cx + cut_w // 2, 0, W), np.clip(cy + cut_h // 2, 0, H)
+    return bbx1, bby1, bbx2, bby2
+
+
+def cutmix(input, target):
+    lam = np.random.beta(1.0, 1.0)
+    rand_index = torch.randperm(input.size()[0])
+    bbx1, bby1, bbx2, bby2 = rand_bbox(input.size(), lam)
+    input[:, :, bbx1:bbx2, bby1:bby2] = input[rand_index, :, bbx1:bbx2, bby1:bby2]
+    return input, target, target[rand_index]
+
+
+def test_a_box_read_back_after_a_break_is_told_at_its_own_line_not_as_an_earlier_draw(dynamo):
+    np.random.seed(0)
+    step = torch.compile(cutmix, backend="aot_eager")
+    with tl.watch() as w:
+        for _ in range(2):
+            step(torch.randn(2, 3, 16, 16), torch.randint(0, 10, (2,)))
+    check_against_dynamo(w, dynamo, also=(" == ",))
+    failed = [b for b in w.table.breaks if "Backend compiler" in b.words]
+    assert failed, w.table.to_text()
+    for b in failed:  # the slice bound bbx1 is read back on the line after the break, not lam (line 1 of cutmix)
+        assert "on line " in b.words and "input[:, :, bbx1:bbx2, bby1:bby2]" in b.words, b.words
+        assert "lam = np.random.beta" not in b.words and "draw the random number" not in b.fix, (b.words, b.fix)

@@ -34,6 +34,29 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
     return random_origin(m["cond"] or m["loop"] or "", file, line) if m else (0, "")
 
 
+_FAILED_AT = re.compile(
+    r'Original traceback:\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]+\n\s*(?P<code>[^\n]+)'
+)
+
+
+def read_back_origin(inner: str, code: str, file: str, line: int) -> tuple[int, str]:
+    """``random_origin`` of the line that reads a number back: the one a backend's failure names in its
+    original traceback (the line after a break, in the function resumed there), else the break's own."""
+    if m := _FAILED_AT.search(inner):
+        code, file, line = m["code"], m["file"], int(m["line"])
+    return random_origin(code, file, line)
+
+
+def read_back_at(inner: str, file: str, line: int) -> str:
+    """`` on line N: <code>`` where a backend's failure names a line other than the break's (the line after
+    it, in the function resumed there); '' where it names none or the same."""
+    m = _FAILED_AT.search(inner)
+    if m is None or (m["file"], int(m["line"])) == (file, line):
+        return ""
+    where = f"line {m['line']}" if m["file"] == file else f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}"
+    return f" on {where}: {m['code'].strip()}"
+
+
 def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
     """(line, code) of ``line`` where ``code`` draws a Python random number itself, else of the nearest line
     above it, inside its function, that assigns one of the names ``code`` reads from such a draw; (0, '')

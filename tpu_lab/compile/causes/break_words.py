@@ -21,7 +21,8 @@ from tpu_lab.compile.causes.branch_origin import (
     enclosing_loop,
     feeds_bookkeeping,
     only_raises,
-    random_origin,
+    read_back_at,
+    read_back_origin,
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import Cause
@@ -217,7 +218,7 @@ def _break_words(
             words, fix = logger_words(logged["name"], logged["method"])
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
         cause = Cause("graph_break", words or clean(first), first, fix)
-        drawn_at, drawn = random_origin(code, *at) if "_local_scalar_dense" in inner else (0, "")
+        drawn_at, drawn = read_back_origin(inner, code, *at) if "_local_scalar_dense" in inner else (0, "")
         if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
             words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
             fix = RANDOM_BRANCH_FIX if re.match(r"\s*(?:el)?if\b|\s*while\b", code) else RANDOM_VALUE_FIX
@@ -283,10 +284,8 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
-        words = cause.words.replace("aten._local_scalar_dense.default", said)
-        cause = dataclasses.replace(
-            cause, words=words, fix=_READ_BACK_FIX if ours else cause.fix
-        )  # a draw: drawn outside
+        words = cause.words.replace("aten._local_scalar_dense.default", said + read_back_at(inner, *at))
+        cause = dataclasses.replace(cause, words=words, fix=_READ_BACK_FIX if ours else cause.fix)  # else drawn
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)
