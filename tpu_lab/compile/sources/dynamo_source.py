@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import dynamo_failures, listening, stack_place, wrappers
+from tpu_lab.compile.sources import dynamo_failures, dynamo_pins, listening, stack_place, wrappers
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
@@ -79,6 +79,8 @@ def _install() -> None:
         callback_handler.register_start_callback(_on_compile_start)
     if dynamo_failures.on_compile_end not in getattr(callback_handler, "end_callbacks", ()):
         callback_handler.register_end_callback(dynamo_failures.on_compile_end)  # a failure's whole stack
+    if dynamo_pins.compile_ended not in getattr(callback_handler, "end_callbacks", ()):
+        callback_handler.register_end_callback(dynamo_pins.compile_ended)
     clear = callback_handler.clear
     if not getattr(clear, "_tpu_lab", False):  # reset() clears every callback: keep ours, and count it
 
@@ -89,9 +91,11 @@ def _install() -> None:
             _last_seen.clear()
             _graphs.clear()
             dynamo_failures.forget()
+            dynamo_pins.forget()
             _owners.clear()
             callback_handler.register_start_callback(_on_compile_start)
             callback_handler.register_end_callback(dynamo_failures.on_compile_end)
+            callback_handler.register_end_callback(dynamo_pins.compile_ended)
 
         clear_keeping_ours._tpu_lab = True  # type: ignore[attr-defined]
         try:
@@ -157,6 +161,8 @@ def _on_compile_start(args: Any) -> None:
         _owners[compile_id] = instance_of(frame.f_code, frame.f_locals)
     for listener in listeners:
         listener(capture)  # may raise: Dynamo then refuses this compile (see no_recompiles)
+    if listeners:  # after them: a compile refused here never starts, so never ends
+        dynamo_pins.compile_started(compile_id)
 
 
 TORCH_FUNC = "torch.func"

@@ -125,7 +125,7 @@ class Fold:
             failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
         pinned = self.pinned.setdefault(cap.function, set())
-        causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned, cap.code) + ([note] if note else [])
+        causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned, cap) + ([note] if note else [])
         causes = own_graph_first(what_next.in_layout(reuse_bounds.bounded(causes, guards, cap.names, places or {})))
         self._none_before(
             cap.function, [m[1] for c in causes if (m := re.match(r"(\S+) is now .+, was None", c.words))]

@@ -15,6 +15,8 @@ from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.causes.resumed import UNTIL_MARKED
 from tpu_lab.compile.causes.size_uses import pinned_by
+from tpu_lab.compile.sources.dynamo_pins import Pin
+from tpu_lab.compile.sources.frames import Capture, renamed, where_label
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -24,15 +26,17 @@ def settled(
     tpu: bool,
     tried: str = "",
     before: set[str] | None = None,
-    code: CodeType | None = None,
+    cap: Capture | None = None,
 ) -> list[RowCause]:
     """Size causes whose dimension this very compile made dynamic: nothing more is needed, later sizes
     reuse the graph; the fix left is how to skip even this recompile (off a TPU, which refuses dynamic).
     ``tried``: the dimensions Dynamo traced symbolic before the graph's guards pinned some to one size
     (``unpinned``); ``before``: those pinned so in an earlier compile of the function (updated here). Pinned
     once, the reason is not known (a Python number, or an input of fixed size it meets); pinned again, the
-    code fixes the size: every size is a graph, and mark_dynamic would raise; where ``code`` (the compiled
-    function's) shows the line that takes the size as a Python number, that line is said, first time on."""
+    code fixes the size: every size is a graph, and mark_dynamic would raise; where Dynamo heard the line that
+    fixed it (``cap.pins``), or the compiled function's code shows a line that takes the size as a Python
+    number, that line is said, first time on."""
+    code, at = (cap.code, _pinned_at(cap)) if cap is not None else (None, {})
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
     gained = [
         c.words.split(" the key ", 1)[1].split(" (absent")[0]
@@ -46,7 +50,7 @@ def settled(
     for c in causes:
         m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
         dim = f"{m[1]} dim {m[2]}" if m else ""
-        if c.kind == "size" and (by := _pinned_line(c, fixed, code))[0]:  # a line of the code fixes the size
+        if c.kind == "size" and (by := _pinned_line(c, fixed, code, at))[0]:  # a line of the code fixes the size
             unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
             c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
         elif m and dim in dims and c.kind == "size":
@@ -87,13 +91,45 @@ def settled(
 _SIZE_SAID = re.compile(r"^(.+?) (?:dimension (\d+) changed|changed size \(dimension (\d+):)")
 
 
-def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[str, str]:
+def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None, at: dict[str, Pin]) -> tuple[str, str]:
     """(note, fix) for the first input a size cause names (``dones, values, rewards dimension 0 changed``) whose
-    dimension this graph pinned (``fixed``) by a line of ``code`` that takes it as a Python number."""
+    dimension this graph pinned (``fixed``): by the line Dynamo heard fix it (``at``), in the words of the line
+    of ``code`` that takes it as a Python number where that is the same line."""
     m = _SIZE_SAID.match(c.words)
     dim = m and (m[2] or m[3])
     names = [n for n in m[1].split(", ") if f"{n} dim {dim}" in fixed] if m and dim else []
-    return next((by for n in names if (by := pinned_by(code, n, dim or ""))[0]), ("", ""))
+    for n in names:
+        by, pin = pinned_by(code, n, dim or ""), at.get(f"{n} dim {dim}")
+        if pin is not None and not (
+            by[0] and code is not None and pin.file == code.co_filename and f"line {pin.line} " in by[0]
+        ):
+            by = _pin_said(n, dim or "", pin, code)
+        if by[0]:
+            return by
+    return "", ""
+
+
+def _pinned_at(cap: Capture) -> dict[str, Pin]:
+    """The sizes the compile fixed, by the user's names (``x dim 1``)."""
+    found = ((_PIN_SOURCE.fullmatch(p.source), p) for p in cap.pins)
+    return {f"{renamed(local_name(m['source']), cap.names)} dim {m['dim']}": p for m, p in found if m}
+
+
+_PIN_SOURCE = re.compile(r"(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\]")
+
+
+def _pin_said(name: str, dim: str, pin: Pin, code: CodeType | None) -> tuple[str, str]:
+    """(note, fix) for a size Dynamo fixed to one value at the line ``pin`` names."""
+    where = f"line {pin.line}" if code is not None and pin.file == code.co_filename else where_label(pin.file, pin.line)
+    said = f"{where} ({pin.code})" if pin.code else where
+    note = f"the graph pins {name} dim {dim} to one size: Dynamo fixed it to {pin.value} at {said}, so every size is its own graph"
+    fix = (
+        f"at {where}, keep the size symbolic: there it is needed as one number (a call that takes a plain int) or "
+        "equal to a tensor of fixed size (broadcasting against it); compute it there with tensor ops that take "
+        "the size as they go (torch.arange), or pad to a few sizes (mark_dynamic would raise here: "
+        "ConstraintViolationError)"
+    )
+    return note, fix
 
 
 def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:

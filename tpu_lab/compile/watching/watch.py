@@ -29,6 +29,7 @@ from tpu_lab.compile.sources.dynamo_dynamic import (
     guard_parts,
     guard_places,
 )
+from tpu_lab.compile.sources.dynamo_pins import pins_of
 from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
@@ -208,6 +209,7 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold.backward(cap, record)
         parts = self._guards_read.pop(id(cap), None) or guard_parts(cap.code, cap.compile_id)
+        cap = cap._replace(pins=pins_of(cap.compile_id))
         guards = graph_guards(parts) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         places = guard_places(parts) if guards else {}
