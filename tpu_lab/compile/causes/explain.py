@@ -16,7 +16,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import BAKED, closures_unnamed
-from tpu_lab.compile.causes.held_numbers import held_cause, static_number_fix
+from tpu_lab.compile.causes.held_numbers import held_cause, placed, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.nearest_graph import nearest
@@ -228,7 +228,7 @@ def _next_values(
     if cause.kind in ("derived", "loop_position"):
         return name, dataclasses.replace(cause, words=cause.words.removesuffix(")") + f"{at_most})")
     source = local_name(f.guard.split(" == ", 1)[0])  # Dynamo writes L['n'] or n, by torch version
-    pin = next((p for d, p in baked.items() if local_name(d) == source), None)
+    pin = placed(next((p for d, p in baked.items() if local_name(d) == source), None), f)
     if cause.kind == "lr" and source in {local_name(d) for d in dynamic} and not pin:  # pinned: each lr a graph
         was = re.search(r"\(was ([^;]+);", cause.words)
         words = f"the optimizer's learning rate changed (was {was[1] if was else '?'}): Dynamo made it dynamic, so later values reuse this graph"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from tpu_lab.compile.causes.cause import Cause, local_name
-from tpu_lab.compile.causes.guard_places import condition_place, owner
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.guard_places import condition_place, owner, slocs
 from tpu_lab.compile.causes.guard_values import held_fix
 from tpu_lab.compile.sources.packages import USER
 
@@ -69,6 +69,8 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             keyed = re.search(rf"(?<![\w.]){re.escape(name)} (?:not )?in ([\w.]+)", place)  # a cache looked up by it
             use = f"it indexes a Python list or tuple ({indexed})" if indexed else "it is used as a plain Python number"
             use = f"it is a key of the dict {keyed[1]}" if keyed else use
+            cast = re.search(rf"\b(float|int)\({re.escape(name)}\)", place)  # ctx.gamma = float(gamma)
+            use = f"it is turned into a Python number by {cast[0]}" if cast and not (indexed or keyed) else use
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
                 f"still compiles a graph of its own{at_most}"
@@ -83,6 +85,10 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
                 f"the largest {name} before the first call and slice it to {name} inside (mask[:{name}, :{name}]), or keep "
                 f"{name} to a few values"
                 if keyed
+                else f"keep {name} to a few values (each is a graph of its own); a tensor in its place would not do "
+                f"as the line is: {cast[0]} reads a tensor back (a graph break), so pass a tensor only where that line "
+                f"keeps it one (drop {cast[1]}(); a custom autograd.Function saves it with ctx.save_for_backward)"
+                if cast
                 else held_fix(name)
             )
             return dataclasses.replace(cause, words=start + words, fix=fix)
@@ -101,6 +107,14 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
         f"value still compiles a graph of its own{at_most}"
     )
     return dataclasses.replace(cause, words=start + words, fix=held_fix(name))
+
+
+def placed(pin: tuple[str, str] | None, f: Failure) -> tuple[str, str] | None:
+    """``pin`` (the new graph's guard on a number, Dynamo's comment on it) with the user's line the failed guard
+    names, where the comment names only Dynamo's own place (a float made a tensor, then fixed again there)."""
+    if pin is None or slocs(pin[1]) or not (f.code and f.where):
+        return pin
+    return pin[0], f"{f.code}  # {f.where} in _ ({f.where} in _)"  # Dynamo's comment form: the line, its frame
 
 
 def _needs_it(comment: str) -> str:

@@ -7,13 +7,16 @@ for it, so nothing more is printed). Part of the Dynamo source seam."""
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import re
 import traceback
+from collections.abc import Callable
 from typing import NamedTuple
 
 from tpu_lab.compile.sources import dynamo_source
 from tpu_lab.compile.sources.frames import RESUME
+from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.stack_place import break_location
 
 
@@ -50,26 +53,35 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)', re.M)
 
 class _Unresumable(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-        except Exception:  # a record we cannot format is not ours to read
-            return
-        if "Graph Break Reason: " not in text:
-            return
-        head, _, stack = text.partition("User code traceback:")
-        reason = head.partition("Graph Break Reason: ")[2]
-        unresumable = _UNRESUMABLE in reason
-        if unresumable:
-            reason = reason.partition("Graph break encountered:")[2]
-        elif reason.startswith(_TRACING):  # "...trace CALL: a function call, e.g. f(x, y):", then the break
-            reason = reason.partition("\n\n")[2]
-        frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
-        if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
-            frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
-        import torch._dynamo.utils as dynamo_utils
+        _emitted()(record)
 
-        recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
-        _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets)))
+
+@functools.cache
+def _emitted() -> Callable[[logging.LogRecord], None]:
+    return outside_dynamo(_emit)
+
+
+def _emit(record: logging.LogRecord) -> None:
+    try:
+        text = record.getMessage()
+    except Exception:  # a record we cannot format is not ours to read
+        return
+    if "Graph Break Reason: " not in text:
+        return
+    head, _, stack = text.partition("User code traceback:")
+    reason = head.partition("Graph Break Reason: ")[2]
+    unresumable = _UNRESUMABLE in reason
+    if unresumable:
+        reason = reason.partition("Graph break encountered:")[2]
+    elif reason.startswith(_TRACING):  # "...trace CALL: a function call, e.g. f(x, y):", then the break
+        reason = reason.partition("\n\n")[2]
+    frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
+    if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
+        frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
+    import torch._dynamo.utils as dynamo_utils
+
+    recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
+    _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets)))
 
 
 def hear_unresumable() -> None:

@@ -10,9 +10,12 @@ never a guess."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _LOGGER = "torch.fx.experimental.symbolic_shapes"
@@ -78,10 +81,15 @@ class _Heard(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if _open and record.msg == _SET:
             try:
-                _hear(_open[-1][0], record.args)
+                _heard()(_open[-1][0], record.args)
             except Exception:  # another torch's shape environment: no pin, the compile goes on
                 pass
         return not _open or record.levelno >= _passed[0]
+
+
+@functools.cache
+def _heard() -> Callable[[str, Any], None]:
+    return outside_dynamo(_hear)
 
 
 def _hear(compile_id: str, args: Any) -> None:

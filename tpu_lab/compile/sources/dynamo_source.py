@@ -11,6 +11,7 @@ Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -32,6 +33,7 @@ from tpu_lab.compile.sources.frames import (
     with_nones,
 )
 from tpu_lab.compile.sources.guarded import guarded_nones, subjects
+from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
 from tpu_lab.compile.sources.resume_code import carried_names
 from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
@@ -75,12 +77,12 @@ def ensure_installed() -> None:
 def _install() -> None:
     from torch._dynamo.callback import callback_handler
 
-    if _on_compile_start not in getattr(callback_handler, "start_callbacks", ()):
-        callback_handler.register_start_callback(_on_compile_start)
-    if dynamo_failures.on_compile_end not in getattr(callback_handler, "end_callbacks", ()):
-        callback_handler.register_end_callback(dynamo_failures.on_compile_end)  # a failure's whole stack
-    if dynamo_pins.compile_ended not in getattr(callback_handler, "end_callbacks", ()):
-        callback_handler.register_end_callback(dynamo_pins.compile_ended)
+    start, ends = _callbacks()
+    if start not in getattr(callback_handler, "start_callbacks", ()):
+        callback_handler.register_start_callback(start)
+    for end in ends:  # a failure's whole stack; the sizes a compile fixed
+        if end not in getattr(callback_handler, "end_callbacks", ()):
+            callback_handler.register_end_callback(end)
     clear = callback_handler.clear
     if not getattr(clear, "_tpu_lab", False):  # reset() clears every callback: keep ours, and count it
 
@@ -93,9 +95,9 @@ def _install() -> None:
             dynamo_failures.forget()
             dynamo_pins.forget()
             _owners.clear()
-            callback_handler.register_start_callback(_on_compile_start)
-            callback_handler.register_end_callback(dynamo_failures.on_compile_end)
-            callback_handler.register_end_callback(dynamo_pins.compile_ended)
+            callback_handler.register_start_callback(start)
+            for end in ends:
+                callback_handler.register_end_callback(end)
 
         clear_keeping_ours._tpu_lab = True  # type: ignore[attr-defined]
         try:
@@ -105,9 +107,16 @@ def _install() -> None:
     global _filtering
     if not _filtering:  # once: a decorated function enters its watch per call
         _filtering = True
-        logging.getLogger("torch._dynamo.convert_frame").addFilter(_limit_warning_filter)
+        logging.getLogger("torch._dynamo.convert_frame").addFilter(outside_dynamo(_limit_warning_filter))
         for name in QUIET_LOGGERS:
-            logging.getLogger(name).addFilter(_break_warning_filter)
+            logging.getLogger(name).addFilter(outside_dynamo(_break_warning_filter))
+
+
+@functools.cache
+def _callbacks() -> tuple[Callable[[Any], None], tuple[Callable[[Any], None], ...]]:
+    """Ours, each run with Dynamo's frame hook off (see ``outside_dynamo``)."""
+    ends = (dynamo_failures.on_compile_end, dynamo_pins.compile_ended)
+    return outside_dynamo(_on_compile_start), tuple(outside_dynamo(end) for end in ends)
 
 
 QUIET_LOGGERS = ("torch._dynamo.variables.tensor", "torch._dynamo.symbolic_convert")

@@ -290,3 +290,8 @@ def with_nones(signature: Signature, names: Iterable[str]) -> Signature:
     extra = tuple((n, "None") for n in sorted(set(names) - have))
     grad = tuple(e for e in signature[-1:] if e[0] == "grad mode")
     return signature[: len(signature) - len(grad)] + extra + grad
+
+
+def shows(signature: Signature, name: str) -> bool:
+    """Whether ``signature`` shows the input ``name`` or a part of it (``hidden[0]``, ``settings.top_k``)."""
+    return any(n == name or n.startswith((f"{name}[", f"{name}.")) for n, _ in signature)

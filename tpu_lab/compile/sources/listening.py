@@ -15,13 +15,26 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from tpu_lab.errors import InvalidArgument
 
 _SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 _OURS = str(Path(__file__).resolve().parents[2]) + "/"  # the installed tpu_lab package folder
 _CONTEXTLIB = contextlib.__file__
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def outside_dynamo(fn: _F) -> _F:
+    """``fn`` run with Dynamo's frame hook off. Ours run during compiles (callbacks, log filters), and a
+    compile that eager code starts (AOTAutograd's lazy backward, inside a frame Dynamo skipped) runs them with
+    the hook still on: a frame of ours caught there would be compiled, re-entering Dynamo's callback lock (a
+    deadlock, not an error)."""
+    import torch
+
+    return cast(_F, torch._dynamo.disable(fn, recursive=True))
 
 
 class Scope(NamedTuple):

@@ -26,7 +26,7 @@ from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_in
 from tpu_lab.compile.causes.rnn_breaks import packed_rnn
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources
 from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
-from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, signature_text, with_nones
+from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, shows, signature_text, with_nones
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import empty_graphs, nested_library, pinned_sizes, reuse_bounds, what_next
 from tpu_lab.compile.watching.empty_graphs import empty_note
@@ -92,6 +92,8 @@ class Fold:
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
         for (key, _), r in self.rows.items():  # what pins a number, known now, said of its earlier changes too
             r.causes = what_next.as_told(r.causes, causes) if key == cap.function else r.causes
+        before = [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes]
+        causes = what_next.as_told(causes, before)  # and known before, said of this change too
         causes = what_next.walked_tree(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value))
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
@@ -272,7 +274,7 @@ class Fold:
             self.nones.setdefault(function, set()).add(name)
             rows: dict[tuple[FunctionKey, tuple], WatchRow] = {}
             for (k, sig), r in self.rows.items():
-                shown = with_nones(sig, [name]) if k == function and not _has(sig, name) else sig
+                shown = with_nones(sig, [name]) if k == function and not shows(sig, name) else sig
                 shown = sig if (k, shown) in self.rows else shown
                 r.signature = signature_text(shown) if shown != sig else r.signature
                 rows[(k, shown)] = r
@@ -323,8 +325,3 @@ def _marks(cap: Capture) -> frozenset[str]:
         if (m := re.search(r"mark_dynamic\[([\d, ]+)\]", said))
         for i in m[1].split(", ")
     )
-
-
-def _has(signature: tuple, name: str) -> bool:
-    """Whether ``signature`` shows the input ``name`` or a part of it (``hidden[0]``, ``settings.top_k``)."""
-    return any(n == name or n.startswith((f"{name}[", f"{name}.")) for n, _ in signature)

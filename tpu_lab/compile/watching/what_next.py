@@ -228,7 +228,10 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
     out = []
     for c in causes:
         before = known.get(c.guard.split(" == ")[0]) if c.kind == "value" and BAKED in c.words else None
-        if before and (was := re.search(r"\(was ([^;()]+);", c.words)):
+        if c.kind == "value" and _UNPLACED in c.words:  # where a graph showed the line, and this one did not
+            before = known.get(c.guard.split(" == ")[0])
+            before = before if before and _PLACED in before.words else None
+        if before and (was := re.search(r"\(was ([^;():]+)[;)]", c.words)):
             c = dataclasses.replace(
                 c, words=re.sub(r"\(was [^;():]+", f"(was {was[1]}", before.words, count=1), fix=before.fix
             )
@@ -236,4 +239,6 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
     return out
 
 
+_UNPLACED = "but it is used as a plain Python number, which needs"  # no line said
+_PLACED = "(from your line "
 _PINNED = (" still compiles a graph", "Dynamo keeps an nn.Module's int attribute static")
