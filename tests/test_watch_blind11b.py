@@ -42,8 +42,8 @@ def test_a_size_pinned_by_an_input_of_fixed_size_is_not_said_to_be_a_loop(dynamo
         policy(torch.randn(16, 4), torch.zeros(16, dtype=torch.long))  # a minibatch with the stored actions
     check_against_dynamo(w, dynamo, also=["tensor 'x' size mismatch at index 0", "action is None"])
     (pinned,) = causes(w, "size")
-    assert pinned.words.startswith("x dimension 0 changed 4 -> 16 (Dynamo traced x dim 0 as dynamic, but the graph")
-    assert "combines x with another input whose size stayed fixed" in pinned.words
+    assert pinned.words.startswith("x dimension 0 changed 4 -> 16 (the graph pins x dim 0 to one size: Dynamo fixed")
+    assert "where x meets action, kept at that size so far" in pinned.words  # the line Dynamo heard, the input met
     for claim in ("every size is its own graph", "mark_dynamic would raise"):
         assert claim not in pinned.words and claim not in pinned.fix
     assert "vectorise" not in pinned.fix and "the same dimension of each input it is combined with" in pinned.fix

@@ -79,6 +79,6 @@ def test_a_box_read_back_after_a_break_is_told_at_its_own_line_not_as_an_earlier
     check_against_dynamo(w, dynamo, also=(" == ",))
     failed = [b for b in w.table.breaks if "Backend compiler" in b.words]
     assert failed, w.table.to_text()
-    for b in failed:  # the slice bound bbx1 is read back on the line after the break, not lam (line 1 of cutmix)
+    for b in failed:  # the box is read back on the line after the break, drawn inside rand_bbox: not lam's line
         assert "on line " in b.words and "input[:, :, bbx1:bbx2, bby1:bby2]" in b.words, b.words
-        assert "lam = np.random.beta" not in b.words and "draw the random number" not in b.fix, (b.words, b.fix)
+        assert "lam = np.random.beta" not in b.words and "= rand_bbox(input.size(), lam)" in b.words, b.words

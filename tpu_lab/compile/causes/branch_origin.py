@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import functools
 import linecache
 import re
 
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.random_draws import random_origin
+from tpu_lab.compile.causes.source_file import parsed_file
 
 _TRACE = "The branch condition involves a tensor computed as follows:"
 _CODE = re.compile(r'# File "(?P<file>[^"]+)", line (?P<line>\d+), in [^,]+, code: (?P<code>.+)$', re.M)
-_RANDOM = re.compile(r"\b(?:random|np\.random|numpy\.random)\.\w+\(")
 _COND = re.compile(r"^\s*(?:el)?if\s+(?P<cond>.+):|^\s*while\s+(?P<loop>.+):")
 
 
@@ -32,61 +32,6 @@ def branch_origin(reason: str, code: str, file: str = "", line: int = 0) -> tupl
         last = (assigns or found)[-1]  # a loop's or branch's header assigns no value: the tested one is an input
         return (0, "") if re.match(r"(?:for|while|if|elif)\b", last[1]) else last
     return random_origin(m["cond"] or m["loop"] or "", file, line) if m else (0, "")
-
-
-_FAILED_AT = re.compile(
-    r'Original traceback:\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in [^\n]+\n\s*(?P<code>[^\n]+)'
-)
-
-
-def read_back_origin(inner: str, code: str, file: str, line: int) -> tuple[int, str]:
-    """``random_origin`` of the line that reads a number back: the one a backend's failure names in its
-    original traceback (the line after a break, in the function resumed there), else the break's own."""
-    if m := _FAILED_AT.search(inner):
-        code, file, line = m["code"], m["file"], int(m["line"])
-    return random_origin(code, file, line)
-
-
-def read_back_at(inner: str, file: str, line: int) -> str:
-    """`` on line N: <code>`` where a backend's failure names a line other than the break's (the line after
-    it, in the function resumed there); '' where it names none or the same."""
-    m = _FAILED_AT.search(inner)
-    if m is None or (m["file"], int(m["line"])) == (file, line):
-        return ""
-    where = f"line {m['line']}" if m["file"] == file else f"{m['file'].rsplit('/', 1)[-1]}:{m['line']}"
-    return f" on {where}: {m['code'].strip()}"
-
-
-def random_origin(code: str, file: str, line: int) -> tuple[int, str]:
-    """(line, code) of ``line`` where ``code`` draws a Python random number itself, else of the nearest line
-    above it, inside its function, that assigns one of the names ``code`` reads from such a draw; (0, '')
-    where none does."""
-    if not (code and file and line):
-        return 0, ""
-    if _RANDOM.search(code):  # drawn on the line itself: if np.random.rand() < 0.5:
-        return line, code.strip()
-    names = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code))
-    for n in range(line - 1, max(line - 100, 0), -1):  # the nearest assignment above, inside the function
-        text = linecache.getline(file, n).strip()
-        if text.startswith(("def ", "async def ")):
-            break
-        a = re.match(r"(?P<name>[A-Za-z_]\w*)\s*=(?!=)\s*(?P<expr>.+)", text)
-        if a and a["name"] in names and _RANDOM.search(a["expr"]):
-            return n, text
-    return 0, ""
-
-
-def parsed_file(file: str) -> ast.Module | None:
-    """The user's file as Python's parser reads it (None where it cannot be read or parsed)."""
-    return _parsed("".join(linecache.getlines(file)))
-
-
-@functools.lru_cache(maxsize=16)  # several causes of one compile read the same file: parse its text once
-def _parsed(text: str) -> ast.Module | None:
-    try:
-        return ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
 
 
 def enclosing_loop(file: str, line: int) -> tuple[int, str]:
@@ -233,11 +178,6 @@ def bookkeeping_fix(code: str) -> str:
         ".item() outside, where the logging runs; capture_scalar_outputs=True would trace the bookkeeping too (a "
         "list it grows is guarded on its length: a recompile at every logged step)"
     )
-
-
-def draws_random(code: str) -> bool:
-    """The line draws a Python (or NumPy) random number."""
-    return bool(_RANDOM.search(code))
 
 
 RANDOM_BRANCH_FIX = (  # a float draw passed in is specialised, then guarded by the comparison: no fewer graphs

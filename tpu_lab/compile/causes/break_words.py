@@ -17,17 +17,15 @@ from tpu_lab.compile.causes.branch_origin import (
     branch_origin,
     branched_again,
     controls_python,
-    draws_random,
     enclosing_loop,
     feeds_bookkeeping,
     only_raises,
-    read_back_at,
-    read_back_origin,
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
+from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said

@@ -126,7 +126,9 @@ def _needs_it(comment: str) -> str:
     package = owner(f"{m['file']}:{m['line']}") if m else None
     if m is None or package is None:
         return "the code"
-    own = package == USER or re.search(r"(?:^|/)(?:_dynamo|fx/experimental|_subclasses)/", m["file"])
+    own = package == USER or re.search(
+        r"(?:^|/)(?:_dynamo/|fx/experimental/|_subclasses/|fx/passes/_tensorify)", m["file"]
+    )
     private = re.search(r"(?:^|/)_(?!_init__\.py)", m["file"]) or m["fn"].startswith("_")  # _prims_common, _refs
     return "your line" if own else f"a check inside {package}" if private else f"{package}'s {m['fn']}"
 

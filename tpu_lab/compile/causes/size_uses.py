@@ -11,7 +11,7 @@ import linecache
 import re
 from types import CodeType
 
-from tpu_lab.compile.causes.branch_origin import parsed_file
+from tpu_lab.compile.causes.source_file import parsed_file
 
 _NONE = 0, "", "", ""
 # calls that take a size as a plain Python number: NumPy's and math's, torch's index builders

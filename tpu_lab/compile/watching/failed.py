@@ -129,7 +129,7 @@ def failed_compile(
         if _in_loop(reason, file, line) and cap.function.resumes_at:  # the part after the break, loop included
             fn = cap.function.label.split(" after ")[0]
             eager += f": {fn} from line {cap.function.resumes_at} on, the loop included"
-        words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}; {eager}"
+        words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}{_in_with(trace, cap)}; {eager}"
     fix = cause.fix
     if not cap.fullgraph:  # Dynamo's hint to set fullgraph=False: it is False already, the code ran eagerly
         fix = "; ".join(h for h in fix.split("; ") if "fullgraph=False" not in h)
@@ -303,3 +303,19 @@ def _in_loop(reason: str, file: str, line: int) -> str:
     if not number:
         return ""
     return f", inside the loop at line {number}" + (f" ({whole_statement(code)})" if whole_statement(code) else "")
+
+
+def _in_with(trace: FailureTrace | None, cap: Capture) -> str:
+    """Why all of the function, where the break sits inside the context manager a ``with`` line of the compiled
+    function enters (a @contextmanager timer): Dynamo cannot split a function there, so it gives up on it whole."""
+    name = cap.function.name.rsplit(".", 1)[-1]
+    own = [f for f in trace.stack if f.filename == cap.function.filename and f.name == name] if trace else []
+    if not own or trace is None or own[-1] is trace.stack[-1]:
+        return ""
+    code = linecache.getline(own[-1].filename, own[-1].lineno or 0).strip()
+    if not code.startswith(("with ", "async with ")):
+        return ""
+    return (
+        f", inside the context manager line {own[-1].lineno} enters ({code}): Dynamo cannot split a function "
+        "inside a with statement's context manager, so it gave up on all of it"
+    )

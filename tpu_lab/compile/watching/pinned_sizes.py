@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable
 from types import CodeType
 
+from tpu_lab.compile.causes.branch_origin import calls_vmap
 from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
@@ -17,6 +18,7 @@ from tpu_lab.compile.causes.resumed import UNTIL_MARKED
 from tpu_lab.compile.causes.size_uses import pinned_by
 from tpu_lab.compile.sources.dynamo_pins import Pin
 from tpu_lab.compile.sources.frames import Capture, renamed, where_label
+from tpu_lab.compile.sources.packages import package_of
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -50,7 +52,7 @@ def settled(
     for c in causes:
         m = re.search(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)", c.fix) if c.kind in ("size", "size_one") else None
         dim = f"{m[1]} dim {m[2]}" if m else ""
-        if c.kind == "size" and (by := _pinned_line(c, fixed, code, at))[0]:  # a line of the code fixes the size
+        if c.kind == "size" and (by := _pinned_line(c, fixed, code))[0]:  # a line of the code fixes the size
             unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
             c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
         elif m and dim in dims and c.kind == "size":
@@ -71,6 +73,8 @@ def settled(
             c = dataclasses.replace(
                 c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
             )
+        elif c.kind == "size" and (by := _dynamo_pin(c, fixed, code, at, _static_sizes(cap, dims | fixed)))[0]:
+            c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1])
         elif m and dim in fixed and dim in before:
             note = _FIXED.format(m[1], m[2])
             if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
@@ -91,22 +95,55 @@ def settled(
 _SIZE_SAID = re.compile(r"^(.+?) (?:dimension (\d+) changed|changed size \(dimension (\d+):)")
 
 
-def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None, at: dict[str, Pin]) -> tuple[str, str]:
-    """(note, fix) for the first input a size cause names (``dones, values, rewards dimension 0 changed``) whose
-    dimension this graph pinned (``fixed``): by the line Dynamo heard fix it (``at``), in the words of the line
-    of ``code`` that takes it as a Python number where that is the same line."""
+def _fixed_names(c: RowCause, fixed: set[str]) -> tuple[list[str], str]:
+    """(the inputs a size cause names, ``dones, values, rewards dimension 0 changed``, whose dimension this
+    graph pinned (``fixed``), that dimension)."""
     m = _SIZE_SAID.match(c.words)
-    dim = m and (m[2] or m[3])
-    names = [n for n in m[1].split(", ") if f"{n} dim {dim}" in fixed] if m and dim else []
-    for n in names:
-        by, pin = pinned_by(code, n, dim or ""), at.get(f"{n} dim {dim}")
-        if pin is not None and not (
-            by[0] and code is not None and pin.file == code.co_filename and f"line {pin.line} " in by[0]
-        ):
-            by = _pin_said(n, dim or "", pin, code)
-        if by[0]:
-            return by
-    return "", ""
+    dim = (m[2] or m[3]) if m else ""
+    return ([n for n in m[1].split(", ") if f"{n} dim {dim}" in fixed] if m and dim else []), dim
+
+
+def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[str, str]:
+    """(note, fix) for the first such input that a line of ``code`` takes as a Python number."""
+    names, dim = _fixed_names(c, fixed)
+    return next((by for n in names if (by := pinned_by(code, n, dim))[0]), ("", ""))
+
+
+def _dynamo_pin(
+    c: RowCause, fixed: set[str], code: CodeType | None, at: dict[str, Pin], static: dict[str, set[int]]
+) -> tuple[str, str]:
+    """(note, fix) for the first such input whose size Dynamo heard a line fix (``at``); ``static``: the other
+    inputs' sizes this graph keeps at one value, which a size that meets them is fixed to until they change."""
+    names, dim = _fixed_names(c, fixed)
+    n = next((n for n in names if f"{n} dim {dim}" in at), "")
+    if not n or (code is not None and package_of(code.co_filename) == "torch"):  # a torch.func transform compiled
+        return "", ""  # itself (vmap(grad(f))): its size words stand
+    pin = at[f"{n} dim {dim}"]
+    met = [o for o, sizes in static.items() if o != n and pin.value.isdigit() and int(pin.value) in sizes]
+    if met:  # broadcast against an input Dynamo kept at its first size: both go dynamic once it changes too
+        note = _pin_note(n, dim, pin, code) + f", where {n} meets {', '.join(met)}, kept at that size so far"
+        return note, _PINNED_FIX.format(n, dim)
+    if _vmaps(code):  # vmap traces the dimension it maps over at one size, wherever Dynamo fixed it
+        return _pin_note(n, dim, pin, code) + f" ({_VMAP})", _FIXED_FIX
+    return _pin_note(n, dim, pin, code) + ", so every size is its own graph", _pin_fix(pin, code)
+
+
+_VMAP = "torch.func.vmap, which this function calls, traces the dimension it maps over at one size"
+
+
+def _vmaps(code: CodeType | None) -> bool:
+    return code is not None and calls_vmap(code.co_filename, code.co_firstlineno)
+
+
+def _static_sizes(cap: Capture | None, dims: set[str]) -> dict[str, set[int]]:
+    """Each tensor input's sizes this graph kept at one value from the start (``dims``: those it traced
+    dynamic, pinned or not)."""
+    found: dict[str, set[int]] = {}
+    for name, said in cap.shown if cap is not None else ():
+        if m := re.search(r"\[([\d, ]+)\]", said):
+            sizes = [int(v) for v in m[1].split(", ")]
+            found[name] = {v for i, v in enumerate(sizes) if f"{name} dim {i}" not in dims}
+    return found
 
 
 def _pinned_at(cap: Capture) -> dict[str, Pin]:
@@ -118,18 +155,22 @@ def _pinned_at(cap: Capture) -> dict[str, Pin]:
 _PIN_SOURCE = re.compile(r"(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\]")
 
 
-def _pin_said(name: str, dim: str, pin: Pin, code: CodeType | None) -> tuple[str, str]:
-    """(note, fix) for a size Dynamo fixed to one value at the line ``pin`` names."""
-    where = f"line {pin.line}" if code is not None and pin.file == code.co_filename else where_label(pin.file, pin.line)
-    said = f"{where} ({pin.code})" if pin.code else where
-    note = f"the graph pins {name} dim {dim} to one size: Dynamo fixed it to {pin.value} at {said}, so every size is its own graph"
-    fix = (
-        f"at {where}, keep the size symbolic: there it is needed as one number (a call that takes a plain int) or "
-        "equal to a tensor of fixed size (broadcasting against it); compute it there with tensor ops that take "
-        "the size as they go (torch.arange), or pad to a few sizes (mark_dynamic would raise here: "
+def _where(pin: Pin, code: CodeType | None) -> str:
+    return f"line {pin.line}" if code is not None and pin.file == code.co_filename else where_label(pin.file, pin.line)
+
+
+def _pin_note(name: str, dim: str, pin: Pin, code: CodeType | None) -> str:
+    said = f"{_where(pin, code)} ({pin.code})" if pin.code else _where(pin, code)
+    return f"the graph pins {name} dim {dim} to one size: Dynamo fixed it to {pin.value} at {said}"
+
+
+def _pin_fix(pin: Pin, code: CodeType | None) -> str:
+    return (
+        f"at {_where(pin, code)}, keep the size symbolic: there it is needed as one number (a call that takes a "
+        "plain int) or equal to a tensor of fixed size (broadcasting against it); compute it there with tensor ops "
+        "that take the size as they go (torch.arange), or pad to a few sizes (mark_dynamic would raise here: "
         "ConstraintViolationError)"
     )
-    return note, fix
 
 
 def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
