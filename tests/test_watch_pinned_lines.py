@@ -3,10 +3,13 @@ environment's own record), not guessed from the source: checked against Dynamo's
 applied; and the log it is heard from is switched on only inside watched compiles, printing nothing new."""
 
 import inspect
+import json
 import logging
+import textwrap
 
 import torch
 from _dynamo_oracle import check_against_dynamo
+from test_trace import run_scenario
 
 import tpu_lab as tl
 
@@ -80,3 +83,33 @@ def test_contract_the_shape_environment_reads_the_pins_rely_on():
     assert f'"{dynamo_pins._SET}"' in source, f"torch {version}: the set_replacement log message changed"
     assert "specialization_stacks[source]" in source, f"torch {version}: the specialization stacks moved"
     assert hasattr(torch._guards.TracingContext, "try_get"), version
+
+
+_GRID_RUN = textwrap.dedent(
+    """
+    import json, sys, torch
+    import tpu_lab as tl
+
+    def grid(x):  # FNO's coordinate grid, per input resolution
+        b, sx = x.shape[0], x.shape[1]
+        gridx = torch.linspace(0, 1, sx).reshape(1, sx, 1).repeat(b, 1, 1)
+        return torch.cat((x, gridx), dim=-1)
+
+    with tl.watch() as w:
+        g = torch.compile(grid, backend="eager")
+        for res in (16, 32, 24):
+            g(torch.randn(2, res, 1))
+    json.dump(w.to_dict(), open(sys.argv[1], "w"))
+    """
+)
+
+
+def test_a_log_read_later_names_the_same_line_as_the_live_watch(tmp_path):
+    """TORCH_TRACE keeps the shape environment's record of each size it fixed, with the user's stack: the
+    table read from the log says the same as the live one."""
+    run_scenario(tmp_path / "trace", tmp_path / "live.json", _GRID_RUN)
+    live = json.loads((tmp_path / "live.json").read_text())
+    offline = tl.read_trace(tmp_path / "trace").runs[0][0].to_dict()
+    said = [[r["cause"] for r in t["rows"] if "Dynamo fixed it to" in r["cause"]] for t in (offline, live)]
+    assert said[1] and said[0] == said[1], said
+    assert "at line 7 (gridx = torch.linspace(0, 1, sx).reshape(1, sx, 1).repeat(b, 1, 1))" in said[1][0], said

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.listening import outside_dynamo
@@ -103,12 +103,19 @@ def _hear(compile_id: str, args: Any) -> None:
     if env is None:
         return
     for source in env.var_to_sources.get(symbol, []):
-        stack = list(env.specialization_stacks.get(source) or ())
-        if not stack:
+        stack = [(f.filename, int(f.lineno or 0), f.line or "") for f in env.specialization_stacks.get(source) or ()]
+        name = source.name() if callable(source.name) else source.name  # a method in older torch
+        if (pin := pin_at(str(name), str(value), stack)) is None:
             continue
-        frame = next((f for f in reversed(stack) if package_of(f.filename) == USER), stack[-1])
         if len(_pins) >= _MAX and compile_id not in _pins:
             _pins.pop(next(iter(_pins)))
-        name = source.name() if callable(source.name) else source.name  # a method in older torch
-        pin = Pin(str(name), str(value), frame.filename, int(frame.lineno or 0), (frame.line or "").strip())
         _pins.setdefault(compile_id, []).append(pin)
+
+
+def pin_at(source: str, value: str, stack: Sequence[tuple[str, int, str]]) -> Pin | None:
+    """The pin of ``source`` fixed to ``value`` where the user's stack (file, line, code) fixed it: at its
+    innermost frame in the user's own code, else its innermost (a library's line); None with no stack."""
+    if not stack:
+        return None
+    file, line, code = next((f for f in reversed(stack) if package_of(f[0]) == USER), stack[-1])
+    return Pin(source, value, file, line, code.strip())

@@ -13,6 +13,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.sources.dynamo_limit import limit_from_text, raises_of
+from tpu_lab.compile.sources.dynamo_pins import pin_at
 from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.frames import (
@@ -108,6 +109,7 @@ def capture_of(c: CompileLog, graphs: dict[str, Signature], last: dict[FunctionK
         _caller(c),
         limit_value=limit if isinstance(limit, int) else None,
         pipeline=any(is_pipeline(file) for file, _, _ in c.stack),
+        pins=tuple(p for s, v, user in c.pins if (p := pin_at(s, v, user)) is not None),
     )
 
 

@@ -84,6 +84,8 @@ class CompileLog:
     """For the part of a function after a graph break: the line it continues at (0: not logged)."""
     breaks: list[tuple[str, list[tuple[str, int]]]] = field(default_factory=list)
     """(reason, the user's stack down to it as (file, line)) of each graph break logged while tracing it."""
+    pins: list[tuple[str, str, list[tuple[str, int, str]]]] = field(default_factory=list)
+    """(source, value, the user's stack as (file, line, code)) of each size the compile fixed to one value."""
 
 
 @dataclass
@@ -284,6 +286,12 @@ class _Reader:
             described = self.described.get((c.compile_id, value["describer_id"], value["id"]))
             if described is not None:
                 c.tensors[str(value["source"])] = described
+        elif kind == "symbolic_shape_specialization":  # a size fixed to one value, and the user's line that did it
+            user = [
+                (self.files.get(f.get("filename"), "?"), int(f["line"]), str(f.get("loc") or ""))
+                for f in value.get("user_stack") or []
+            ]
+            c.pins += [(str(source), str(value.get("value")), user) for source in value.get("sources") or []]
         elif kind == "create_symbol":
             c.symbols[str(value["source"])] = str(value.get("val"))
         elif kind == "dynamo_cpp_guards_str":

@@ -38,7 +38,7 @@ def settled(
     code fixes the size: every size is a graph, and mark_dynamic would raise; where Dynamo heard the line that
     fixed it (``cap.pins``), or the compiled function's code shows a line that takes the size as a Python
     number, that line is said, first time on."""
-    code, at = (cap.code, _pinned_at(cap)) if cap is not None else (None, {})
+    code = cap.code if cap is not None else None
     dims = set(shapes.split(", ")) if shapes and not tpu else set()
     gained = [
         c.words.split(" the key ", 1)[1].split(" (absent")[0]
@@ -73,7 +73,11 @@ def settled(
             c = dataclasses.replace(
                 c, words=with_note(c.words, _HELD.format(m[1], m[2], held)), fix=_HELD_FIX.format(m[1], held)
             )
-        elif c.kind == "size" and (by := _dynamo_pin(c, fixed, code, at, _static_sizes(cap, dims | fixed)))[0]:
+        elif (
+            c.kind == "size"
+            and cap is not None
+            and (by := _dynamo_pin(c, fixed, cap, _static_sizes(cap, dims | fixed)))[0]
+        ):
             c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1])
         elif m and dim in fixed and dim in before:
             note = _FIXED.format(m[1], m[2])
@@ -109,37 +113,33 @@ def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[s
     return next((by for n in names if (by := pinned_by(code, n, dim))[0]), ("", ""))
 
 
-def _dynamo_pin(
-    c: RowCause, fixed: set[str], code: CodeType | None, at: dict[str, Pin], static: dict[str, set[int]]
-) -> tuple[str, str]:
-    """(note, fix) for the first such input whose size Dynamo heard a line fix (``at``); ``static``: the other
-    inputs' sizes this graph keeps at one value, which a size that meets them is fixed to until they change."""
+def _dynamo_pin(c: RowCause, fixed: set[str], cap: Capture, static: dict[str, set[int]]) -> tuple[str, str]:
+    """(note, fix) for the first such input whose size Dynamo heard a line fix (``cap.pins``); ``static``: the
+    other inputs' sizes this graph keeps at one value, which a size that meets them is fixed to until they
+    change. Said by the compiled function's file (no code object is needed: a log read later says the same)."""
     names, dim = _fixed_names(c, fixed)
+    at = _pinned_at(cap)
     n = next((n for n in names if f"{n} dim {dim}" in at), "")
-    if not n or (code is not None and package_of(code.co_filename) == "torch"):  # a torch.func transform compiled
-        return "", ""  # itself (vmap(grad(f))): its size words stand
-    pin = at[f"{n} dim {dim}"]
+    if not n or (cap.code is not None and package_of(cap.code.co_filename) == "torch"):  # a torch.func transform
+        return "", ""  # compiled itself (vmap(grad(f))): its size words stand
+    pin, home = at[f"{n} dim {dim}"], cap.function.filename
     met = [o for o, sizes in static.items() if o != n and pin.value.isdigit() and int(pin.value) in sizes]
     if met:  # broadcast against an input Dynamo kept at its first size: both go dynamic once it changes too
-        note = _pin_note(n, dim, pin, code) + f", where {n} meets {', '.join(met)}, kept at that size so far"
+        note = _pin_note(n, dim, pin, home) + f", where {n} meets {', '.join(met)}, kept at that size so far"
         return note, _PINNED_FIX.format(n, dim)
-    if _vmaps(code):  # vmap traces the dimension it maps over at one size, wherever Dynamo fixed it
-        return _pin_note(n, dim, pin, code) + f" ({_VMAP})", _FIXED_FIX
-    return _pin_note(n, dim, pin, code) + ", so every size is its own graph", _pin_fix(pin, code)
+    if calls_vmap(home, cap.function.line):  # vmap traces the dimension it maps over at one size, wherever fixed
+        return _pin_note(n, dim, pin, home) + f" ({_VMAP})", _FIXED_FIX
+    return _pin_note(n, dim, pin, home) + ", so every size is its own graph", _pin_fix(pin, home)
 
 
 _VMAP = "torch.func.vmap, which this function calls, traces the dimension it maps over at one size"
 
 
-def _vmaps(code: CodeType | None) -> bool:
-    return code is not None and calls_vmap(code.co_filename, code.co_firstlineno)
-
-
-def _static_sizes(cap: Capture | None, dims: set[str]) -> dict[str, set[int]]:
+def _static_sizes(cap: Capture, dims: set[str]) -> dict[str, set[int]]:
     """Each tensor input's sizes this graph kept at one value from the start (``dims``: those it traced
     dynamic, pinned or not)."""
     found: dict[str, set[int]] = {}
-    for name, said in cap.shown if cap is not None else ():
+    for name, said in cap.shown:
         if m := re.search(r"\[([\d, ]+)\]", said):
             sizes = [int(v) for v in m[1].split(", ")]
             found[name] = {v for i, v in enumerate(sizes) if f"{name} dim {i}" not in dims}
@@ -155,18 +155,18 @@ def _pinned_at(cap: Capture) -> dict[str, Pin]:
 _PIN_SOURCE = re.compile(r"(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\]")
 
 
-def _where(pin: Pin, code: CodeType | None) -> str:
-    return f"line {pin.line}" if code is not None and pin.file == code.co_filename else where_label(pin.file, pin.line)
+def _where(pin: Pin, home: str) -> str:
+    return f"line {pin.line}" if pin.file == home else where_label(pin.file, pin.line)
 
 
-def _pin_note(name: str, dim: str, pin: Pin, code: CodeType | None) -> str:
-    said = f"{_where(pin, code)} ({pin.code})" if pin.code else _where(pin, code)
+def _pin_note(name: str, dim: str, pin: Pin, home: str) -> str:
+    said = f"{_where(pin, home)} ({pin.code})" if pin.code else _where(pin, home)
     return f"the graph pins {name} dim {dim} to one size: Dynamo fixed it to {pin.value} at {said}"
 
 
-def _pin_fix(pin: Pin, code: CodeType | None) -> str:
+def _pin_fix(pin: Pin, home: str) -> str:
     return (
-        f"at {_where(pin, code)}, keep the size symbolic: there it is needed as one number (a call that takes a "
+        f"at {_where(pin, home)}, keep the size symbolic: there it is needed as one number (a call that takes a "
         "plain int) or equal to a tensor of fixed size (broadcasting against it); compute it there with tensor ops "
         "that take the size as they go (torch.arange), or pad to a few sizes (mark_dynamic would raise here: "
         "ConstraintViolationError)"
