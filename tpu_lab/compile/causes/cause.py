@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 from tpu_lab.compile.sources.frames import CARRIED_VALUE
 
+BAKED = "; its value is baked into the graph"  # how a changed number is said; later steps match on it
+
 
 @dataclass(frozen=True)
 class Cause:

@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.causes import guard_words
-from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
     STATIC_WORDS,
     without_note,
 )
-from tpu_lab.compile.causes.guard_values import BAKED, closures_unnamed
+from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import held_cause, placed, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import cache_first, calling_style, merged

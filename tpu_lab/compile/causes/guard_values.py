@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import CARRIED, VERBATIM_FIX, Cause, local_name
+from tpu_lab.compile.causes.cause import BAKED, CARRIED, VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_containers import optimizer_step
+from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.sources.value_text import shown_float
 
@@ -45,7 +46,6 @@ _STATE = {
 }
 
 
-BAKED = "; its value is baked into the graph"  # how a changed number is said; later steps match on it
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
 
@@ -67,20 +67,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
     if kind == "float" and re.fullmatch(r"-?[\d.]+(?:e[-+]?\d+)?", value):
         value = shown_float(float(value))  # 0.3, not 0.30000000000000004 (the guard beside keeps it exact)
     if raw.startswith("G["):
-        return Cause(
-            "global",
-            f"the global {name} changed (was {value}{BAKED})",
-            g,
-            "Dynamo keeps a global's value baked in: each value is a graph of its own. If it changes per call (a "
-            "counter, a schedule), compute what depends on it outside the compiled function and pass the result "
-            "in as a tensor (torch.tensor(value)), or pass the number as an argument (a changing int argument is "
-            "made dynamic after one recompile, though a value computed from it with math functions stays baked "
-            "in); where it sets an argument that must be a Python number (a loss option such as label_smoothing, "
-            "a scale factor, a slice), each value is a graph wherever it comes from: keep it to a few values"
-            if kind != "string" and value not in ("True", "False")
-            else "expected once per value (a switch that picks a code path: a graph for each); set it before the "
-            "first compiled call if it should not change while the function runs compiled",
-        )
+        return global_cause(name, value, g, switch=kind == "string" or value in ("True", "False"))
     if name.endswith(".is_initialized") and "cache" in name:
         return Cause(
             "cache_state",

@@ -32,6 +32,8 @@ def describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         marked = getattr(value, "_dynamo_dynamic_indices", None)  # torch._dynamo.mark_dynamic
         extra = f" mark_dynamic{sorted(marked)}" if marked else ""
+        maybe = getattr(value, "_dynamo_weak_dynamic_indices", None)  # torch._dynamo.maybe_mark_dynamic
+        extra += f" maybe_mark_dynamic{sorted(maybe)}" if maybe else ""
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""

@@ -317,11 +317,11 @@ class Fold:
         return rows, breaks
 
 
-def _marks(cap: Capture) -> frozenset[str]:
-    """The dims the call's tensors carry a mark_dynamic on (``x dim 0``), as the inputs show them."""
-    return frozenset(
-        f"{name} dim {i}"
+def _marks(cap: Capture) -> dict[str, str]:
+    """The dims the call's tensors carry a mark on (``x dim 0``), as the inputs show them: which mark."""
+    return {
+        f"{name} dim {i}": m[1]
         for name, said in cap.shown
-        if (m := re.search(r"mark_dynamic\[([\d, ]+)\]", said))
-        for i in m[1].split(", ")
-    )
+        for m in re.finditer(r"\b((?:maybe_)?mark_dynamic)\[([\d, ]+)\]", said)
+        for i in m[2].split(", ")
+    }

@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import BAKED, Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
-from tpu_lab.compile.causes.guard_values import BAKED
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed, signature_text
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -39,6 +38,9 @@ def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause], shapes: str = 
     return [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in said] + named
 
 
+_MARKED_FIX = "none needed while every tensor passed there carries the mark (it stays with that tensor object)"
+
+
 def dynamic_note(
     shapes: str,
     told: Iterable[str],
@@ -48,14 +50,14 @@ def dynamic_note(
     tpu: bool,
     static: bool = False,
     every: bool = False,
-    marked: frozenset[str] = frozenset(),
+    marked: Mapping[str, str] | None = None,
     failed: bool = False,
     numpy: frozenset[str] = frozenset(),
 ) -> tuple[str, RowCause | None, str]:
     """``shapes``: ``"x dim 0, n"`` made dynamic in this graph; ``told``: numbers whose cause says so;
-    ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a
-    mark_dynamic on; ``failed``: an earlier compile of the function failed; ``numpy``: numpy scalar inputs. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
-    told = list(told)
+    ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a mark on
+    (``x dim 0`` -> ``mark_dynamic`` or ``maybe_mark_dynamic``); ``failed``: an earlier compile of the function failed; ``numpy``: numpy scalar inputs. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
+    told, marked = list(told), marked or {}
     dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
     said = ", ".join(filter(None, [seen, *told]))
     new = [d for d in dynamic.split(", ") if d and d not in said.split(", ")]
@@ -64,9 +66,14 @@ def dynamic_note(
     fix = TPU_DYNAMIC if tpu else "none needed: new sizes and values reuse this graph"
     words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
     yours, others = [d for d in new if d in marked], [d for d in new if d not in marked]
-    if yours and not static:  # the user's own marks, whatever automatic dynamic would have done
-        words = f"{', '.join(yours)} dynamic, as your code marked them (mark_dynamic)"
-        words += f"; Dynamo made {', '.join(others)} dynamic (automatic dynamic shapes)" if others else ""
+    if yours:  # the user's own marks, whatever automatic dynamic would have done (or with it off)
+        words = (
+            f"{', '.join(yours)} dynamic, as your code marked them ({', '.join(sorted({marked[d] for d in yours}))})"
+        )
+        words += (
+            f"; Dynamo made {', '.join(others)} dynamic (automatic dynamic shapes)" if others and not static else ""
+        )
+        fix = _MARKED_FIX if static else fix
     elif first and failed:  # Dynamo kept the sizes of the call whose compile failed, and compared with them
         words = f"Dynamo made {', '.join(new)} dynamic from this first graph (automatic dynamic shapes: the size "
         words += "differs from the earlier call whose compile failed)"
@@ -81,7 +88,7 @@ def dynamic_note(
         words = f"{', '.join(new)} dynamic from this graph's start (torch.compile(dynamic=True))"
     elif static:  # automatic dynamic is off: only the user's marks make a dimension dynamic
         words = f"{', '.join(new)} dynamic, as your code marked them (automatic dynamic shapes are off)"
-        fix = "none needed while every tensor passed there carries the mark (it stays with that tensor object)"
+        fix = _MARKED_FIX
     return dynamic, RowCause(words, "", fix, "dynamic", 0), ", ".join(filter(None, [said, *new]))
 
 
