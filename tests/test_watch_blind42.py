@@ -57,3 +57,28 @@ def test_torchs_own_setting_a_context_manager_switches_is_said_so_never_pass_a_t
     for c in said:
         assert "torch's own setting torch.nn.utils.parametrize._cache_enabled changed" in c.words, c.words
         assert "torch.tensor(value)" not in c.fix and "same setting" in c.fix, c.fix
+
+
+def test_compiled_autograds_graphs_are_named_as_backward_graphs_and_its_break_as_expected(dynamo, monkeypatch):
+    """The Compiled Autograd tutorial's train step: the break at loss.backward() hands the backward to compiled
+    autograd, whose graphs are its own rows; the sizes it marks dynamic are its marks, not the user's."""
+    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(10, 10)
+
+    @torch.compile(backend="aot_eager")
+    def train(model, x):
+        loss = model(x).sum()
+        loss.backward()
+
+    with tl.watch() as w:
+        for batch in (10, 10, 16):
+            train(model, torch.randn(batch, 10))
+    check_against_dynamo(w, dynamo)
+    captured = [r for r in w.table if r.function.startswith("CompiledAutograd")]
+    assert captured, w.table.to_text()
+    for r in captured:
+        said = " ".join(c.words for c in r.causes)
+        assert "a backward graph compiled autograd captured" in said and "your code" not in said, said
+    (backward,) = [b for b in w.table.breaks if "backward()" in b.words]
+    assert backward.fix.startswith("expected with compiled autograd on"), backward.fix

@@ -22,7 +22,7 @@ from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
-from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, FunctionKey, renamed, where_label
+from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, renamed
 from tpu_lab.compile.sources.packages import USER, package_of
 
 LIMIT_TEXT = (
@@ -183,29 +183,6 @@ def _keywords_named(cause: Cause, before: Signature | None, now: Signature) -> C
     said = [f"{', '.join(added)} now passed"] if added else []
     said += [f"{', '.join(dropped)} no longer passed"] if dropped else []
     return dataclasses.replace(cause, words=f"a keyword argument was added or dropped: {'; '.join(said)}")
-
-
-def first_compile_words(function: FunctionKey, earlier: FunctionKey | None, *, after_reset: bool) -> str:
-    """A first compile; a function a re-run notebook cell defined again says so (``earlier``: the previous
-    definition, seen compiling): Dynamo keys graphs by code object, so the new definition starts afresh."""
-    if after_reset:
-        return "first compile after torch._dynamo.reset()"
-    cell, before = (where_label(k.filename, k.line).split(",")[0] for k in (function, earlier or function))
-    if earlier is None or not (cell.startswith("cell ") and before.startswith("cell ")):
-        return "first compile"
-    name = function.name
-    if _run_count(cell) < _run_count(before):  # the older definition, still called, compiling after the newer one
-        return (
-            f"first compile: the {name} defined in {cell}, an older definition than the {name} in {before} "
-            f"(defined again there): each definition compiles graphs of its own, neither reuses the other's"
-        )
-    return f"first compile: {name} was defined again in {cell} (a re-run cell), so its graphs are new; those of the {name} in {before} are not reused"
-
-
-def _run_count(cell: str) -> int:
-    """IPython's execution count in a cell's label (``cell In[4]`` -> 4); 0 where it shows none."""
-    m = re.search(r"\[(\d+)\]", cell)
-    return int(m[1]) if m else 0
 
 
 _BAKED = BAKED + ")"

@@ -12,14 +12,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpu_lab.compile.causes.branch_origin import by_vmap, calls_vmap
+from tpu_lab.compile.causes.break_words import TRAINING_STEP_FIX
 from tpu_lab.compile.causes.cause import CARRIED, Cause, readable_guard
 from tpu_lab.compile.causes.explain import (
     LIMIT_RAISED_TEXT,
     LIMIT_TEXT,
     capture_causes,
-    first_compile_words,
     limit_raised,
 )
+from tpu_lab.compile.causes.first_compile import CA_BACKWARD_FIX, CA_MARK, first_compile_words, is_compiled_autograd
 from tpu_lab.compile.causes.joined import maybe_marked
 from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
@@ -310,17 +311,19 @@ class Fold:
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)
+        ca = any(is_compiled_autograd(k) for k, _ in self.rows)  # the backward() break hands the backward to it
         breaks = tuple(
-            BreakRow(c.words, w, n, c.fix, c.guard)
+            BreakRow(c.words, w, n, CA_BACKWARD_FIX if ca and c.fix == TRAINING_STEP_FIX else c.fix, c.guard)
             for c, ((_, w), (_, n)) in zip(said, self.breaks.items(), strict=True)
         )
         return rows, breaks
 
 
 def _marks(cap: Capture) -> dict[str, str]:
-    """The dims the call's tensors carry a mark on (``x dim 0``), as the inputs show them: which mark."""
+    """The dims the call's tensors carry a mark on (``x dim 0``), as the inputs show them: which mark (compiled
+    autograd marks its graph's own sizes)."""
     return {
-        f"{name} dim {i}": m[1]
+        f"{name} dim {i}": CA_MARK if is_compiled_autograd(cap.function) else m[1]
         for name, said in cap.shown
         for m in re.finditer(r"\b((?:maybe_)?mark_dynamic)\[([\d, ]+)\]", said)
         for i in m[2].split(", ")

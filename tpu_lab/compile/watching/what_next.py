@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import BAKED, Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
+from tpu_lab.compile.causes.first_compile import CA_MARK
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import renamed, signature_text
@@ -67,9 +68,9 @@ def dynamic_note(
     words = f"Dynamo made {', '.join(new)} dynamic (automatic dynamic shapes)"
     yours, others = [d for d in new if d in marked], [d for d in new if d not in marked]
     if yours:  # the user's own marks, whatever automatic dynamic would have done (or with it off)
-        words = (
-            f"{', '.join(yours)} dynamic, as your code marked them ({', '.join(sorted({marked[d] for d in yours}))})"
-        )
+        kinds = ", ".join(sorted({marked[d] for d in yours}))
+        who = f"your code marked them ({kinds})" if kinds != CA_MARK else f"{CA_MARK} marks the sizes it captures"
+        words = f"{', '.join(yours)} dynamic, as {who}"
         words += (
             f"; Dynamo made {', '.join(others)} dynamic (automatic dynamic shapes)" if others and not static else ""
         )
