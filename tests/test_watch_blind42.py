@@ -59,6 +59,9 @@ def test_torchs_own_setting_a_context_manager_switches_is_said_so_never_pass_a_t
         assert "torch.tensor(value)" not in c.fix and "same setting" in c.fix, c.fix
 
 
+@pytest.mark.skipif(
+    not hasattr(torch._dynamo.config, "compiled_autograd"), reason="this torch has no compiled_autograd config"
+)
 def test_compiled_autograds_graphs_are_named_as_backward_graphs_and_its_break_as_expected(dynamo, monkeypatch):
     """The Compiled Autograd tutorial's train step: the break at loss.backward() hands the backward to compiled
     autograd, whose graphs are its own rows; the sizes it marks dynamic are its marks, not the user's."""
@@ -82,3 +85,73 @@ def test_compiled_autograds_graphs_are_named_as_backward_graphs_and_its_break_as
         assert "a backward graph compiled autograd captured" in said and "your code" not in said, said
     (backward,) = [b for b in w.table.breaks if "backward()" in b.words]
     assert backward.fix.startswith("expected with compiled autograd on"), backward.fix
+
+
+class Tree:  # dasguptar/treelstm.pytorch's parse tree
+    def __init__(self, idx, children=()):
+        self.idx, self.children, self.state = idx, list(children), None
+        self.num_children = len(self.children)
+
+
+class ChildSumTreeLSTM(torch.nn.Module):  # Tai et al. 2015, its forward recursing over tree.children
+    def __init__(self, in_dim=8, mem_dim=8):
+        super().__init__()
+        self.mem_dim = mem_dim
+        self.ioux, self.iouh = torch.nn.Linear(in_dim, 3 * mem_dim), torch.nn.Linear(mem_dim, 3 * mem_dim)
+        self.fx, self.fh = torch.nn.Linear(in_dim, mem_dim), torch.nn.Linear(mem_dim, mem_dim)
+
+    def node_forward(self, inputs, child_c, child_h):
+        iou = self.ioux(inputs) + self.iouh(torch.sum(child_h, dim=0, keepdim=True))
+        i, o, u = torch.split(iou, iou.size(1) // 3, dim=1)
+        f = torch.sigmoid(self.fh(child_h) + self.fx(inputs).repeat(len(child_h), 1))
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sum(f * child_c, dim=0, keepdim=True)
+        return c, torch.sigmoid(o) * torch.tanh(c)
+
+    def forward(self, tree, inputs, node=None):
+        for idx in range(tree.num_children):
+            self.forward(tree.children[idx], inputs, node)
+        if tree.num_children == 0:
+            child_c = child_h = inputs[0].detach().new(1, self.mem_dim).fill_(0.0)
+        else:
+            child_c, child_h = (torch.cat(s, dim=0) for s in zip(*(t.state for t in tree.children), strict=True))
+        tree.state = (node or self.node_forward)(inputs[tree.idx], child_c, child_h)
+        return tree.state
+
+
+def _trees():  # the reviewer's sentences: a parse tree each
+    leaf = Tree
+    return [
+        Tree(0, [leaf(1), leaf(2)]),
+        Tree(0, [leaf(1), Tree(2, [leaf(3), leaf(4)])]),
+        Tree(0, [Tree(1, [leaf(2), leaf(3)]), leaf(4)]),
+        Tree(0, [leaf(1), leaf(2), leaf(3)]),
+        Tree(0, [Tree(1, [leaf(2)]), leaf(3)]),
+        Tree(0, [leaf(1)]),
+        Tree(0, [leaf(1), leaf(2), leaf(3), leaf(4)]),
+        Tree(0, [Tree(1, [Tree(2, [leaf(3)])])]),
+        Tree(0, [leaf(1), Tree(2, [leaf(3)])]),
+        Tree(0, [leaf(1), leaf(2)]),
+    ]
+
+
+def test_a_recursion_over_a_python_tree_is_fixed_by_compiling_one_node_on_every_compile_and_at_the_limit(dynamo):
+    torch.manual_seed(0)
+    model = ChildSumTreeLSTM()
+    compiled = torch.compile(model, backend="aot_eager")
+    with tl.watch() as w, torch.no_grad():
+        for tree in _trees():
+            compiled(tree, torch.randn(5, 8))
+    check_against_dynamo(w, dynamo, also=("num_children", "children", "idx"))
+    told = [c for r in w.table for c in r.causes if c.kind not in ("first", "dynamic", "value_dynamic") and c.fix]
+    assert told and any(r.limit_hit for r in w.table), w.table.to_text()
+    for c in told:  # a child's count drives the loop too: never the math.exp boilerplate, never "which heads run"
+        assert "one node" in c.fix and "keep the" in c.fix and "in Python" in c.fix, (c.words, c.fix)
+        assert "math.exp" not in c.fix and "which heads run" not in c.fix, c.fix
+
+    torch._dynamo.reset()
+    node = torch.compile(model.node_forward, backend="aot_eager")  # the fix as printed: one node compiled
+    with tl.watch() as fixed, torch.no_grad():
+        for tree in _trees():
+            model(tree, torch.randn(5, 8), node)
+    assert not any(r.limit_hit for r in fixed.table), fixed.table.to_text()
+    assert fixed.table.total_compiles < w.table.total_compiles, (fixed.table.to_text(), w.table.to_text())

@@ -302,7 +302,12 @@ def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Ca
     """An int the user's loop runs over (``for _ in range(iters):``): Dynamo unrolls the loop into the
     graph, so each count is a graph of its own, and a tensor in its place would break the graph there."""
     loop = _LOOP.match(code or "")
-    if loop is None or not re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", loop["args"]) or not value.isdigit():
+    attr = name.rpartition(".")[2] if "[" in name else ""  # a child's own count, read as tree.num_children in its call
+    runs = loop and re.search(
+        rf"(?<![\w.]){re.escape(name)}(?!\w)|\.{attr}\b" if attr else rf"(?<![\w.]){re.escape(name)}(?!\w)",
+        loop["args"],
+    )
+    if loop is None or not runs or not value.isdigit():
         return None
     line = where.rpartition(":")[2]
     return Cause(
@@ -310,7 +315,8 @@ def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Ca
         f"Python int {name} changed (was {value}): it sets how many times the loop at line {line} runs "
         f"({code.strip()}), which Dynamo unrolls into the graph, so each value is a graph of its own",
         g,
-        f"keep {name} to a few values (or run the largest count and mask the extra steps), or raise the recompile "
-        "limit to the number of values you use; a tensor in its place would break the graph at range()",
+        f"keep {name} to a few values (or run the largest count and mask the extra steps), or compile only the "
+        "loop's body (one step's or one node's work) and keep the loop in Python, so one graph serves every count; "
+        "a tensor in its place would break the graph at range()",
         where,
     )

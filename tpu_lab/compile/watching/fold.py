@@ -92,10 +92,9 @@ class Fold:
         said = capture_causes(cap, tpu=self.tpu, dynamic=scalars, limit=cap.limit_value, baked=baked)
         causes = [RowCause(c.words, c.guard, c.fix, c.kind, shown_guard=self._shown(c.guard, cap)) for c in said]
         for (key, _), r in self.rows.items():  # what pins a number, known now, said of its earlier changes too
-            r.causes = what_next.as_told(r.causes, causes) if key == cap.function else r.causes
+            r.causes = what_next.told_as(r.causes, causes) if key == cap.function else r.causes
         before = [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes]
-        causes = what_next.as_told(causes, before)  # and known before, said of this change too
-        causes = what_next.walked_tree(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value))
+        causes = what_next.told_as(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value), before)
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before
@@ -231,7 +230,7 @@ class Fold:
         last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
         last = pinned_sizes.at_limit(last, self.pinned.get(cap.function, set()))
-        last = what_next.as_told(last, [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes])
+        last = what_next.told_as(last, [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes])
         fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
         if cap.raises:
             self.raising.add(cap.function)

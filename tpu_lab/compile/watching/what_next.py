@@ -213,10 +213,17 @@ TREE_FIX = (
 )
 
 
-def walked_tree(causes: list[RowCause]) -> list[RowCause]:
-    """Causes of a compile whose guards walk a recursive Python structure (``tree.children[0].children``):
-    every change in it is a new tree shape, so the fix is the recursion's, not each value's."""
-    found = next((m for c in causes if (m := _WALKED.search(c.words))), None)
+def told_as(causes: list[RowCause], told: list[RowCause]) -> list[RowCause]:
+    """``causes`` said as ``told`` (the same function's other compiles) showed them: what pins a number, and a
+    Python tree the code walks (each shape a graph)."""
+    return walked_tree(as_told(causes, told), told)
+
+
+def walked_tree(causes: list[RowCause], told: Iterable[RowCause] = ()) -> list[RowCause]:
+    """Causes of a compile whose guards walk a recursive Python structure (``tree.children[0].children``), or
+    of a function whose other compiles (``told``) showed one: every change in it is a new tree shape, so the
+    fix is the recursion's, not each value's."""
+    found = next((m for c in [*causes, *told] if (m := _WALKED.search(c.words))), None)
     if found is None:
         return causes
     fix = TREE_FIX.format(path=re.sub(r"\[\d+\]", "[i]", found[0]))  # one fix for every node it names
