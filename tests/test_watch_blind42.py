@@ -62,21 +62,24 @@ def test_torchs_own_setting_a_context_manager_switches_is_said_so_never_pass_a_t
 @pytest.mark.skipif(
     not hasattr(torch._dynamo.config, "compiled_autograd"), reason="this torch has no compiled_autograd config"
 )
-def test_compiled_autograds_graphs_are_named_as_backward_graphs_and_its_break_as_expected(dynamo, monkeypatch):
+def test_compiled_autograds_graphs_are_named_as_backward_graphs_and_its_break_as_expected(dynamo):
     """The Compiled Autograd tutorial's train step: the break at loss.backward() hands the backward to compiled
     autograd, whose graphs are its own rows; the sizes it marks dynamic are its marks, not the user's."""
-    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
     torch.manual_seed(0)
     model = torch.nn.Linear(10, 10)
+    torch._dynamo.config.compiled_autograd = True  # as the tutorial sets it: before torch.compile wraps the step
+    try:
 
-    @torch.compile(backend="aot_eager")
-    def train(model, x):
-        loss = model(x).sum()
-        loss.backward()
+        @torch.compile(backend="aot_eager")
+        def train(model, x):
+            loss = model(x).sum()
+            loss.backward()
 
-    with tl.watch() as w:
-        for batch in (10, 10, 16):
-            train(model, torch.randn(batch, 10))
+        with tl.watch() as w:
+            for batch in (10, 10, 16):
+                train(model, torch.randn(batch, 10))
+    finally:
+        torch._dynamo.config.compiled_autograd = False
     check_against_dynamo(w, dynamo)
     captured = [r for r in w.table if r.function.startswith("CompiledAutograd")]
     assert captured, w.table.to_text()
