@@ -139,3 +139,32 @@ def test_a_break_inside_a_with_statements_context_manager_says_why_the_whole_fun
         fixed_model(torch.randn(8, 16))
         TIMINGS["encoder"] = time.perf_counter() - t0
     assert fixed.table.total_compiles == 1 and not any(r.failed for r in fixed.table), fixed.table.to_text()
+
+
+def test_a_backward_compiled_together_with_a_dynamic_forward_is_a_row_of_its_own(dynamo):
+    """CleanRL's SAC update with a short batch: the forward graph with a dynamic batch has its backward compiled
+    at once, inside the forward's compile, with no record of its own in Dynamo; every backward graph the
+    backend compiled is a row, lazy or not."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiled = {"forward": 0, "backward": 0}
+
+    def counted(kind):
+        def compiler(gm, example_inputs):
+            compiled[kind] += 1
+            return gm.forward
+
+        return compiler
+
+    backend = aot_autograd(fw_compiler=counted("forward"), bw_compiler=counted("backward"))
+    actor = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    step = torch.compile(lambda obs: actor(obs).tanh().sum(), backend=backend)
+    with tl.watch() as w:
+        for batch in (32, 32, 20, 12):  # the last minibatches are short
+            step(torch.randn(batch, 4)).backward()
+    check_against_dynamo(w, dynamo)
+    backward = [r for r in w.table if "(backward)" in r.function]
+    assert sum(r.compiles for r in backward) == compiled["backward"] == 2, (compiled, w.table.to_text())
+    said = [c.words for r in backward for c in r.causes]
+    assert any("compiled together with this forward graph" in s for s in said), said
+    assert any("at the first backward pass" in s for s in said), said

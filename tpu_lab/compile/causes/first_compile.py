@@ -1,6 +1,6 @@
 """A first compile in words: after torch._dynamo.reset(), a function a re-run notebook cell defined again
-(its graphs are new), a backward graph compiled autograd captured; and compiled autograd's own graphs told
-as such wherever they show (the sizes it marks dynamic itself, the break at ``loss.backward()`` that hands
+(its graphs are new), a backward graph compiled autograd captured; a backward graph's row (compiled lazily,
+or with its forward); and compiled autograd's own graphs told as such wherever they show (the sizes it marks dynamic itself, the break at ``loss.backward()`` that hands
 the backward to it). Pure: names in, words out."""
 
 from __future__ import annotations
@@ -14,6 +14,12 @@ CA_FIRST = (
     "autograd graph of a backward call, compiled as a graph of its own; a new one where that graph's structure "
     "or sizes differ"
 )
+EAGER_BACKWARD = "backward, with its forward"
+"""The trigger of a backward graph AOTAutograd compiled together with its forward (no callback of its own)."""
+EAGER_BACKWARD_WORDS = (
+    "backward graph, compiled together with this forward graph: AOTAutograd compiles the backward of a graph "
+    "with dynamic sizes at once, inside the forward's compile (its time is in the forward's)"
+)
 CA_MARK = "compiled autograd"
 """Who marked a compiled-autograd graph's sizes dynamic: compiled autograd itself, never the user's code."""
 CA_BACKWARD_FIX = (
@@ -21,6 +27,13 @@ CA_BACKWARD_FIX = (
     "which compiles it as its own graphs (the CompiledAutograd rows); moving backward() out of the compiled "
     "function removes the break, but compiled autograd then captures no backward"
 )
+
+
+def backward_words(trigger: str) -> str:
+    """A backward graph's row: compiled lazily, at the first backward pass, or with its forward."""
+    if trigger == EAGER_BACKWARD:
+        return EAGER_BACKWARD_WORDS
+    return "backward graph, compiled at the first backward pass through this forward graph"
 
 
 def is_compiled_autograd(function: FunctionKey) -> bool:

@@ -157,7 +157,10 @@ def _on_compile_start(args: Any) -> None:
     # with no watch listening, only the function and its inputs are kept (for the next watch to compare)
     capture = _capture(compile_id, str(getattr(args, "callback_trigger", "")), frame, reasons, bool(listeners))
     code = frame.f_code if frame is not None else None
-    capture = capture._replace(fullgraph=bool(local.get("one_graph")), limit_value=recompile_limit(), code=code)
+    scope = frame.f_globals if frame is not None else None  # where Dynamo installs the compiled graph
+    capture = capture._replace(
+        fullgraph=bool(local.get("one_graph")), limit_value=recompile_limit(), code=code, scope=scope
+    )
     key, signature = capture.function, capture.signature
     if len(_last_seen) > 4096 or len(_graphs) > 8192:
         _last_seen.clear()

@@ -154,6 +154,8 @@ class Capture(NamedTuple):
     """(name, weak reference, hook count) of each submodule of the compiled module, as the graph saw them."""
     callers: tuple[Any, ...] = ()
     """(file, first line, name) of the code on the stack as it started: a function compiled inside another's call."""
+    scope: Any = None
+    """The compiled frame's globals, where Dynamo installs the compiled graph (``__compiled_fn_*``)."""
     pins: tuple[Any, ...] = ()
     """The sizes the compile fixed to one value, with the line that did it (``dynamo_pins.Pin``), once it ended."""
 

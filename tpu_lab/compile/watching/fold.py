@@ -20,7 +20,12 @@ from tpu_lab.compile.causes.explain import (
     capture_causes,
     limit_raised,
 )
-from tpu_lab.compile.causes.first_compile import CA_BACKWARD_FIX, CA_MARK, first_compile_words, is_compiled_autograd
+from tpu_lab.compile.causes.first_compile import (
+    CA_BACKWARD_FIX,
+    backward_words,
+    first_compile_words,
+    is_compiled_autograd,
+)
 from tpu_lab.compile.causes.joined import maybe_marked
 from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
@@ -34,7 +39,7 @@ from tpu_lab.compile.watching.empty_graphs import empty_note
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.hooks_changed import as_seen, hooks_cause
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
-from tpu_lab.compile.watching.what_next import dynamic_note, growing, told_dynamic, unpinned, with_flags
+from tpu_lab.compile.watching.what_next import dynamic_note, growing, marks_of, told_dynamic, unpinned, with_flags
 
 _FLAG = re.compile(r"(.+?) == (True|False)")  # a graph's guard on a flag's value, in the user's words
 
@@ -122,7 +127,7 @@ class Fold:
             tpu=self.tpu,
             static=cap.static,
             every=cap.all_dynamic,
-            marked=_marks(cap),
+            marked=marks_of(cap),
             numpy=frozenset(n for n, d in cap.shown if d.startswith("np.")),
             failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
@@ -206,16 +211,15 @@ class Fold:
         return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)
 
     def backward(self, cap: Capture, record: Any) -> CompileEvent:
-        # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward
+        # AOTAutograd compiles the backward graph lazily, at the first backward pass through a new forward; a
+        # forward with dynamic sizes has its backward compiled with it (cap.trigger: EAGER_BACKWARD)
         forward = self.forward_of.pop(cap.compile_id, None)
         key = FunctionKey(f"{forward.function.name} (backward)", *forward.function[1:]) if forward else cap.function
         seconds = compile_seconds(record) if record is not None else 0.0
         row = self.row(key, named_inputs(forward.shown, forward.function) if forward else ())  # as its forward's
         row.compiles += 1
         row.compile_seconds += seconds
-        row.add(
-            RowCause("backward graph, compiled at the first backward pass through this forward graph", kind="backward")
-        )
+        row.add(RowCause(backward_words(cap.trigger), kind="backward"))
         self.timeline.append(Point(cap.at - self.started, str(key), self.calls[key]))
         return CompileEvent("dynamo", None, seconds, cause=row.causes[-1].words)
 
@@ -316,14 +320,3 @@ class Fold:
             for c, ((_, w), (_, n)) in zip(said, self.breaks.items(), strict=True)
         )
         return rows, breaks
-
-
-def _marks(cap: Capture) -> dict[str, str]:
-    """The dims the call's tensors carry a mark on (``x dim 0``), as the inputs show them: which mark (compiled
-    autograd marks its graph's own sizes)."""
-    return {
-        f"{name} dim {i}": CA_MARK if is_compiled_autograd(cap.function) else m[1]
-        for name, said in cap.shown
-        for m in re.finditer(r"\b((?:maybe_)?mark_dynamic)\[([\d, ]+)\]", said)
-        for i in m[2].split(", ")
-    }

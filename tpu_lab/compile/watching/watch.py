@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.first_compile import EAGER_BACKWARD
 from tpu_lab.compile.sources import dynamo_breaks, frames, guarded, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import (
@@ -32,6 +33,7 @@ from tpu_lab.compile.sources.dynamo_dynamic import (
 from tpu_lab.compile.sources.dynamo_pins import pins_of
 from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
+from tpu_lab.compile.sources.eager_backward import compiled_with_forward
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
 from tpu_lab.compile.watching import calls
@@ -59,6 +61,7 @@ class Watch:
         self._pending: list[Capture] = []
         # by id of a pending capture: its graph's guards, read early (None: none could be read then)
         self._guards_read: dict[int, list[str] | None] = {}
+        self._with_backward: dict[int, bool] = {}  # a graph whose backward AOTAutograd compiled with it
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
         self.refusals = 0
@@ -121,6 +124,8 @@ class Watch:
         for cap in self._pending:  # tried once each (a failed compile has none); the fold tries again if None
             if cap.code is not None and id(cap) not in self._guards_read:
                 self._guards_read[id(cap)] = guard_parts(cap.code, cap.compile_id)
+                # before a lazy backward's compile sets it too: read now, it says the backward came with it
+                self._with_backward[id(cap)] = compiled_with_forward(cap.code, cap.compile_id, cap.scope)
 
     def count_call(
         self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
@@ -176,6 +181,7 @@ class Watch:
             self._pending = waiting
             kept = {id(c) for c in waiting}
             self._guards_read = {i: p for i, p in self._guards_read.items() if i in kept}
+            self._with_backward = {i: b for i, b in self._with_backward.items() if i in kept}
             refusals, elsewhere = leftover_records((r for rs in by_id.values() for r in rs), self._handled, now)
             events += [self._safely(cap, "refused", partial(self._fold_limit, cap)) for cap in refusals]
             self._elsewhere += elsewhere
@@ -209,13 +215,19 @@ class Watch:
         if "BACKWARD" in cap.trigger.upper():
             return self._fold.backward(cap, record)
         parts = self._guards_read.pop(id(cap), None) or guard_parts(cap.code, cap.compile_id)
+        with_backward = self._with_backward.pop(id(cap), None)
+        if with_backward is None:  # no compile since: no lazy backward either, so what is set now came with it
+            with_backward = compiled_with_forward(cap.code, cap.compile_id, cap.scope)
         cap = cap._replace(pins=pins_of(cap.compile_id))
         guards = graph_guards(parts) if record is not None else None  # the new graph's own
         scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
         places = guard_places(parts) if guards else {}
         pins = baked_scalars(record, guards) if cap.reasons else {}
         baked = {source: (g, places.get(g, "")) for source, g in pins.items()}
-        return self._fold.compiled(cap, record, guards, scalars, cap.earlier, baked, places)
+        event = self._fold.compiled(cap, record, guards, scalars, cap.earlier, baked, places)
+        if with_backward:  # its own row, as a lazy backward's, though Dynamo keeps no record of it
+            self._fold.backward(cap._replace(trigger=EAGER_BACKWARD), None)
+        return event
 
     def _fold_failed(self, cap: Capture, record: Any) -> CompileEvent:
         self._handled.add(cap.compile_id)

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import BAKED, Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
-from tpu_lab.compile.causes.first_compile import CA_MARK
+from tpu_lab.compile.causes.first_compile import CA_MARK, is_compiled_autograd
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
-from tpu_lab.compile.sources.frames import renamed, signature_text
+from tpu_lab.compile.sources.frames import Capture, renamed, signature_text
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -257,3 +257,14 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
 _UNPLACED = "but it is used as a plain Python number, which needs"  # no line said
 _PLACED = "(from your line "
 _PINNED = (" still compiles a graph", "Dynamo keeps an nn.Module's int attribute static")
+
+
+def marks_of(cap: Capture) -> dict[str, str]:
+    """The dims the call's tensors carry a mark on (``x dim 0``), as the inputs show them: which mark (compiled
+    autograd marks its graph's own sizes)."""
+    return {
+        f"{name} dim {i}": CA_MARK if is_compiled_autograd(cap.function) else m[1]
+        for name, said in cap.shown
+        for m in re.finditer(r"\b((?:maybe_)?mark_dynamic)\[([\d, ]+)\]", said)
+        for i in m[2].split(", ")
+    }
