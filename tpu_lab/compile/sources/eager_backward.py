@@ -26,7 +26,10 @@ def compiled_with_forward(code: Any, compile_id: str, scope: Any) -> bool:
         if str(getattr(entry, "compile_id", "")) != compile_id:
             continue
         names = [n for n in getattr(getattr(entry, "code", None), "co_names", ()) if n.startswith("__compiled_fn")]
-        return isinstance(scope, dict) and any(_has_backward(scope.get(n)) for n in names)
+        try:
+            return isinstance(scope, dict) and any(_has_backward(scope.get(n)) for n in names)
+        except Exception:  # an object that cannot be looked into (a proxy raising on attribute access): no claim
+            return False
     return False
 
 
