@@ -25,23 +25,27 @@ def guard_parts(code: Any, compile_id: str) -> list[str] | None:
     be read: another torch, the graph not installed yet, or its guards deleted: Dynamo deletes a graph's
     guards once an object they hold by weak reference is freed, a model or optimizer local to a function
     that has returned, so a watch reads them as soon as the graph is installed)."""
+    if (entry := cache_entry(code, compile_id)) is None:
+        return None
+    manager: Any = getattr(entry, "guard_manager", None)
+    if "Deleted" in type(manager).__name__:  # DeletedGuardManagerWrapper: nothing left to read
+        return None
+    try:
+        return _tree_parts(manager.root)
+    except Exception:  # another torch's guard tree: no claim
+        return None
+
+
+def cache_entry(code: Any, compile_id: str) -> Any:
+    """Dynamo's cache entry for graph ``compile_id`` of ``code``: its guards, its transformed code (None where
+    it cannot be read: another torch, no code, the graph not installed yet)."""
     try:
         from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
         entries = _debug_get_cache_entry_list(code)
     except Exception:  # another torch, or no code: no claim
         return None
-    for entry in entries:
-        if str(getattr(entry, "compile_id", "")) != compile_id:
-            continue
-        manager: Any = getattr(entry, "guard_manager", None)
-        if "Deleted" in type(manager).__name__:  # DeletedGuardManagerWrapper: nothing left to read
-            return None
-        try:
-            return _tree_parts(manager.root)
-        except Exception:  # another torch's guard tree: no claim
-            return None
-    return None
+    return next((e for e in entries if str(getattr(e, "compile_id", "")) == compile_id), None)
 
 
 def graph_guards(parts: list[str] | None) -> list[str] | None:

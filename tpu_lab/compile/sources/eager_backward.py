@@ -10,27 +10,20 @@ from __future__ import annotations
 import types
 from typing import Any
 
+from tpu_lab.compile.sources.dynamo_dynamic import cache_entry
+
 _MAX_OBJECTS = 400  # objects looked at per compiled forward: the autograd.Function sits a few closures deep
 
 
 def compiled_with_forward(code: Any, compile_id: str, scope: Any) -> bool:
     """AOTAutograd compiled the backward of graph ``compile_id`` of ``code`` together with it (``scope``: the
     compiled frame's globals)."""
+    entry = cache_entry(code, compile_id)
+    names = [n for n in getattr(getattr(entry, "code", None), "co_names", ()) if n.startswith("__compiled_fn")]
     try:
-        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-
-        entries = _debug_get_cache_entry_list(code)
-    except Exception:  # another torch, or no code: no claim
+        return isinstance(scope, dict) and any(_has_backward(scope.get(n)) for n in names)
+    except Exception:  # an object that cannot be looked into (a proxy raising on attribute access): no claim
         return False
-    for entry in entries:
-        if str(getattr(entry, "compile_id", "")) != compile_id:
-            continue
-        names = [n for n in getattr(getattr(entry, "code", None), "co_names", ()) if n.startswith("__compiled_fn")]
-        try:
-            return isinstance(scope, dict) and any(_has_backward(scope.get(n)) for n in names)
-        except Exception:  # an object that cannot be looked into (a proxy raising on attribute access): no claim
-            return False
-    return False
 
 
 def _has_backward(compiled: Any) -> bool:
