@@ -18,7 +18,7 @@ from tpu_lab.compile.causes.guard_sizes import (
 from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import held_cause, placed, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
-from tpu_lab.compile.causes.joined import cache_first, calling_style, merged
+from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
@@ -129,7 +129,7 @@ def causes_of(
                 c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
             )
             for c in calling_style(
-                cache_first(
+                followers_joined(
                     one_dict_change(
                         none_not_shorter(
                             merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])

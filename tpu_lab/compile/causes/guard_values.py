@@ -302,12 +302,10 @@ def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Ca
     """An int the user's loop runs over (``for _ in range(iters):``): Dynamo unrolls the loop into the
     graph, so each count is a graph of its own, and a tensor in its place would break the graph there."""
     loop = _LOOP.match(code or "")
-    attr = name.rpartition(".")[2] if "[" in name else ""  # a child's own count, read as tree.num_children in its call
-    runs = loop and re.search(
-        rf"(?<![\w.]){re.escape(name)}(?!\w)|\.{attr}\b" if attr else rf"(?<![\w.]){re.escape(name)}(?!\w)",
-        loop["args"],
-    )
-    if loop is None or not runs or not value.isdigit():
+    read = rf"(?<![\w.]){re.escape(name)}(?!\w)"
+    if "[" in name:  # a child's own count, read as tree.num_children in the recursive call
+        read += rf"|\.{re.escape(name.rpartition('.')[2])}\b"
+    if loop is None or not re.search(read, loop["args"]) or not value.isdigit():
         return None
     line = where.rpartition(":")[2]
     return Cause(

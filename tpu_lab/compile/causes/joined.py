@@ -37,7 +37,7 @@ def calling_style(causes: list[Cause]) -> list[Cause]:
     return [joined if c is keywords else c for c in causes if c is not args]
 
 
-def cache_first(causes: list[Cause]) -> list[Cause]:
+def followers_joined(causes: list[Cause]) -> list[Cause]:
     """A size change that follows the KV cache's length (the attention mask spans the cache), or a size or
     rank change that follows a parameter's (its gradient, its optimizer state), is part of that cause, not
     one of its own: its guard joins the leader's."""

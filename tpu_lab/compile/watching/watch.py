@@ -124,8 +124,8 @@ class Watch:
         for cap in self._pending:  # tried once each (a failed compile has none); the fold tries again if None
             if cap.code is not None and id(cap) not in self._guards_read:
                 self._guards_read[id(cap)] = guard_parts(cap.code, cap.compile_id)
-                # before a lazy backward's compile sets it too: read now, it says the backward came with it
-                self._with_backward[id(cap)] = compiled_with_forward(cap.code, cap.compile_id, cap.scope)
+                if "BACKWARD" not in cap.trigger.upper():  # read before a lazy backward's compile sets it too
+                    self._with_backward[id(cap)] = compiled_with_forward(cap.code, cap.compile_id, cap.scope)
 
     def count_call(
         self, key: FunctionKey, signature: tuple, flags: tuple = (), *, refused: bool = False, values: Any = None
