@@ -12,7 +12,7 @@ import torch
 import tpu_lab as tl
 from tpu_lab.compile.causes import break_words
 from tpu_lab.compile.sources import dynamo_catalog
-from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+from tpu_lab.testing.watch_invariants import DynamoAccount, counting_backend, violations
 
 BACKEND = "eager"
 
@@ -60,6 +60,27 @@ def test_a_failed_recompile_is_shown_with_its_cause_and_what_runs_eagerly_after(
     assert failed[0].words.startswith("recompile failed at test_watch_complete.py:")
     assert "Python int n changed" in failed[0].words  # the recompile's own cause, from its guard
     assert "matches no compiled graph runs eagerly" in failed[0].words
+
+
+def test_every_backward_graph_aotautograd_compiled_is_a_backward_row_lazy_or_inside_its_forward():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    f = torch.compile(model, backend=counting_backend)
+
+    def train():
+        for batch in (8, 8, 5, 3):  # the short batch recompiles with dynamic sizes: its backward compiles at once
+            f(torch.randn(batch, 4)).sum().backward()
+
+    table, account = watched(train)
+    assert account.graphs == {"forward": 2, "backward": 2}
+    backward = [r for r in table.rows if "(backward)" in r.function]
+    assert [r.compiles for r in backward] == [1, 1]
+    assert "compiled together with this forward graph" in backward[1].causes[0].words
+
+    account = DynamoAccount()
+    account.graphs.update(forward=2, backward=3)  # an account the table misses a backward graph of
+    assert violations(table, account)["a_records"][-1] == (
+        "2 backward compiles shown, AOTAutograd compiled 3 backward graphs"
+    )
 
 
 def test_fullgraph_refusal_is_a_failed_line_not_a_silent_drop():

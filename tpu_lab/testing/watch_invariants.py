@@ -3,7 +3,9 @@ same run (its compilation records and its ``TORCH_LOGS`` records): no hand-writt
 can run over corpora of real code nobody here wrote (``benchmarks/watch_corpus.py``, the tests).
 
 (a) every compilation record is shown exactly once: compiled graphs as row compiles, failed compiles as
-    failed lines, refusals at the recompile limit as limit causes;
+    failed lines, refusals at the recompile limit as limit causes; and where the code compiled with
+    ``counting_backend``, every backward graph AOTAutograd compiled is a backward row's compile (Dynamo keeps
+    no record of a backward compiled inside its forward's compile, so the backend counts them);
 (b) the graph breaks equal what ``TORCH_LOGS=graph_breaks`` logs;
 (c) each recompile's logged failed guard is explained, or explicitly marked not translated;
 (d) no printed cause or fix holds an unresolved internal name (``___stack0``, ``L['x']``, ``args[0]``
@@ -33,6 +35,8 @@ class DynamoAccount:
 
     records: list[Any] = field(default_factory=list)
     logs: list[logging.LogRecord] = field(default_factory=list)
+    graphs: dict[str, int] = field(default_factory=lambda: {"forward": 0, "backward": 0})
+    """The graphs ``counting_backend`` compiled while this account was open."""
     _first: Any = None
     _handler: Any = None
 
@@ -50,6 +54,7 @@ class DynamoAccount:
                 logs.append(record)
 
         self._handler = Keep(logging.DEBUG)
+        _open.append(self)
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
         for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
             logging.getLogger(name).addHandler(self._handler)
@@ -61,6 +66,7 @@ class DynamoAccount:
 
         for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
             logging.getLogger(name).removeHandler(self._handler)
+        _open.remove(self)
         torch._logging.set_logs()
         found = list(get_compilation_metrics())
         _keep_records(None)
@@ -94,6 +100,27 @@ class DynamoAccount:
             failed = [line.strip()[2:] for line in message.splitlines() if line.strip().startswith("- ")]
             out.append([f.split(": ", 1)[1].split("  #")[0].strip() for f in failed if ": " in f])
         return out
+
+
+_open: list[DynamoAccount] = []  # the accounts a counting backend's graphs are counted into
+
+
+def counting_backend(gm: Any, example_inputs: Any) -> Any:
+    """``aot_eager`` that counts each forward and backward graph it compiles into every open
+    ``DynamoAccount``: the oracle for backward rows, which Dynamo's records miss where AOTAutograd compiles
+    the backward inside its forward's compile."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    def counted(kind: str) -> Any:
+        def compiler(graph: Any, inputs: Any) -> Any:
+            for account in _open:
+                account.graphs[kind] += 1
+            return boxed_nop(graph, inputs)
+
+        return compiler
+
+    return aot_autograd(fw_compiler=counted("forward"), bw_compiler=counted("backward"))(gm, example_inputs)
 
 
 def _keep_records(size: int | None) -> None:
@@ -132,6 +159,12 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
     if refusals != len(account.refused()):
         out["a_records"].append(f"{refusals} limit refusals shown, Dynamo recorded {len(account.refused())}")
     out["a_records"] += overcounted(forward)
+    if account.graphs["forward"]:  # the code compiled with counting_backend: its backward graphs are known
+        backward = sum(r.compiles for r in rows if "(backward)" in r.function)
+        if backward != account.graphs["backward"]:
+            out["a_records"].append(
+                f"{backward} backward compiles shown, AOTAutograd compiled {account.graphs['backward']} backward graphs"
+            )
     breaks = sum(b.count for b in table.breaks)
     if breaks != len(account.graph_breaks()):
         out["b_breaks"].append(
