@@ -158,3 +158,27 @@ def test_a_recursion_over_a_python_tree_is_fixed_by_compiling_one_node_on_every_
             model(tree, torch.randn(5, 8), node)
     assert not any(r.limit_hit for r in fixed.table), fixed.table.to_text()
     assert fixed.table.total_compiles < w.table.total_compiles, (fixed.table.to_text(), w.table.to_text())
+
+
+def test_marks_on_an_images_height_and_width_are_one_fix_in_the_summary_applied_as_printed(dynamo):
+    """Multi-scale test-time augmentation, compiled with dynamic=False: the summary said the same 450-character
+    fix once per dimension. Now one line names both marks, and the marks applied as printed hold."""
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1).eval()
+    f = torch.compile(conv, backend="aot_eager", dynamic=False)
+    with tl.watch() as w, torch.no_grad():
+        for size in (16, 20, 24):
+            f(torch.randn(1, 3, size, size))
+    check_against_dynamo(w, dynamo, also=["size mismatch at index 3"])
+    (line,) = [s for s in w.table.summary() if s.startswith("  a tensor size changed")]
+    assert line.startswith("  a tensor size changed (2 compiles): ")
+    marks = "torch._dynamo.maybe_mark_dynamic(input, 2) and torch._dynamo.maybe_mark_dynamic(input, 3)"
+    assert marks in line and line.count("honoured with automatic dynamic off") == 1, line
+
+    torch._dynamo.reset()
+    with tl.watch() as w, torch.no_grad():
+        for size in (16, 20, 24):
+            image = torch.randn(1, 3, size, size)
+            torch._dynamo.maybe_mark_dynamic(image, 2)
+            torch._dynamo.maybe_mark_dynamic(image, 3)
+            f(image)
+    assert w.table.total_compiles == 1, w.table.to_text()

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from tpu_lab._report import banner_html
 from tpu_lab.compile.causes.cause import KIND_LABELS
 from tpu_lab.compile.causes.explain import LIMIT_RAISED_TEXT, LIMIT_TEXT
-from tpu_lab.compile.causes.joined import said_once
+from tpu_lab.compile.causes.joined import dims_joined, said_once
 from tpu_lab.compile.table_base import Cell, CompileTableBase, compiled_words, cut
 
 FUNCTION_WIDTH = 31  # characters of the function column in HTML: "Sequential.forward (backward) …"
@@ -216,21 +216,19 @@ class WatchTable(CompileTableBase):
                 f"torch._dynamo.reset() ran {self.resets} time(s) inside this watch: Dynamo forgot its graphs, "
                 "so compiles after it start afresh (still counted here)"
             )
-        fixes: Counter[tuple[str, str]] = Counter()
-        said: dict[tuple[str, str], str] = {}
+        fixes: Counter[tuple[str, str]] = Counter()  # (what is said of the cause, its fix) -> compiles
         for r in self.rows:
             for c in r.causes:
                 if c.kind not in ("first", "backward", "dynamic", "limit", "failed") and (c.count or c.guard):
-                    key = (c.kind if c.kind in KIND_LABELS else c.words, c.fix)
+                    key = (KIND_LABELS.get(c.kind, c.words), c.fix)
                     fixes[key] += c.count if c.guard else max(c.count, 1)  # 0: another cause of its compile
-                    said.setdefault(key, KIND_LABELS.get(c.kind, c.words))
         if fixes:
             lines.append("causes and fixes:")
             lines += [
-                f"  {said[k]} ({n} compile{'s' * (n > 1)}): {k[1] or 'no fix needed'}"
+                f"  {said} ({n} compile{'s' * (n > 1)}): {fix or 'no fix needed'}"
                 if n
-                else f"  {said[k]} (with another cause in the same compile): {k[1] or 'no fix needed'}"
-                for k, n in fixes.items()
+                else f"  {said} (with another cause in the same compile): {fix or 'no fix needed'}"
+                for (said, fix), n in dims_joined(fixes).items()
             ]
         notes = dict.fromkeys(c.fix for r in self.rows for c in r.causes if c.kind == "hooks" and not c.guard)
         lines += ["causes and fixes:"] * bool(notes and not fixes)
