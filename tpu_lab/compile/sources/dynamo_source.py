@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import dynamo_failures, dynamo_pins, listening, stack_place, wrappers
+from tpu_lab.compile.sources import dynamo_failures, dynamo_pins, dynamo_stance, listening, stack_place, wrappers
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
@@ -107,6 +107,7 @@ def _install() -> None:
     global _filtering
     if not _filtering:  # once: a decorated function enters its watch per call
         _filtering = True
+        dynamo_stance.install()
         logging.getLogger("torch._dynamo.convert_frame").addFilter(outside_dynamo(_limit_warning_filter))
         for name in QUIET_LOGGERS:
             logging.getLogger(name).addFilter(outside_dynamo(_break_warning_filter))

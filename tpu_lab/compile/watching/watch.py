@@ -21,7 +21,8 @@ from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.first_compile import EAGER_BACKWARD
-from tpu_lab.compile.sources import dynamo_breaks, frames, guarded, listening, tpu_source
+from tpu_lab.compile.causes.stances import stance_words
+from tpu_lab.compile.sources import dynamo_breaks, dynamo_stance, frames, guarded, listening, tpu_source
 from tpu_lab.compile.sources import dynamo_source as dynamo
 from tpu_lab.compile.sources.dynamo_dynamic import (
     baked_scalars,
@@ -33,6 +34,7 @@ from tpu_lab.compile.sources.dynamo_dynamic import (
 from tpu_lab.compile.sources.dynamo_pins import pins_of
 from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
+from tpu_lab.compile.sources.dynamo_stance import StanceSet
 from tpu_lab.compile.sources.eager_backward import compiled_with_forward
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
@@ -73,6 +75,9 @@ class Watch:
         self._records: list[Any] = []  # taken at each compile: Dynamo keeps only its newest 64 records
         self._break_marker = dynamo_breaks.graph_break_marker()
         self._resets_before = dynamo.resets
+        self._stances: list[StanceSet] = []  # the unusual compiler stances in force while the watch was open
+        self._stance_mark: int | None = None  # where the stances set since the outermost entry start
+        self._thread = threading.get_ident()  # the thread that entered it, where set_stance is heard
         self._tpu = tpu_source.for_this_process() if tpu is None or tpu else None
         self._tpu_before = self._tpu.snapshot() if self._tpu else None
         self.on_tpu = bool(tpu) or self._tpu is not None
@@ -83,6 +88,9 @@ class Watch:
 
     def __enter__(self) -> Watch:
         with self._lock:
+            if self._stance_mark is None:
+                self._stance_mark, self._thread = dynamo_stance.mark(), threading.get_ident()
+                self._stances += filter(None, [dynamo_stance.current()])
             self._scopes.append(dynamo.add_listener(self._on_compile))
         return self
 
@@ -95,6 +103,9 @@ class Watch:
         with self._lock:
             self._scopes.remove(scope)
             dynamo.remove_listener(scope)
+            if not self._scopes and self._stance_mark is not None:
+                self._stances = self._stances_now()
+                self._stance_mark = None
 
     def __call__(self, fn: Callable) -> Callable:
         """Decorate ``fn``: every call runs inside this watch and is counted per input signature."""
@@ -281,9 +292,16 @@ class Watch:
         self.poll()
         with self._lock:
             rows, breaks = self._fold.frozen()
+            stances = tuple(stance_words(s) for s in self._stances_now())
         return WatchTable(
-            rows, breaks, dynamo.resets - self._resets_before, tuple(self._fold.timeline), self._elsewhere
+            rows, breaks, dynamo.resets - self._resets_before, tuple(self._fold.timeline), self._elsewhere, stances
         )
+
+    def _stances_now(self) -> list[StanceSet]:
+        """The unusual stances in force so far, each once (a decorated function sets its stance per call)."""
+        heard = dynamo_stance.heard_since(self._stance_mark, self._thread) if self._stance_mark is not None else []
+        unusual = [s for s in [*self._stances, *heard] if s.stance != dynamo_stance.DEFAULT or s.backend]
+        return list(dict.fromkeys(s._replace(thread=0) for s in unusual))
 
     @property
     def total_compiles(self) -> int:

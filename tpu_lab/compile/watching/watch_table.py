@@ -128,6 +128,9 @@ class WatchTable(CompileTableBase):
     """One point per compile."""
     elsewhere: int = 0
     """Graphs Dynamo compiled meanwhile where the watch was not listening (other threads, between its blocks)."""
+    stances: tuple[str, ...] = ()
+    """Each compiler stance other than the default in force during the watch (``torch.compiler.set_stance``),
+    in words: the calls it ran eagerly or made raise leave no record in Dynamo."""
     HEADER = ("function", "inputs", "calls", "compiles", "compile s", "why it compiled", "Dynamo's guard", "fix")
     # One line per row at notebook width: the guard and the fix (and whatever a cut hides) are in the row's
     # disclosure under "why it compiled", and each distinct fix also closes the summary.
@@ -216,6 +219,7 @@ class WatchTable(CompileTableBase):
                 f"torch._dynamo.reset() ran {self.resets} time(s) inside this watch: Dynamo forgot its graphs, "
                 "so compiles after it start afresh (still counted here)"
             )
+        lines += self.stances
         fixes: Counter[tuple[str, str]] = Counter()  # (what is said of the cause, its fix) -> compiles
         for r in self.rows:
             for c in r.causes:
@@ -277,6 +281,7 @@ class WatchTable(CompileTableBase):
             "limit_hit": self.limit_hit,
             "resets": self.resets,
             "elsewhere": self.elsewhere,
+            "stances": list(self.stances),
             "total_compiles": self.total_compiles,
             "from_cache": self.from_cache,
         }
