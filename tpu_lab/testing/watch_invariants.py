@@ -26,6 +26,7 @@ _INTERNAL = re.compile(
     r"torch_dynamo_resume_in_|___stack\d|\(\d{9,}, |the value carried over the graph break(?=[.\[])|\bthe carried value\b|\b_*stack\d+_\d|\bL\[['\"]|\bG\[['\"]|\b(?P<star>\w+)(?:\[\d+\]|\[['\"])|\bGB\d{4}\b|/(?:site|dist)-packages/|\b___\w+"
 )
 _PLACEHOLDER = re.compile(r"\bthe carried value\b|the value carried over the graph break(?=[.\[])")
+_CONVERTER = "torch._dynamo.convert_frame"
 _STARRED = ("args", "kwargs")  # a wrapper's *args/**kwargs: internal unless the user's own function takes them
 
 
@@ -39,6 +40,7 @@ class DynamoAccount:
     """The graphs ``counting_backend`` compiled while this account was open."""
     _first: Any = None
     _handler: Any = None
+    _converter: tuple[int, bool] = (logging.NOTSET, True)
 
     def __enter__(self) -> DynamoAccount:
         import torch
@@ -58,14 +60,22 @@ class DynamoAccount:
         torch._logging.set_logs(recompiles=True, graph_breaks=True)
         for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
             logging.getLogger(name).addHandler(self._handler)
+        converter = logging.getLogger(_CONVERTER)  # its INFO soft failures: a function it would not start on
+        self._converter = (converter.level, converter.propagate)
+        converter.setLevel(logging.INFO)
+        converter.propagate = False  # heard here, not printed
+        converter.addHandler(self._handler)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import torch
         from torch._dynamo.utils import get_compilation_metrics
 
-        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
+        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks", _CONVERTER):
             logging.getLogger(name).removeHandler(self._handler)
+        converter = logging.getLogger(_CONVERTER)
+        converter.setLevel(self._converter[0])
+        converter.propagate = self._converter[1]
         _open.remove(self)
         torch._logging.set_logs()
         found = list(get_compilation_metrics())
@@ -82,7 +92,19 @@ class DynamoAccount:
         return [r for r in self.records if r.has_guarded_code and getattr(r, "is_forward", True) and not _nothing(r)]
 
     def failed(self) -> list[Any]:
-        return [r for r in self.records if (_failed(r) and not _limit(r)) or _nothing(r)]
+        return [r for r in self.records if (_failed(r) and not _limit(r)) or _nothing(r)] + self.unconverted()
+
+    def unconverted(self) -> list[logging.LogRecord]:
+        """Functions Dynamo would not start compiling (a generator): no compilation record, only its soft-failure
+        log, with an error that never passed through a compile (which would have given it a ``compile_id``)."""
+        return [
+            r
+            for r in self.logs
+            if r.name == _CONVERTER
+            and r.getMessage().startswith("WON'T CONVERT")
+            and r.exc_info
+            and not hasattr(r.exc_info[1], "compile_id")
+        ]
 
     def refused(self) -> list[Any]:
         return [r for r in self.records if _limit(r)]
@@ -154,7 +176,7 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
     if compiles != len(account.compiled()):
         out["a_records"].append(f"{compiles} compiles shown, Dynamo recorded {len(account.compiled())} graphs")
     if failed != len(account.failed()):
-        reasons = [str(r.fail_reason).splitlines()[0] for r in account.failed()]
+        reasons = [str(getattr(r, "fail_reason", None) or r.getMessage()).splitlines()[0] for r in account.failed()]
         out["a_records"].append(f"{failed} failed compiles shown, Dynamo recorded {len(account.failed())}: {reasons}")
     if refusals != len(account.refused()):
         out["a_records"].append(f"{refusals} limit refusals shown, Dynamo recorded {len(account.refused())}")

@@ -23,7 +23,7 @@ from tpu_lab.compile.causes.branch_origin import (
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch
+from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
@@ -63,6 +63,7 @@ _SOURCELESS_WORDS = (
     r"Dynamo cannot trace the \1 it meets inside a value made outside the compiled code (a generator such as "
     r"model.parameters() passed in): it has no input path to guard it by"
 )
+_DENSE = re.compile(r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs")
 _FX_DUMP = re.compile(r"FakeTensor|\bargs=\(|\bkwargs=\{|\btarget=")
 _SETTING = re.compile(r"(?:^|(?<=\. ))(Set torch\.[\w.]+\s*=\s*\w+[^.]*)\.?")
 
@@ -81,6 +82,9 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
     lines = [line.strip() for line in text.strip().splitlines()]
     skip = ("Encountered graph break", "Graph Break Reason", "Failed to handle graph break", "Graph break")
     first = next((line for line in lines if line and not line.startswith(skip)), "")
+    backend = re.fullmatch(r"backend='([^']+)' raised:", first)
+    if backend and (after := [line for line in lines[lines.index(first) + 1 :] if line]):
+        first = f"the {backend[1]} backend raised {after[0]}"  # its error is on the next line
     explanation = next(
         (line.split("Explanation:", 1)[1].strip() for line in lines if line.startswith("Explanation:")), ""
     )
@@ -242,16 +246,11 @@ def _break_words(
     if generator and not cause.fix:  # a generator passed in (torch 2.13 words it so): a list traces
         fix = "pass a list in place of a generator (list(model.parameters())), or call it outside the compiled function"
         cause = dataclasses.replace(cause, fix=fix)
-    dense = re.search(
-        r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs", cause.words
-    )
-    if dense:  # the op behind .item(), int(t) and a 0-d tensor used as an index
+    if dense := _DENSE.search(cause.words):  # the op behind .item(), int(t) and a 0-d tensor used as an index
         said = "a tensor's value is read back as a Python number here (.item(), int(t), or a 0-d tensor as an index)"
         cause = dataclasses.replace(cause, words=cause.words.replace(dense[0], said))
-    if "does not support sparse Tensors" in cause.words:  # Dynamo's hint (fullgraph=False) is already the case
-        cause = dataclasses.replace(cause, fix=SPARSE_FIX)
-    if "`Tensor.backward()`" in cause.words:
-        cause = dataclasses.replace(cause, fix=TRAINING_STEP_FIX)
+    for said, fix in (("does not support sparse Tensors", SPARSE_FIX), ("`Tensor.backward()`", TRAINING_STEP_FIX)):
+        cause = dataclasses.replace(cause, fix=fix) if said in cause.words else cause  # Dynamo's hints do not help
     if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
         cause = dataclasses.replace(
             cause,
@@ -299,6 +298,7 @@ def _break_words(
         cause = dataclasses.replace(cause, words=words)
     if not library:
         return cause
+    setting = ""
     if "graph_break()" in reason or "User-inserted graph break" in reason or cause.kind == "disabled":
         fix = "none on your side: the library breaks the graph there on purpose"
         own = f"{library.split('/')[0]}'s own code breaks the graph on purpose (a graph_break() call at {library})"
@@ -308,17 +308,19 @@ def _break_words(
         fix = "it is in library code: call it outside the compiled function, or accept the break"
         # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
-        setting = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
-        capture = re.search(r"torch\._dynamo\.config\.capture_\w+", setting[0]) if setting else None
+        configs = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
+        capture = re.search(r"torch\._dynamo\.config\.capture_\w+", configs[0]) if configs else None
         if capture:  # it traces this one call; the library's code after it may break again on the value
             fix += f"; {capture[0]} = True traces this one call, and helps only where the library's code after it "
             fix += "does not branch on the value"
-        elif setting:
-            fix = f"{setting[0]}; or {fix.removeprefix('it is in library code: ')}"
+        elif configs:
+            fix = f"{configs[0]}; or {fix.removeprefix('it is in library code: ')}"
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
-        fix = avoided_by_argument(library) or config_switch(library, cause.words) or fix  # is_causal=True, LayerDrop
-    return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code)", fix=fix)
+        special = avoided_by_argument(library) or config_switch(library, cause.words)  # is_causal=True, LayerDrop
+        setting, behind = ("", "") if special else setting_behind(library, code)  # a setting's default avoids it
+        fix = special or behind or fix
+    return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code{setting})", fix=fix)
 
 
 SPARSE_FIX = (

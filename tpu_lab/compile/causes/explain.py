@@ -232,7 +232,6 @@ def _next_values(
         return name, held
     if source in {local_name(d) for d in dynamic}:
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
-        words += "; the earlier graph was for 0 or 1, which Dynamo compiles apart" if _WAS_01.search(words) else ""
         fix = "none needed: later values reuse this graph"
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
     # Dynamo's 0/1 specialisation of an argument (or its item), which automatic dynamic makes dynamic after it;
@@ -251,9 +250,6 @@ def _next_values(
             fix = static_number_fix(name)
         return name, dataclasses.replace(cause, words=words, fix=fix)
     return name, cause
-
-
-_WAS_01 = re.compile(r"^Python int \S+ changed \(was [01]\)")  # Dynamo's 0/1 rule made that earlier graph
 
 
 def capture_causes(

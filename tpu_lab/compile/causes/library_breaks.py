@@ -6,9 +6,12 @@ branch there, so the setting only moves the break). Text in, a fix out."""
 
 from __future__ import annotations
 
+import ast
 import linecache
 import re
+from typing import Any
 
+from tpu_lab.compile.causes.source_file import parsed_file
 from tpu_lab.compile.sources.packages import torch_folder, unshortened
 
 _AVOIDED = {  # torch's function the break is in -> the argument that skips its read of tensor data
@@ -53,3 +56,141 @@ def config_switch(library: str, words: str) -> str:
         "no draw is made and the layers compile in one graph; keep it above 0 only where that regularisation is "
         "worth the breaks"
     )
+
+
+def setting_behind(library: str, code: str) -> tuple[str, str]:
+    """(words, fix) for a break at ``library`` (a file:line as a break names it) that the library reaches only
+    under a setting the user chose: an argument of its function (``error_if_nonfinite``) or an attribute its
+    module was built with (``self.momentum is None``) in an ``if`` around the line, or before it in the line's
+    own ``and``; where that setting's default avoids the branch, the fix is the default. ``code``: the user's
+    line, which may pass it. ("", "") elsewhere."""
+    m = re.fullmatch(r"(?P<path>.+\.py):(?P<line>\d+)", library)
+    file = unshortened(m["path"]) if m else ""
+    tree = parsed_file(file) if file else None
+    if tree is None or m is None:
+        return "", ""
+    line = int(m["line"])
+    spans = [n for n in ast.walk(tree) if _spans(n, line)]
+    function = next((n for n in reversed(spans) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)), None)
+    if function is None:
+        return "", ""
+    for test, holds in _conditions(function, line):
+        for part in _and_parts(test, line) if holds else [test]:
+            said = _setting_fix(tree, function, part if holds else ast.UnaryOp(ast.Not(), part), code)
+            if said:
+                return said
+    return "", ""
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    return getattr(node, "lineno", 0) <= line <= (getattr(node, "end_lineno", 0) or 0)
+
+
+def _conditions(function: ast.AST, line: int) -> list[tuple[ast.expr, bool]]:
+    """The ``if`` tests around ``line`` in ``function``, innermost first: (test, True) where the line runs
+    when it holds (its body, or later in the test itself), (test, False) in its ``else``."""
+    found = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and _spans(node, line):
+            body = node.body[0].lineno <= line <= (node.body[-1].end_lineno or 0)
+            orelse = bool(node.orelse) and node.orelse[0].lineno <= line
+            if body or _spans(node.test, line) or orelse:
+                found.append((node.test, not orelse or body))
+    return sorted(found, key=lambda t: -t[0].lineno)
+
+
+def _and_parts(test: ast.expr, line: int) -> list[ast.expr]:
+    """The parts of ``test`` that hold where ``line`` runs, innermost first: all of an ``and``, or, where the
+    line is the test's own (it broke there), those before its last call (short-circuit: ``flag and
+    torch.isnan(x).any()`` reads the tensor only where ``flag`` holds)."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    calls = [i for i, p in enumerate(parts) if any(isinstance(n, ast.Call) for n in ast.walk(p))]
+    if _spans(test, line) and calls:
+        parts = parts[: calls[-1]]
+    return parts[::-1]
+
+
+_SIMPLE = (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.UnaryOp)
+
+
+def _setting_fix(tree: ast.Module, function: ast.AST, test: ast.expr, code: str) -> tuple[str, str] | None:
+    """Where ``test`` reads one setting (an argument of ``function`` or ``self.<name>``) and its default makes
+    ``test`` false: (words, fix)."""
+    if not all(isinstance(n, (*_SIMPLE, ast.Not, ast.Load, ast.cmpop)) for n in ast.walk(test)):
+        return None
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    attributes = {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)}
+    args = function.args  # type: ignore[attr-defined]
+    if attributes and names == {"self"} and len(attributes) == 1 and "training" not in attributes:
+        (name,) = attributes
+        default = _init_default(tree, name)
+        where = f"the module's {name}, as it was built"
+    elif len(names) == 1 and not attributes and (name := names.pop()) in _defaults(args):
+        default, where = _defaults(args)[name], f"the argument {name}"
+    else:
+        return None
+    if default is _NONE or _holds(test, name, default):
+        return None
+    shown = ast.unparse(test)
+    passed = re.search(rf"\b{name}\s*=\s*([^,()]+)", code)
+    yours = f"; your line passes {name}={passed[1].strip()}" if passed else ""
+    words = f", reached only where {shown} holds: {where}{yours}"
+    fix = (
+        f"{name}={default!r} (its default) avoids this branch and its break: "
+        + (
+            f"pass {name}={default!r}"
+            if where.startswith("the argument")
+            else f"build it with {name}={default!r}, or set .{name} = {default!r} before compiling"
+        )
+        + " if you can do without what that setting turns on; else call it outside the compiled function, or accept the break"
+    )
+    return words, fix
+
+
+_NONE = object()  # no default known
+
+
+def _defaults(args: ast.arguments) -> dict[str, Any]:
+    """A function's parameters that have a literal default -> that default."""
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
+    pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+    out = {}
+    for arg, default in pairs:
+        try:
+            out[arg.arg] = ast.literal_eval(default)
+        except ValueError:
+            continue
+    return out
+
+
+def _init_default(tree: ast.Module, name: str) -> Any:
+    """The default of the ``__init__`` parameter ``name`` in ``tree`` (the module's own setting), else _NONE."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__" and name in (found := _defaults(node.args)):
+            return found[name]
+    return _NONE
+
+
+def _holds(test: ast.expr, name: str, value: Any) -> bool:
+    """Whether ``test`` holds with its one setting ``name`` at ``value`` (an unknown form counts as holding)."""
+
+    def value_of(node: ast.expr) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name | ast.Attribute):
+            return value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not value_of(node.operand)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            left, right = value_of(node.left), value_of(node.comparators[0])
+            compare = {ast.Is: lambda: left is right, ast.IsNot: lambda: left is not right}
+            compare |= {ast.Eq: lambda: left == right, ast.NotEq: lambda: left != right}
+            if type(node.ops[0]) in compare:
+                return compare[type(node.ops[0])]()
+        raise ValueError(name)
+
+    try:
+        return bool(value_of(test))
+    except ValueError:
+        return True

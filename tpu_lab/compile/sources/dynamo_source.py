@@ -19,7 +19,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tpu_lab.compile.sources import dynamo_failures, dynamo_pins, dynamo_stance, listening, stack_place, wrappers
+from tpu_lab.compile.sources import (
+    dynamo_failures,
+    dynamo_pins,
+    dynamo_stance,
+    dynamo_unconverted,
+    listening,
+    stack_place,
+    wrappers,
+)
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
@@ -59,6 +67,7 @@ def add_listener(listener: Listener) -> listening.Scope:
     scope = listening.open_scope(listener)
     with _lock:
         _install()
+    dynamo_unconverted.listen()
     return scope
 
 
@@ -66,6 +75,7 @@ def remove_listener(scope: listening.Scope) -> None:
     # The callback stays installed: it keeps each function's last inputs current (a stack walk per
     # compile, nothing per call), so the next watch can compare with them.
     listening.close_scope(scope)
+    dynamo_unconverted.done()
 
 
 def ensure_installed() -> None:
@@ -108,7 +118,7 @@ def _install() -> None:
     if not _filtering:  # once: a decorated function enters its watch per call
         _filtering = True
         dynamo_stance.install()
-        logging.getLogger("torch._dynamo.convert_frame").addFilter(outside_dynamo(_limit_warning_filter))
+        logging.getLogger(dynamo_unconverted.LOGGER).addFilter(outside_dynamo(_convert_frame_filter))
         for name in QUIET_LOGGERS:
             logging.getLogger(name).addFilter(outside_dynamo(_break_warning_filter))
 
@@ -129,12 +139,17 @@ def _break_warning_filter(record: logging.LogRecord) -> bool:
     return not (watching and record.levelno >= logging.WARNING and "Graph break" in str(record.msg))
 
 
-def _limit_warning_filter(record: logging.LogRecord) -> bool:
-    # Inside a watch the recompile-limit warning becomes a row of its table (function, inputs, last
-    # reason), not raw text above it.
+def _convert_frame_filter(record: logging.LogRecord) -> bool:
+    """Dynamo's converter log: a function it would not start compiling, and the recompile-limit warning,
+    become rows of a watch's table (not raw text above it); the rest passes as the user's logging asks."""
     listeners = listening.listeners_here()
+    hearing = [listener for listener in listeners if getattr(listener, "hears_limit", True)]  # not no_recompiles
+    if hearing and (found := dynamo_unconverted.heard(record)):
+        unconverted = _capture(found[1].compile_id, dynamo_unconverted.TRIGGER, found[0], ())
+        for listener in hearing:
+            listener(unconverted)
     if not listeners or not str(record.msg).startswith("torch._dynamo hit config."):
-        return True
+        return dynamo_unconverted.passes(record)
     local = _compile_locals()
     frame: Any = local.get("frame")
     if not (hasattr(frame, "f_code") and hasattr(frame, "f_locals")):
@@ -143,9 +158,8 @@ def _limit_warning_filter(record: logging.LogRecord) -> bool:
     one_graph = bool(local.get("one_graph"))
     capture = capture._replace(limit=limit_words(limit_of(record)), limit_value=limit_of(record), fullgraph=one_graph)
     capture = capture._replace(raises=limit_raises(one_graph))
-    for listener in listeners:
-        if getattr(listener, "hears_limit", True):
-            listener(capture)
+    for listener in hearing:
+        listener(capture)
     return False
 
 

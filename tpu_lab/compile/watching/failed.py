@@ -14,6 +14,7 @@ from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
+from tpu_lab.compile.causes.operator_failures import operator_fix, operator_words
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
@@ -112,9 +113,10 @@ def failed_compile(
         return FailedCompile(words, "", fix, cause, "", raises=True)
     elif kind not in _FALLS_BACK and not _suppressed(record):  # an error, not a break: Dynamo re-raises it
         after = f" after {'; '.join(c.words for c in recompile)}" if recompile else ""
-        words = f"compile of {name} failed{at}{after}: {cause.words}; the call raised {kind}"
+        inside = operator_words(trace.operator) if trace else ""
+        words = f"compile of {name} failed{at}{after}: {cause.words}{inside}; the call raised {kind}"
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
-        fix = _HOP_FIXES.get(next((k for k in _HOP_FIXES if k in reason), ""), fix)
+        fix = operator_fix(trace.operator if trace else "", reason) or fix
         fix = _fake_fix(no_fake[1]) if no_fake else fix
         fix = fix or (_TRANSFORM_FIX if library.startswith("torch/_functorch/") else "")
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
@@ -144,6 +146,7 @@ def failed_compile(
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
     logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and not cap.fullgraph
+    logged = logged and getattr(record, "logged_as_break", True)  # not a function Dynamo would not start on
     break_at = (where or f"{short_path(file)}:{line}") if logged and file else ""
     if logged and not file and cap.function.filename:  # a backend's failure: Dynamo logs it at the function
         break_at = frames.where_label(cap.function.filename, cap.function.line)
@@ -218,12 +221,6 @@ _TRANSFORM_FIX = (  # a compiled function passed into an eager transform is not 
 )
 
 # torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
-_HOP_FIXES = {
-    "do not support input mutation": "the branches of torch.cond (or the body of torch.while_loop) may not change "
-    "their inputs in place: return the new value as an output instead, or update it outside",
-    "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
-    "return a copy (x.clone())",
-}
 
 _NO_FAKE = re.compile(r"Please use `([\w.]+)\.register_fake`")
 

@@ -35,6 +35,8 @@ from tpu_lab.compile.sources.dynamo_pins import pins_of
 from tpu_lab.compile.sources.dynamo_records import is_failed, is_limit_refusal
 from tpu_lab.compile.sources.dynamo_source import LIMIT_TRIGGER
 from tpu_lab.compile.sources.dynamo_stance import StanceSet
+from tpu_lab.compile.sources.dynamo_unconverted import TRIGGER as UNCONVERTED
+from tpu_lab.compile.sources.dynamo_unconverted import record_of
 from tpu_lab.compile.sources.eager_backward import compiled_with_forward
 from tpu_lab.compile.sources.frames import Capture, FunctionKey
 from tpu_lab.compile.sources.tpu_source import CompileEvent
@@ -183,6 +185,7 @@ class Watch:
                     events.append(self._safely(cap, "refused", partial(self._fold_limit, cap)))
                     continue
                 record = dynamo.take_record(by_id.get(cap.compile_id, []), backward="BACKWARD" in cap.trigger.upper())
+                record = record_of(cap.compile_id) if cap.trigger == UNCONVERTED else record  # Dynamo made none
                 if record is None and now - cap.at < PENDING_SECONDS:
                     waiting.append(cap)
                 elif record is not None and is_failed(record) and not is_limit_refusal(record):

@@ -1,0 +1,36 @@
+"""A compile that failed inside a higher-order operator (torch.cond, torch.while_loop, ...), in words: where in
+the operator it failed (its backward, its tracing of a branch) and what that operator asks of the functions it
+is given, as the fix."""
+
+from __future__ import annotations
+
+# Dynamo's own words for what an operator rejects -> the fix
+TEXT_FIXES = {
+    "do not support input mutation": "the branches of torch.cond (or the body of torch.while_loop) may not change "
+    "their inputs in place: return the new value as an output instead, or update it outside",
+    "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
+    "return a copy (x.clone())",
+}
+
+_BACKWARD_FIXES = {
+    "cond": "torch.cond traces the backward of both branches, which needs their outputs to match: make both "
+    "branches return tensors of the same shape and dtype (pad or project the smaller one), or call it under "
+    "torch.no_grad() where no gradient flows through it",
+}
+
+
+def operator_words(operator: str) -> str:
+    """``cond.py:358 in backward`` -> ``inside torch.cond's backward (torch/_higher_order_ops/cond.py:358)``."""
+    if not operator:
+        return ""
+    place, _, function = operator.partition(" in ")
+    name = place.split(".py", 1)[0]
+    return f", inside torch.{name}'s {function} (torch/_higher_order_ops/{place})"
+
+
+def operator_fix(operator: str, reason: str) -> str:
+    """The fix for a failure inside ``operator`` (``cond.py:358 in backward``), or for Dynamo's ``reason``."""
+    if found := next((k for k in TEXT_FIXES if k in reason), ""):
+        return TEXT_FIXES[found]
+    place, _, function = operator.partition(" in ")
+    return _BACKWARD_FIXES.get(place.split(".py", 1)[0], "") if function == "backward" else ""
