@@ -318,7 +318,8 @@ def _break_words(
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
         special = avoided_by_argument(library) or config_switch(library, cause.words)  # is_causal=True, LayerDrop
-        setting, behind = ("", "") if special else setting_behind(library, code)  # a setting's default avoids it
+        generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
+        setting, behind = setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code{setting})", fix=fix)
 

@@ -129,7 +129,9 @@ def _setting_fix(tree: ast.Module, function: ast.AST, test: ast.expr, code: str)
         default, where = _defaults(args)[name], f"the argument {name}"
     else:
         return None
-    if default is _NONE or _holds(test, name, default):
+    optional = isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.IsNot)  # an input given or not: data
+    flag = isinstance(test, ast.Name | ast.Attribute | ast.UnaryOp) and not isinstance(default, bool)
+    if default is _NONE or optional or flag or _holds(test, name, default):
         return None
     shown = ast.unparse(test)
     passed = re.search(rf"\b{name}\s*=\s*([^,()]+)", code)
