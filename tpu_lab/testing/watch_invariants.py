@@ -95,16 +95,15 @@ class DynamoAccount:
         return [r for r in self.records if (_failed(r) and not _limit(r)) or _nothing(r)] + self.unconverted()
 
     def unconverted(self) -> list[logging.LogRecord]:
-        """Functions Dynamo would not start compiling (a generator): no compilation record, only its soft-failure
-        log, with an error that never passed through a compile (which would have given it a ``compile_id``)."""
-        return [
-            r
-            for r in self.logs
-            if r.name == _CONVERTER
-            and r.getMessage().startswith("WON'T CONVERT")
-            and r.exc_info
-            and not hasattr(r.exc_info[1], "compile_id")
-        ]
+        """Functions Dynamo would not start compiling (a generator): its soft-failure log names one that has no
+        compilation record at all (a compile that failed or was refused has its own record)."""
+        recorded = {(r.co_name, r.co_filename, int(r.co_firstlineno or 0)) for r in self.records}
+        out = []
+        for r in self.logs:
+            m = re.match(r"WON'T CONVERT (\S+) (.+) line (\d+)", r.getMessage()) if r.name == _CONVERTER else None
+            if m and (m[1], m[2], int(m[3])) not in recorded:
+                out.append(r)
+        return out
 
     def refused(self) -> list[Any]:
         return [r for r in self.records if _limit(r)]

@@ -198,6 +198,37 @@ def tensor_drawn(cause: Cause, code: str) -> Cause:
     return dataclasses.replace(cause, words=f"{cause.words}: a random tensor drawn on the line", fix=RANDOM_BRANCH_FIX)
 
 
+NUMPY_SAID = "data-dependent branching on a NumPy value"
+_GRAPH_INPUT = re.compile(r"graph input \(L_(?P<name>\w+)\)")
+
+
+def numpy_branch(cause: Cause, reason: str, code: str) -> Cause:
+    """A data-dependent branch on a NumPy value (``if self.drop_prob == 0.:`` where ``drop_prob`` is an
+    ``np.float64`` from ``np.linspace``): Dynamo traces NumPy arrays and scalars as tensors, so the branch is on
+    tensor data though the code holds no tensor there; named by the condition's own name for it, with the fix
+    at its source. Any other cause comes back as it is."""
+    if "NumpyNdarrayVariable" not in reason:
+        return cause
+    m = _COND.match(code)
+    flat = [n["name"].lower() for n in _GRAPH_INPUT.finditer(reason)]  # L_self_modules_block_drop_prob
+    names = re.findall(r"(?<![\w.])[A-Za-z_][\w.]*", (m["cond"] or m["loop"] or "") if m else "")
+    held = [
+        n
+        for n in names
+        if any(f == n.lower().replace(".", "_") or f.endswith("_" + n.split(".")[-1].lower()) for f in flat)
+    ]
+    who = held[0] if held else "a value in the condition"
+    words = (
+        f"{NUMPY_SAID}: {who} is NumPy data (an array, or a NumPy scalar such as "
+        "np.float64 from np.linspace), which Dynamo traces as a tensor, so this if/while branches on tensor data"
+    )
+    fix = (
+        f"make {held[0] if held else 'it'} a Python number where it is set (float(...) of a NumPy scalar, .item() of "
+        f"a one-element array): Dynamo then reads a number, not tensor data, and the break goes; or {cause.fix}"
+    )
+    return dataclasses.replace(cause, words=words, fix=fix)
+
+
 RANDOM_LOOP_FIX = (
     "make the branch branchless (keep = torch.rand(()) >= p, then h = torch.where(keep, layer(h), h): one graph, "
     "every layer computed), or compile the loop's body (each layer) and keep the loop and its draws eager; "

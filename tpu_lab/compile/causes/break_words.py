@@ -10,6 +10,7 @@ import re
 from tpu_lab.compile.causes.branch_origin import (
     CHECK_FIX,
     CONTROL_FIX,
+    NUMPY_SAID,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
     RANDOM_VALUE_FIX,
@@ -19,10 +20,11 @@ from tpu_lab.compile.causes.branch_origin import (
     controls_python,
     enclosing_loop,
     feeds_bookkeeping,
+    numpy_branch,
     only_raises,
     tensor_drawn,
 )
-from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
@@ -182,7 +184,7 @@ def _break_words(
             words = f"{cause.words}, computed from line {line}: {origin}{drawn}"
             fix = (RANDOM_LOOP_FIX if enclosing_loop(*at)[0] else RANDOM_BRANCH_FIX) if drawn else cause.fix
             cause = dataclasses.replace(cause, words=words, fix=fix)  # a draw per layer: LayerDrop's loop fix
-        cause = tensor_drawn(cause, code) if not origin else cause
+        cause = numpy_branch(tensor_drawn(cause, code), inner, code) if not origin else cause
         if (again := branched_again(code, *at)) and cause.fix == BRANCH_FIX:  # gamma = ... if ...; if gamma > 0:
             cause = dataclasses.replace(cause, fix=f"{BRANCH_FIX}, {again}")
         if only_raises(*at):
@@ -269,7 +271,7 @@ def _break_words(
             fix="expected; keep the disabled call out of hot loops (call it less often, or outside the compiled "
             "function) if the split costs time, else accept the break",
         )
-    ours = cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX)
+    ours = cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX) and NUMPY_SAID not in cause.words
     scalar = re.search(
         r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|operator `range` with argument types \['Tensor", reason
     )
@@ -322,9 +324,3 @@ def _break_words(
         setting, behind = setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code{setting})", fix=fix)
-
-
-SPARSE_FIX = (
-    "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
-    "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
-)

@@ -178,3 +178,9 @@ KIND_LABELS = {
     "optimizer_state": "the optimizer's state was created",
 }
 """A short label per guard family, for the summary under a table."""
+
+
+SPARSE_FIX = (
+    "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
+    "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
+)

@@ -70,7 +70,7 @@ def size_words(
             "parameter_shape",
             f"parameter {name} has another shape (dimension {i}: {a} -> {b}): another parameter, or a model of another size",
             g,
-            PARAMETER_FIX,
+            MODULE_PARAMETER_FIX if name.startswith("self.") else PARAMETER_FIX,
         )
     if name.startswith("self.") and not name.startswith("self.cache"):  # not passed in: the module keeps it
         return Cause(
@@ -140,7 +140,17 @@ def size_words(
     dynamic = f"mark the dimension dynamic before the first call (torch._dynamo.maybe_mark_dynamic({name}, {i}))"
     if not re.fullmatch(r"[A-Za-z_][\w.]*(?:\[(?:\d+|'[\w.-]*')\])*(?:\.[A-Za-z_]\w*)*", name):
         # not an expression the user can write (a cache keyed by a device object): nothing to mark, pad instead
-        dynamic = "nothing to mark: it is built inside the compiled code; pad what it is built from to a few sizes"
+        dynamic = (
+            "nothing to mark: it is built inside the compiled code; where its size follows an input, pad that input to "
+            "a few sizes; where it follows the data (nonzero, a masked selection), keep it at a fixed size (a fixed "
+            "number of slots, padded, with a mask of which are used)"
+        )
+        if "1" in (a, b) or "0" in (a, b):  # built from the data (nonzero, a routing): padding its source is no help
+            dynamic = (
+                "nothing to mark: it is built inside the compiled code, and sizes 0 and 1 always compile graphs of "
+                "their own (Dynamo's 0/1 rule), so each costs one graph at most; to avoid even those, keep it at a "
+                "fixed size (a fixed number of slots, padded, with a mask of which are used)"
+            )
     elif (inputs or {}).get(name, "").startswith("ndarray"):  # Dynamo builds a tensor from it each call
         dynamic = (
             f"pass torch.from_numpy({name}) where the code takes a tensor too, and mark that tensor dynamic before the "
@@ -239,6 +249,13 @@ PARAMETER_FIX = (
     "one function called on each parameter (a per-parameter optimizer update), compiles a graph per shape; "
     "torch._dynamo.config.force_parameter_static_shapes = False lets shapes share a graph, or update every "
     "parameter in one call (torch._foreach_add_ and the other _foreach ops, over lists)"
+)
+
+MODULE_PARAMETER_FIX = (  # the module's own layer replaced by one of another size: a sweep, not an update
+    "expected once per model configuration: the module now holds a layer of another size, and Dynamo keeps a "
+    "parameter's shape static, so each configuration compiles a graph of its own (a sweep: torch._dynamo.reset() "
+    "between configurations frees the old graphs); torch._dynamo.config.force_parameter_static_shapes = False "
+    "lets shapes share a graph only where nothing else about the module changed"
 )
 
 

@@ -30,6 +30,7 @@ from tpu_lab.compile.causes.guard_values import (
     tensor_type_words,
     value_words,
 )
+from tpu_lab.compile.causes.held_numbers import tuple_words
 from tpu_lab.compile.sources.packages import USER, package_of
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
@@ -301,7 +302,7 @@ def words(
         now = (inputs or {}).get(n := local_name(m["name"]), "")  # shown by its items now: a sequence
         now = now or ("sequence" if any(k.startswith(f"{n}[") for k in inputs or {}) else "")
         return value_words(m["name"], m["value"], g, tpu or static, now, caller)
-    return Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
+    return tuple_words(g) or Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
 
 
 def _size_now(description: str, dim: int) -> str:
@@ -320,8 +321,9 @@ def _short(where: str) -> str:
 
 
 def _sequences(name: str, inputs: Mapping[str, str]) -> bool:
-    """``name`` (``seqs[0]``) is an item of the user's list whose items are all 1-D tensors: token sequences,
-    each of its own length (a wrapper's ``args[0]`` is no such list; a batch's tuple holds a 2-D input)."""
+    """``name`` (``seqs[0]``) is an item of the user's list whose items are all 1-D tensors of lengths of their
+    own: token sequences (a wrapper's ``args[0]`` is no such list; a batch's tuple holds a 2-D input; items
+    all of one length, as DLRM's per-table index lists, change together: a batch, not ragged items)."""
     item = re.fullmatch(r"((?!args\b|kwargs\b)[\w.]+)\[\d+\]", name)
     items = [d for n, d in inputs.items() if item and re.fullmatch(rf"{re.escape(item[1])}\[\d+\]", n)]
-    return bool(items) and all(re.match(r"^\w+\[\d+\]", d) for d in items)
+    return len(set(items)) > 1 and all(re.match(r"^\w+\[\d+\]", d) for d in items)

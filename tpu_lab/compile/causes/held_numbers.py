@@ -154,3 +154,22 @@ def module_int_fix(name: str) -> str:
         f"makes {name} dynamic after one recompile (where torch needs one fixed value there, each value stays a "
         f"graph: then {few})"
     )
+
+
+_TUPLE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>\((?:[-\w.'\" ]+, )*[-\w.'\" ]*\))$")
+
+
+def tuple_words(g: str) -> Cause | None:
+    """A tuple of Python constants that changed (``self.pad.padding == (0, 8)``: a layer's padding, a kernel
+    size): Dynamo keeps it as a constant, so each value is a graph of its own; None for other guards."""
+    if (m := _TUPLE.match(g.strip())) is None:
+        return None
+    name = local_name(m["name"])
+    words = f"tuple {name} changed (was {m['value']}): Dynamo keeps a tuple of constants in the graph, so each new value compiles a graph of its own"
+    fix = (
+        f"expected once per value of {name}, a setting of the module (a layer's padding, a kernel size): a sweep "
+        "compiles a graph per configuration (torch._dynamo.reset() between configurations frees the old ones)"
+        if name.startswith("self.")
+        else f"keep {name} to a few values; where its numbers change every call, pass them in a tensor"
+    )
+    return Cause("value", words, g, fix)

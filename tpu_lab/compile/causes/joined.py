@@ -11,6 +11,7 @@ from typing import Any
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import derived_joined, derived_key
 from tpu_lab.compile.causes.guard_sizes import (
+    MODULE_PARAMETER_FIX,
     PARAMETER_FIX,
     PREFILL_DECODE_FIX,
     STATIC_WORDS,
@@ -41,7 +42,7 @@ def followers_joined(causes: list[Cause]) -> list[Cause]:
     """A size change that follows the KV cache's length (the attention mask spans the cache), or a size or
     rank change that follows a parameter's (its gradient, its optimizer state), is part of that cause, not
     one of its own: its guard joins the leader's."""
-    lead = next((c for c in causes if c.kind == "cache_length" or c.fix == PARAMETER_FIX), None)
+    lead = next((c for c in causes if c.kind == "cache_length" or c.fix in (PARAMETER_FIX, MODULE_PARAMETER_FIX)), None)
     change = _CHANGE.search(lead.words) if lead else None
     if lead is None or change is None:
         return causes

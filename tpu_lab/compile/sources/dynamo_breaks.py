@@ -145,5 +145,24 @@ def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], 
     for index, item in enumerate(found[start:], start):
         stack = list(getattr(item, "user_stack", None) or [])
         heard = _unresumable(stack, index) if str(item.reason) == "step_unsupported" else None
-        out.append(heard or GraphBreak(str(item.reason), *break_location(stack)))
+        taken = heard or GraphBreak(str(item.reason), *break_location(stack))
+        out.append(taken._replace(reason=_in_full(taken)))
     return out, (id(found), len(found), dynamo_source.resets)
+
+
+_FULL: dict[tuple[str, int], str] = {}  # the newest full reason at each place (bounded)
+
+
+def _in_full(found: GraphBreak) -> str:
+    """A break's reason, in full where Dynamo kept only its short form this time (``generic_jump
+    NumpyNdarrayVariable()``: a break repeated at one place) and kept it in full there before."""
+    place = (found.filename, found.line)
+    if "Explanation:" in found.reason:
+        if len(_FULL) > 1024:
+            _FULL.clear()
+        _FULL[place] = found.reason
+        return found.reason
+    short = found.reason.strip()
+    before = _FULL.get(place, "")
+    kind = short.rsplit(" ", 1)[-1]  # the traced value's kind, which the full text's debug context names too
+    return before if short and "\n" not in short and kind.endswith(")") and kind in before else found.reason

@@ -34,6 +34,8 @@ class Unconverted(NamedTuple):
     has_guarded_code: bool = False
     logged_as_break: bool = False
     """Dynamo logs no graph break for it (TORCH_LOGS=graph_breaks is silent)."""
+    reached_from: tuple[str, int] = ("", 0)
+    """The user's own line running when Dynamo met it (library code called from there, eagerly)."""
 
 
 _lock = threading.Lock()
@@ -93,6 +95,7 @@ def heard(record: logging.LogRecord) -> tuple[Any, Unconverted] | None:
             code.co_name,
             code.co_filename,
             code.co_firstlineno,
+            reached_from=_users_line(),
         )
         _records[made.compile_id] = made
         while len(_records) > _KEEP:
@@ -110,6 +113,16 @@ def _inside_a_compile(error: BaseException) -> bool:
         f.name == "_compile" and f.filename.endswith("convert_frame.py")
         for f in traceback.extract_tb(error.__traceback__)
     )
+
+
+def _users_line() -> tuple[str, int]:
+    """(file, line) of the innermost frame of the user's own code on this thread's stack."""
+    from tpu_lab.compile.sources.packages import is_library
+
+    f: Any = sys._getframe(2)
+    while f is not None and is_library(f.f_code.co_filename):
+        f = f.f_back
+    return (f.f_code.co_filename, f.f_lineno) if f is not None else ("", 0)
 
 
 def _converting_frame() -> Any:

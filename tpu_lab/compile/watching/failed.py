@@ -88,6 +88,8 @@ def failed_compile(
             if not is_library(cap.function.filename)
             else f"none needed: {package_of(cap.function.filename)}'s own code, with no tensor work here, runs eagerly"
         )
+        if cap.function.resumes_at:  # the rest of a function after a break: often just its return
+            fix = f"none needed: what is left of {name} has no tensor work (it returns, or does Python bookkeeping)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
     earlier = (breaks_at or {}).get(where) if reason.startswith(_REBUILD) else None
@@ -126,6 +128,13 @@ def failed_compile(
             f"recompile failed{at} ({cause.words}) after {'; '.join(c.words for c in recompile)}: no graph "
             f"for these inputs, and from now on every call of {name} that matches no compiled graph runs eagerly"
         )
+    elif (reached := getattr(record, "reached_from", ("", 0)))[0] and is_library(cap.function.filename):
+        words = (
+            f"not compiled: Dynamo gave up on {name}{at}: {cause.words}; it runs eagerly, as the code around it does"
+        )
+        call = whole_statement(linecache.getline(reached[0], reached[1]).strip())
+        fix = f"none needed: library code, met while your line {frames.where_label(*reached)} ({call}) ran eagerly"
+        return FailedCompile(words, "", fix, cause, "")
     else:
         eager = "it runs eagerly on every call"
         if _in_loop(reason, file, line) and cap.function.resumes_at:  # the part after the break, loop included
