@@ -217,16 +217,33 @@ def numpy_branch(cause: Cause, reason: str, code: str) -> Cause:
         for n in names
         if any(f == n.lower().replace(".", "_") or f.endswith("_" + n.split(".")[-1].lower()) for f in flat)
     ]
+    held = held or _compared((m["cond"] or m["loop"] or "") if m else "")  # the short reason names no input
     who = held[0] if held else "a value in the condition"
     words = (
-        f"{NUMPY_SAID}: {who} is NumPy data (an array, or a NumPy scalar such as "
-        "np.float64 from np.linspace), which Dynamo traces as a tensor, so this if/while branches on tensor data"
+        f"{NUMPY_SAID}: {who} is NumPy data (an array, or a NumPy scalar such as an "
+        "np.float64 item of an array), which Dynamo traces as a tensor, so this if/while branches on tensor data"
     )
     fix = (
         f"make {held[0] if held else 'it'} a Python number where it is set (float(...) of a NumPy scalar, .item() of "
         f"a one-element array): Dynamo then reads a number, not tensor data, and the break goes; or {cause.fix}"
     )
     return dataclasses.replace(cause, words=words, fix=fix)
+
+
+def _compared(condition: str) -> list[str]:
+    """The one name ``condition`` compares with a constant (``self.drop_prob == 0.0``), where there is one."""
+    try:
+        tree = ast.parse(condition.strip(), mode="eval")
+    except SyntaxError:
+        return []
+    found = [
+        ast.unparse(n.left)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare)
+        and isinstance(n.left, ast.Name | ast.Attribute)
+        and all(isinstance(c, ast.Constant) for c in n.comparators)
+    ]
+    return found if len(found) == 1 else []
 
 
 RANDOM_LOOP_FIX = (

@@ -88,7 +88,7 @@ def failed_compile(
             if not is_library(cap.function.filename)
             else f"none needed: {package_of(cap.function.filename)}'s own code, with no tensor work here, runs eagerly"
         )
-        if cap.function.resumes_at:  # the rest of a function after a break: often just its return
+        if cap.function.resumes_at and not is_library(cap.function.filename):  # the rest after a break: a return
             fix = f"none needed: what is left of {name} has no tensor work (it returns, or does Python bookkeeping)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
