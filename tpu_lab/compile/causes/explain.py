@@ -114,16 +114,10 @@ def causes_of(
     now = dict(signature) | {local_name(source): d for source, d in subjects}  # what the guards checked, now
     per_graph: dict[str, list[Cause]] = {}
     for graph in dict.fromkeys(f.graph for f in failures):
-        found = [
-            (
-                f,
-                _in_words(
-                    f, tpu=tpu, static=static, cache=cache, pinned=pinned, caller=caller, inputs=now, pipeline=pipeline
-                ),
-            )
-            for f in failures
-            if f.graph == graph
-        ]
+        sizes = (guard_words.TENSOR_MISMATCH.search(f.guard) for f in failures if f.graph == graph)
+        changes = frozenset((local_name(m["name"]), m["a"], m["b"]) for m in sizes if m and m["what"] == "size")
+        how = {"tpu": tpu, "static": static, "cache": cache, "pinned": pinned, "caller": caller, "inputs": now}
+        found = [(f, _in_words(f, **how, pipeline=pipeline, changes=changes)) for f in failures if f.graph == graph]
         per_graph[graph] = [
             dataclasses.replace(
                 c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)

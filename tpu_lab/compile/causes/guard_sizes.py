@@ -301,3 +301,16 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
 
 
 # as a row describes a tensor (``value_text.describe``)
+
+
+def ragged(name: str, inputs: Mapping[str, str], changes: frozenset[tuple[str, str, str]] = frozenset()) -> bool:
+    """``name`` (``seqs[0]``) is an item of the user's list whose items are all 1-D tensors of lengths of their
+    own (token sequences): lengths that differ now, or that changed differently (5 -> 4 beside 3 -> 4). A
+    wrapper's ``args[0]`` is no such list, nor a batch's tuple holding a 2-D input; items of one length that
+    change together (DLRM's per-table index lists) are a batch, not ragged items."""
+    item = re.fullmatch(r"((?!args\b|kwargs\b)[\w.]+)\[\d+\]", name)
+    mine = rf"{re.escape(item[1])}\[\d+\]" if item else ""
+    items = [d for n, d in inputs.items() if mine and re.fullmatch(mine, n)]
+    moved = {(a, b) for n, a, b in changes if mine and re.fullmatch(mine, n)}
+    one_d = bool(items) and all(re.match(r"^\w+\[\d+\]", d) for d in items)
+    return one_d and (len(set(items)) > 1 or len(moved) > 1)

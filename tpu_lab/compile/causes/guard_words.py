@@ -17,6 +17,7 @@ from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slo
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
     is_parameter,
+    ragged,
     rank_fix,
     size_value_words,
     size_words,
@@ -111,11 +112,13 @@ def words(
     caller: str = "",
     inputs: Mapping[str, str] | None = None,
     pipeline: bool = False,
+    changes: frozenset[tuple[str, str, str]] = frozenset(),
 ) -> Cause:
     """One failed guard in words, with the fix for this backend (``cache``: the KV cache's class;
     ``pinned``: ``name/dim`` the user marked static with ``torch._dynamo.mark_static``; ``caller``: the
     library that called the compiled function (``pipeline``: from inside a transformers pipeline);
-    ``inputs``: the new call's inputs, described by name)."""
+    ``inputs``: the new call's inputs, described by name; ``changes``: (name, was, now) of every size that
+    changed in this compile)."""
     g, at = f.guard, f.where
     if (m := TENSOR_MISMATCH.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
@@ -128,7 +131,7 @@ def words(
     if m:
         return (
             size_words(
-                m, g, tpu, static, cache, caller, pipeline, _sequences(local_name(m["name"]), inputs or {}), inputs
+                m, g, tpu, static, cache, caller, pipeline, ragged(local_name(m["name"]), inputs or {}, changes), inputs
             )
             if m["what"] == "size"
             else layout_words(
@@ -318,12 +321,3 @@ def _short(where: str) -> str:
 
     path, _, line = where.rpartition(":")
     return where_label(path, int(line)) if line.isdigit() else where
-
-
-def _sequences(name: str, inputs: Mapping[str, str]) -> bool:
-    """``name`` (``seqs[0]``) is an item of the user's list whose items are all 1-D tensors of lengths of their
-    own: token sequences (a wrapper's ``args[0]`` is no such list; a batch's tuple holds a 2-D input; items
-    all of one length, as DLRM's per-table index lists, change together: a batch, not ragged items)."""
-    item = re.fullmatch(r"((?!args\b|kwargs\b)[\w.]+)\[\d+\]", name)
-    items = [d for n, d in inputs.items() if item and re.fullmatch(rf"{re.escape(item[1])}\[\d+\]", n)]
-    return len(set(items)) > 1 and all(re.match(r"^\w+\[\d+\]", d) for d in items)
