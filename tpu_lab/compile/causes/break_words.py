@@ -52,7 +52,7 @@ def clean(text: str) -> str:
     text = _REPR.sub(lambda m: m[1].rsplit(".", 1)[-1].removeprefix("<locals>"), text)
     text = _ADDRESS.sub(lambda m: f"a {m[1].rsplit('.', 1)[-1]}", text)
     text = _PATH.sub(lambda m: short_path(m[1]), text)
-    text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text)
+    text = re.sub(r"\s*Message: None\.?|\s*\(reason: None\)", "", text.replace("\\n", " "))  # an error's repr
     text = re.sub(r"\s*\(unhinted: [^)]*\)\.?\s*(?:\(Size-like symbols: [^)]*\))?", "", text)  # sympy's internals
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
@@ -243,7 +243,7 @@ def _break_words(
             )
         cause = dataclasses.replace(cause, fix=fix)
     cause = shape_op_said(dataclasses.replace(cause, words=carried_call(cause.words, code)), code, at, library)
-    cause = with_rnn_cost(cause)
+    cause = with_rnn_cost(cause, code)
     generator = _SOURCELESS_WORDS[-30:] in cause.words or "over `UserDefinedObjectVariable(generator)`" in cause.words
     if generator and not cause.fix:  # a generator passed in (torch 2.13 words it so): a list traces
         fix = "pass a list in place of a generator (list(model.parameters())), or call it outside the compiled function"

@@ -18,8 +18,20 @@ PACKED_RNN_FIX = (
 )
 
 
-def with_rnn_cost(cause: Cause) -> Cause:
-    """``cause`` with allow_rnn's cost said beside it, where its fix offers that setting."""
+def with_rnn_cost(cause: Cause, code: str = "") -> Cause:
+    """``cause`` with allow_rnn's cost said beside it, where its fix offers that setting; a value read from an RNN
+    module on the user's line ``code`` (``self.lstm.input_size``), which Dynamo cannot pass on, in words."""
+    read = re.search(r"(\w+(?:\.\w+)*\.(?:lstm|gru|rnn)\w*)\.(\w+)", code, re.I)
+    if "Missing `as_proxy()`" in cause.words and read:  # Dynamo does not trace the RNN module: its attributes neither
+        words = (
+            f"{read[0]} is read from an RNN module, which Dynamo does not trace (allow_rnn is off), so it cannot pass "
+            "that value on into the graph"
+        )
+        fix = (
+            f"set torch._dynamo.config.allow_rnn = True before the first call (the RNN is then unrolled over time "
+            f"steps: {RNN_COST}), or keep {read[2]} as a plain int on your own module and read that"
+        )
+        return dataclasses.replace(cause, words=words, fix=fix)
     if "allow_rnn=True" not in cause.fix:
         return cause
     return dataclasses.replace(cause, fix=f"{cause.fix} (the RNN is then unrolled over time steps: {RNN_COST})")

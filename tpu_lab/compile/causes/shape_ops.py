@@ -96,6 +96,10 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
             "on its shape): there the graph breaks again, or the compile raises GuardOnDataDependentSymNode"
         )
     words = cause.words
-    if public := torch_function(name):  # the torch function an ATen op serves: aten._unique2 is torch.unique
+    public = torch_function(name)  # the torch function an ATen op serves: aten._unique2 is torch.unique
+    if name == "nonzero" and "nonzero" not in code and "where(" not in code and re.search(r"\w\[[^\]]", code):
+        public = "indexing by a boolean mask (x[mask])"  # the line indexes by a mask: torch runs nonzero for it
+        words = words.replace(shaped[0], f"{public} ({shaped[1]}): its output's shape depends on the mask's data")
+    elif public:
         words = words.replace(shaped[0], f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data")
     return dataclasses.replace(cause, words=words, fix=fix)
