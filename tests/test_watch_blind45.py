@@ -88,3 +88,28 @@ def test_an_errors_escaped_newlines_are_never_printed_as_backslash_n():
     reason = r"RuntimeError when making fake tensor call: CUDA error: driver too old\nSearch for `cudaError'\nDone."
     said = graph_break_words(reason).words
     assert "\\n" not in said and "driver too old Search for" in said, said
+
+
+class PosEmbed(torch.nn.Module):  # DINO's interpolate_pos_encoding: a grid of position embeddings resized
+    def __init__(self, by_size=False):
+        super().__init__()
+        self.grid, self.by_size = torch.nn.Parameter(torch.randn(1, 4, 8, 8)), by_size
+
+    def forward(self, x):
+        w0, h0 = x.shape[-2] // 4 + 0.1, x.shape[-1] // 4 + 0.1
+        if self.by_size:  # the fix as printed: sizes, not a float computed from them
+            return torch.nn.functional.interpolate(self.grid, size=(int(w0), int(h0)), mode="bilinear")
+        return torch.nn.functional.interpolate(self.grid, scale_factor=(w0 / 8, h0 / 8), mode="bilinear")
+
+
+def test_a_scale_factor_computed_from_the_image_size_is_held_per_size_and_passing_sizes_holds():
+    sizes = (32, 48, 40, 56, 64)
+    f = torch.compile(PosEmbed(), backend="eager")
+    table = watched(lambda: [f(torch.randn(1, 3, s, s)) for s in sizes])
+    held = [c for r in table.rows for c in r.causes if c.words.startswith("a float computed from a size changed")]
+    assert held and all("torch takes it as one fixed value there (a scale factor)" in c.words for c in held)
+    assert held[0].fix.startswith("pass the op sizes, not a float computed from them (F.interpolate(size=(h, w))")
+    per_size = table.total_compiles
+
+    fixed = torch.compile(PosEmbed(by_size=True), backend="eager")
+    assert watched(lambda: [fixed(torch.randn(1, 3, s, s)) for s in sizes]).total_compiles < per_size

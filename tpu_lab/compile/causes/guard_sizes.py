@@ -277,7 +277,7 @@ def is_parameter(raw: str, g: str) -> bool:
     return "Guard failed on a parameter" in g or "._parameters[" in raw
 
 
-_HELD = re.compile(r"^(?P<expr>.+[-+*/%].+) == (?P<n>-?\d+)$")  # ((T + 3) // 4) == 2; never a plain size
+_HELD = re.compile(r"^(?P<expr>.+[-+*/%].+) == (?P<n>-?\d+(?:\.\d+)?)$")  # ((T + 3) // 4) == 2; never a plain size
 
 
 def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None:
@@ -288,6 +288,17 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
     m = _HELD.match(g.strip())
     if m is None or "size()" not in m["expr"] or re.search(r"\b(?:if|while|assert)\b|[=!<>]=|[<>]", code):
         return None
+    if "sym_float(" in m["expr"]:  # a float from a size that an op takes as one value: interpolate's scale_factor
+        return Cause(
+            "size_value",
+            f"a float computed from a size changed (the graph holds {bare(local_name(m['expr']))} == {m['n']}), "
+            f"set{line}: torch takes it as one fixed value there (a scale factor), so each size is a graph of its "
+            "own, even with dynamic shapes",
+            g,
+            "pass the op sizes, not a float computed from them (F.interpolate(size=(h, w)) in place of "
+            "scale_factor=), or keep to a few sizes",
+            at,
+        )
     return Cause(
         "size_value",
         f"a number computed from a size changed (the graph holds {bare(local_name(m['expr']))} == {m['n']}), set{line}: "
