@@ -131,3 +131,16 @@ def printed_setting_applied(setting):
     finally:
         held.clear()
         held.update(before)
+
+
+def watched_clean(run):
+    """``run`` inside a watch, from a fresh Dynamo, with every invariant checked against Dynamo's own account of
+    the same run (``tpu_lab.testing.watch_invariants``): (the table, the account)."""
+    import tpu_lab as tl
+    from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+
+    torch._dynamo.reset()
+    with DynamoAccount() as account, tl.watch() as w:
+        run()
+    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}, w.table.to_text()
+    return w.table, account

@@ -7,18 +7,12 @@ import logging
 
 import pytest
 import torch
+from _dynamo_oracle import watched_clean
 
 import tpu_lab as tl
 from tpu_lab.compile.sources import dynamo_unconverted
-from tpu_lab.testing.watch_invariants import DynamoAccount, violations
 
-
-def watched(run):
-    torch._dynamo.reset()
-    with DynamoAccount() as account, tl.watch() as w:
-        run()
-    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}, w.table.to_text()
-    return w.table, account
+watched = watched_clean
 
 
 def chunk_iter(inputs, chunk_len):  # transformers' ASR pipeline chunks audio with a generator like this

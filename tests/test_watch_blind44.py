@@ -8,17 +8,11 @@ are applied."""
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-import tpu_lab as tl
-from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+from _dynamo_oracle import watched_clean
 
 
 def watched(run):
-    torch._dynamo.reset()
-    with DynamoAccount() as account, tl.watch() as w:
-        run()
-    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}, w.table.to_text()
-    return w.table
+    return watched_clean(run)[0]
 
 
 def dispatch(x, routes):  # a Switch Transformer's routing: each expert's tokens, by nonzero

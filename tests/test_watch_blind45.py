@@ -4,17 +4,11 @@ boolean-mask indexing named as torch.nonzero, and CleanRL's recurrent PPO readin
 fixes applied."""
 
 import torch
-
-import tpu_lab as tl
-from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+from _dynamo_oracle import watched_clean
 
 
 def watched(run):
-    torch._dynamo.reset()
-    with DynamoAccount() as account, tl.watch() as w:
-        run()
-    assert violations(w.table, account) == {k: [] for k in violations(w.table, account)}, w.table.to_text()
-    return w.table
+    return watched_clean(run)[0]
 
 
 def multibox_loss(loc_data, conf_t):  # SSD's MultiBoxLoss: predictions and targets share the prior count
