@@ -107,3 +107,25 @@ def test_a_scale_factor_computed_from_the_image_size_is_held_per_size_and_passin
 
     fixed = torch.compile(PosEmbed(by_size=True), backend="eager")
     assert watched(lambda: [fixed(torch.randn(1, 3, s, s)) for s in sizes]).total_compiles < per_size
+
+
+def test_a_with_on_torchs_backend_settings_inside_is_fixed_by_entering_it_around_the_call():
+    def loss(x):  # wav2vec2's CTC loss: cuDNN switched off around the loss, inside the compiled forward
+        with torch.backends.cudnn.flags(enabled=False):
+            return (x * 2).sum()
+
+    f = torch.compile(loss, backend="eager")
+    table = watched(lambda: [f(torch.randn(4)) for _ in range(2)])
+    assert table.breaks and all(
+        b.fix.startswith("enter `with torch.backends.cudnn.flags(...)` around your call of the compiled function")
+        for b in table.breaks
+    ), table.breaks
+
+    inner = torch.compile(lambda x: (x * 2).sum(), backend="eager")
+
+    def around():  # the fix as printed
+        for _ in range(2):
+            with torch.backends.cudnn.flags(enabled=False):
+                inner(torch.randn(4))
+
+    assert watched(around).breaks == ()

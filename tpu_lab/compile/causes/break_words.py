@@ -25,7 +25,7 @@ from tpu_lab.compile.causes.branch_origin import (
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
-from tpu_lab.compile.causes.library_breaks import avoided_by_argument, config_switch, setting_behind
+from tpu_lab.compile.causes.library_breaks import avoided_by_argument, backend_context, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
@@ -253,6 +253,7 @@ def _break_words(
         cause = dataclasses.replace(cause, words=cause.words.replace(dense[0], said))
     for said, fix in (("does not support sparse Tensors", SPARSE_FIX), ("`Tensor.backward()`", TRAINING_STEP_FIX)):
         cause = dataclasses.replace(cause, fix=fix) if said in cause.words else cause  # Dynamo's hints do not help
+    cause = dataclasses.replace(cause, fix=switch) if (switch := backend_context(code)) else cause  # its own line
     if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
         cause = dataclasses.replace(
             cause,
@@ -319,7 +320,7 @@ def _break_words(
             fix = f"{configs[0]}; or {fix.removeprefix('it is in library code: ')}"
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
-        special = avoided_by_argument(library) or config_switch(library, cause.words)  # is_causal=True, LayerDrop
+        special = avoided_by_argument(library) or config_switch(library, cause.words) or backend_context(code)
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
         setting, behind = setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix

@@ -37,6 +37,19 @@ def avoided_by_argument(library: str) -> str:
     return ""
 
 
+def backend_context(code: str) -> str:
+    """The fix for a break at a ``with`` on one of torch's backend settings (``with
+    torch.backends.cudnn.flags(enabled=False):``, wav2vec2's CTC loss) inside the compiled code: enter it
+    around the call instead; '' for any other line."""
+    m = re.match(r"\s*with\s+(torch\.backends\.[\w.]+)\(", code)
+    if m is None:
+        return ""
+    return (
+        f"enter `with {m[1]}(...)` around your call of the compiled function, not inside it: Dynamo cannot trace "
+        "switching torch's backend settings, so it breaks the graph there"
+    )
+
+
 def config_switch(library: str, words: str) -> str:
     """The fix for a data-dependent branch at ``library`` (a file:line as a break names it) whose value
     (``words``: ``computed from line 739: skip = p < self.config.layerdrop``) compares a tensor draw made just
