@@ -64,16 +64,17 @@ class DynamoAccount:
         self._converter = (converter.level, converter.propagate)
         converter.setLevel(logging.INFO)
         converter.propagate = False  # heard here, not printed
-        converter.addHandler(self._handler)
+        converter.filters.insert(0, self._heard)  # first: before a watch's filter passes on only the user's level
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import torch
         from torch._dynamo.utils import get_compilation_metrics
 
-        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks", _CONVERTER):
+        for name in ("torch._dynamo", "torch._dynamo.__recompiles", "torch._dynamo.__graph_breaks"):
             logging.getLogger(name).removeHandler(self._handler)
         converter = logging.getLogger(_CONVERTER)
+        converter.removeFilter(self._heard)
         converter.setLevel(self._converter[0])
         converter.propagate = self._converter[1]
         _open.remove(self)
@@ -84,6 +85,11 @@ class DynamoAccount:
         self.records = found[start:]
         unique = {id(r): r for r in self.logs}  # one record may reach the handler through two loggers
         self.logs[:] = list(unique.values())
+
+    def _heard(self, record: logging.LogRecord) -> bool:  # a filter: keeps the converter's records, passes all
+        if record.levelno >= logging.INFO:
+            self.logs.append(record)
+        return True
 
     def messages(self, artifact: str) -> list[str]:
         return [r.getMessage() for r in self.logs if r.name.endswith(f".__{artifact}")]

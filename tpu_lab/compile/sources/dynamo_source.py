@@ -75,7 +75,6 @@ def remove_listener(scope: listening.Scope) -> None:
     # The callback stays installed: it keeps each function's last inputs current (a stack walk per
     # compile, nothing per call), so the next watch can compare with them.
     listening.close_scope(scope)
-    dynamo_unconverted.done()
 
 
 def ensure_installed() -> None:

@@ -34,9 +34,7 @@ _count = 0  # every stance ever heard: a watch's mark into _heard
 
 def current() -> StanceSet | None:
     """The stance in force now, where it is not the default one (None where it is)."""
-    from torch._dynamo import eval_frame
-
-    stance = getattr(eval_frame, "_stance", None)
+    stance = getattr(sys.modules.get("torch._dynamo.eval_frame"), "_stance", None)  # per watch entry: no import
     return _named(stance, "") if stance is not None and _unusual(stance) else None
 
 

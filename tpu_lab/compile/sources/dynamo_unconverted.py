@@ -1,13 +1,14 @@
 """A compiled function Dynamo would not start compiling at all (a generator, a coroutine: "Attempt to trace
 generator"). It leaves no compilation record and calls no callback, and from then on the function runs
 eagerly on every call. Its only trace is Dynamo's soft-failure log, ``WON'T CONVERT f train.py line 5`` with
-the error attached (INFO, on ``torch._dynamo.convert_frame``). That log is switched on while a watch listens;
-a filter on the logger itself hears it and passes on only what the user's own logging asked for (nothing new
-is printed). What Dynamo gave up on inside a compile has a record of its own and is not heard here. Part of
-the Dynamo source seam."""
+the error attached (INFO, on ``torch._dynamo.convert_frame``). That log is switched on at the first watch
+and left on; a filter on the logger itself hears it while a watch listens and passes on only what the
+user's own logging asks for (nothing new is printed). What Dynamo gave up on inside a compile has a record
+of its own and is not heard here. Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import threading
@@ -39,38 +40,36 @@ class Unconverted(NamedTuple):
 
 
 _lock = threading.Lock()
-_listening = 0
-_level_before = logging.NOTSET  # the logger's own level before ours (restored when the last watch closes)
-_passed = logging.NOTSET  # the lowest level the user's logging let through before ours was switched on
+_switched = False  # ours switched the log on (once, at the first watch: never per entry, which would cost per call)
 _records: dict[str, Unconverted] = {}  # bounded: the newest _KEEP
 _KEEP = 256
 _count = 0
 
 
 def listen() -> None:
-    """A watch opened: switch the log on (INFO) if it is off."""
-    global _listening, _level_before, _passed
-    log = logging.getLogger(LOGGER)
+    """A watch opened: switch the log on (INFO) if it is off. Left on after: setting a logger's level clears
+    every logger's cache, which a watch entered per call (a decorated function) would pay on each call."""
+    global _switched
+    log = _logger()
+    if log.isEnabledFor(logging.INFO):  # on (ours, or the user's own): cached by logging, cheap per entry
+        return
     with _lock:
-        if _listening == 0 and not log.isEnabledFor(logging.INFO):
-            _level_before, _passed = log.level, log.getEffectiveLevel()
-            log.setLevel(logging.INFO)
-        _listening += 1
+        log.setLevel(logging.INFO)
+        _switched = True
 
 
-def done() -> None:
-    """A watch closed: the log back as it was once none listens."""
-    global _listening, _passed
-    with _lock:
-        _listening = max(0, _listening - 1)
-        if _listening == 0 and _passed != logging.NOTSET:
-            logging.getLogger(LOGGER).setLevel(_level_before)
-            _passed = logging.NOTSET
+@functools.cache
+def _logger() -> logging.Logger:
+    return logging.getLogger(LOGGER)
 
 
 def passes(record: logging.LogRecord) -> bool:
-    """Whether the user's own logging asked for ``record`` (ours switched on: only what it let through before)."""
-    return _passed == logging.NOTSET or record.levelno >= _passed
+    """Whether the user's own logging asked for ``record``: with ours switched on, what the parent logger
+    (``torch._dynamo``, where TORCH_LOGS and set_logs set the level) lets through; else everything."""
+    log = _logger()
+    if not _switched or log.level != logging.INFO or log.parent is None:  # the user set this logger's own level
+        return True
+    return record.levelno >= log.parent.getEffectiveLevel()
 
 
 def heard(record: logging.LogRecord) -> tuple[Any, Unconverted] | None:

@@ -302,6 +302,8 @@ class Watch:
 
     def _stances_now(self) -> list[StanceSet]:
         """The unusual stances in force so far, each once (a decorated function sets its stance per call)."""
+        if not self._stances and self._stance_mark in (None, dynamo_stance.mark()):
+            return []  # the usual case, per entry of a decorated function: no stance set
         heard = dynamo_stance.heard_since(self._stance_mark, self._thread) if self._stance_mark is not None else []
         unusual = [s for s in [*self._stances, *heard] if s.stance != dynamo_stance.DEFAULT or s.backend]
         return list(dict.fromkeys(s._replace(thread=0) for s in unusual))
