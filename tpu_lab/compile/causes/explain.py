@@ -12,18 +12,20 @@ from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
+    RANK_FIX,
     STATIC_WORDS,
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import held_cause, placed, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
-from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged
+from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged, per_sample_list
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
 from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, renamed
 from tpu_lab.compile.sources.packages import USER, package_of
+from tpu_lab.compile.sources.stack_place import calling_library
 
 LIMIT_TEXT = (
     "recompile limit reached: Dynamo gave up on this function, so calls that need a new graph run "
@@ -123,12 +125,15 @@ def causes_of(
                 c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
             )
             for c in calling_style(
-                followers_joined(
-                    one_dict_change(
-                        none_not_shorter(
-                            merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
+                per_sample_list(
+                    followers_joined(
+                        one_dict_change(
+                            none_not_shorter(
+                                merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
+                            )
                         )
-                    )
+                    ),
+                    now,
                 )
             )
         ]
@@ -270,7 +275,8 @@ def capture_causes(
         baked=baked,
         compared=capture.compared,
     )
-    found = _read_by_library(found, package_of(capture.function.filename) if capture.function.filename else USER)
+    package = package_of(capture.function.filename) if capture.function.filename else USER
+    found = _read_by_library(found, package, calling_library(capture.callers))
     if not capture.function.name.startswith(RESUME):
         return found
     return in_resumed_frame(found, capture.function, capture.names)
@@ -279,9 +285,11 @@ def capture_causes(
 _HELD = re.compile(r"^compute what depends on (.+?) outside the compiled function and pass it in as a tensor")
 
 
-def _read_by_library(causes: list[Cause], package: str) -> list[Cause]:
+def _read_by_library(causes: list[Cause], package: str, caller: str) -> list[Cause]:
     """``causes`` of a library's compiled function (transformers' forward): a number its code reads as a plain
-    Python value (``int(L * (1 - self.config.mask_ratio))``) is no tensor the user could pass in its place."""
+    Python value (``int(L * (1 - self.config.mask_ratio))``) is no tensor the user could pass in its place; a
+    rank that changes where the library's own code called it (``caller``: torch's ``swa_update`` per parameter)
+    is none of the user's inputs."""
     if package in (USER, "tpu_lab"):
         return causes
     whose = f"{package}'" if package.endswith("s") else f"{package}'s"  # transformers' code, torch's code
@@ -292,6 +300,13 @@ def _read_by_library(causes: list[Cause], package: str) -> list[Cause]:
             "tensor in its place would not do; keep it to a few values, set before the first compiled call",
         )
         if (m := _HELD.match(c.fix))
+        else dataclasses.replace(
+            c,
+            fix=f"none needed: {whose} code passes it tensors of more than one rank (one call per parameter, say: a "
+            "weight, then a bias), none of them yours to reshape; Dynamo makes their sizes dynamic, so it settles "
+            "at a few graphs",
+        )
+        if c.fix == RANK_FIX and caller
         else c
         for c in causes
     ]

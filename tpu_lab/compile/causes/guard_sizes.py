@@ -269,7 +269,10 @@ def rank_fix(name: str, parameter: bool) -> str:
             f"the module's own {name} was made at another rank (a placeholder such as torch.empty(0) replaced by the "
             "real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
         )
-    return "expected once per rank; reshape inputs to one rank if this keeps changing"
+    return RANK_FIX
+
+
+RANK_FIX = "expected once per rank; reshape inputs to one rank if this keeps changing"
 
 
 def is_parameter(raw: str, g: str) -> bool:

@@ -61,6 +61,41 @@ def followers_joined(causes: list[Cause]) -> list[Cause]:
     return [joined if c is lead else c for c in causes if c not in follows]
 
 
+def per_sample_list(causes: list[Cause], now: dict[str, str]) -> list[Cause]:
+    """A list whose length changed with the batch dimension (2 -> 3 both: torchvision's ``image_sizes``, one
+    item per image) is one change: Dynamo fixes a list's length into the graph, so every batch size compiles a
+    graph of its own and marking the batch dimension dynamic saves nothing. ``now``: the new call's inputs."""
+    for c in causes:
+        m = _LENGTH.match(c.words) if c.kind == "length" else None
+        held = re.search(r"\blen=(\d+)", now.get(m[1], "")) if m else None
+        batch = next(
+            (
+                s
+                for s in causes
+                if m and held and s.kind == "size" and f"dimension 0 changed {m[2]} -> {held[1]}" in s.words
+            ),
+            None,
+        )
+        if m is None or held is None or batch is None:
+            continue
+        words = (
+            f"{batch.words.split(';')[0]}, and {m[1]} with it (one item per sample: length {m[2]} -> {held[1]}): "
+            "Dynamo fixes a list's length into the graph, so each batch size is a graph of its own, marked or not"
+        )
+        fix = (
+            "expected once per batch size: keep batch sizes few (pad the last batch to the full size, or "
+            "drop_last=True in the DataLoader); where the code only reads the values (no loop over the items), pass "
+            f"them as one tensor (torch.tensor({m[1]})) in place of the list, so sizes can share a graph; a mark on "
+            "the batch dimension saves nothing while the list is there"
+        )
+        joined = Cause("length", words, f"{batch.guard}\n{c.guard}", fix)
+        return [joined if x is batch else x for x in causes if x is not c]
+    return causes
+
+
+_LENGTH = re.compile(r"^(\S+) has a different length \(was (\d+)")
+
+
 _CHANGE = re.compile(r"\d+ -> \d+|\d+ dimensions?, was \d+")
 
 

@@ -209,3 +209,9 @@ def _holds(test: ast.expr, name: str, value: Any) -> bool:
         return bool(value_of(test))
     except ValueError:
         return True
+
+
+LIBRARY_COMPILED = (  # torch.compile(swa_model.update_parameters): nothing to edit, and nothing gained
+    "none that makes it compile: {name} is {package}'s code, which Dynamo gives up on, so it runs eagerly as if "
+    "uncompiled; drop the torch.compile around it and compile your own code (the model, your step) instead"
+)

@@ -84,3 +84,18 @@ def stand_in_call(stack: Sequence[Any], file: str, first_line: int) -> tuple[int
         if re.search(rf"\b{re.escape(name)}\s*\(", text.split("#")[0]):
             return n, builtin
     return 0, ""
+
+
+def calling_library(callers: Sequence[tuple[str, int, str]]) -> str:
+    """The package whose own code called the compiled function (``callers``, nearest first, as ``callers``
+    gives them), '' where the user's code did: the plumbing between (a module's ``__call__``, a no_grad
+    decorator, contextlib, tpu_lab's own listeners) is passed over, never taken for the caller."""
+    for file, _, _ in callers:
+        package = package_of(file)
+        plumbing = package in ("tpu_lab", "stdlib") or (package == "torch" and _PLUMBING.search(file) is not None)
+        if not plumbing:
+            return "" if package == USER else package
+    return ""
+
+
+_PLUMBING = re.compile(r"[\\/]torch[\\/](?:_utils_internal|utils[\\/]_contextlib|nn[\\/]modules[\\/]module)\.py$")

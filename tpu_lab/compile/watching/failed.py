@@ -14,6 +14,7 @@ from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
+from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.operator_failures import operator_fix, operator_words
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
@@ -152,6 +153,8 @@ def failed_compile(
             "outside the compiled function"
         )
         cause = dataclasses.replace(cause, fix=fix)  # its graph break says the same
+    if library and not recompile and is_library(cap.function.filename) and not stack_place.calling_library(cap.callers):
+        fix = LIBRARY_COMPILED.format(name=name, package=package_of(cap.function.filename))  # the user compiled it
     guard = "\n".join(c.guard for c in recompile if c.guard)  # Dynamo's guards only; its reason is in the words
     # Dynamo logs an unsupported construct as a graph break (not an error inside an op, nor fullgraph's raise)
     logged = getattr(record, "fail_type", "") in ("Unsupported", "UserError") and not cap.fullgraph

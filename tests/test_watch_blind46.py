@@ -1,0 +1,71 @@
+"""tl.watch() checked blind, forty-sixth round (and what the forty-fifth left): a per-image list whose length
+follows the batch (torchvision's ``image_sizes``), torch's own ``swa_update`` called per parameter, and a
+library function compiled directly that Dynamo gives up on. Each is checked against Dynamo's own account, with
+the printed fixes applied."""
+
+import torch
+from _dynamo_oracle import watched_clean
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+def anchors(images, image_sizes):  # torchvision's AnchorGenerator: a per-image list beside the batch
+    return images.sum() + sum(h * w for h, w in image_sizes)
+
+
+def _batch(n):
+    return torch.randn(n, 3, 8, 8), [(8, 8)] * n
+
+
+def test_a_list_with_one_item_per_sample_is_the_batch_change_and_a_mark_is_said_to_save_nothing():
+    f = torch.compile(anchors, backend="eager")
+    table = watched(lambda: [f(*_batch(n)) for n in (2, 3, 4)])
+    cause = next(c for r in table.rows for c in r.causes if "one item per sample" in c.words)
+    assert cause.words.startswith("images dimension 0 changed 2 -> 3, and image_sizes with it (one item per sample")
+    assert "a mark on the batch dimension saves nothing" in cause.fix and "drop_last=True" in cause.fix
+    assert not any(c.kind == "size" for r in table.rows for c in r.causes)  # never a mark offered for it
+    assert table.total_compiles == 3
+
+    def marked():  # what the old fix offered: the mark saves nothing, as the words say
+        for n in (2, 3, 4):
+            images, sizes = _batch(n)
+            torch._dynamo.maybe_mark_dynamic(images, 0)
+            f(images, sizes)
+
+    torch._dynamo.reset()
+    assert watched(marked).total_compiles == 3
+
+    def as_tensor():  # the fix as printed: the values as one tensor, sizes then share a graph
+        g = torch.compile(lambda images, sizes: images.sum() + sizes.prod(1).sum(), backend="eager")
+        for n in (2, 3, 4):
+            images, sizes = _batch(n)
+            g(images, torch.tensor(sizes))
+
+    assert watched(as_tensor).total_compiles == 2
+
+
+def test_torchs_own_per_parameter_update_is_never_told_to_reshape_and_its_direct_compile_is_told_to_drop():
+    from torch.optim.swa_utils import AveragedModel
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    swa = AveragedModel(model)
+    update = torch.compile(swa.update_parameters, backend="eager")  # the SWA docs' loop, its update compiled
+    table = watched(lambda: [update(model) for _ in range(3)])
+    ranks = [c for r in table.rows for c in r.causes if c.kind == "rank"]
+    assert ranks and all(
+        c.fix.startswith("none needed: torch's code passes it tensors of more than one rank") for c in ranks
+    )
+    (row,) = [r for r in table.rows if r.failed and r.function.startswith("update_parameters")]
+    (failed,) = [c for c in row.causes if c.kind == "failed"]
+    assert failed.fix.startswith(
+        "none that makes it compile: update_parameters is torch's code, which Dynamo gives up on"
+    )
+
+
+def test_a_rank_change_in_a_library_module_the_user_calls_is_still_the_users_input():
+    f = torch.compile(torch.nn.Linear(4, 4), backend="eager")  # torch's forward, called by the user
+    table = watched(lambda: [f(torch.randn(2, 4)), f(torch.randn(2, 3, 4))])
+    (cause,) = [c for r in table.rows for c in r.causes if c.kind == "rank"]
+    assert cause.fix == "expected once per rank; reshape inputs to one rank if this keeps changing"
