@@ -69,3 +69,14 @@ def test_a_rank_change_in_a_library_module_the_user_calls_is_still_the_users_inp
     table = watched(lambda: [f(torch.randn(2, 4)), f(torch.randn(2, 3, 4))])
     (cause,) = [c for r in table.rows for c in r.causes if c.kind == "rank"]
     assert cause.fix == "expected once per rank; reshape inputs to one rank if this keeps changing"
+
+
+def test_the_value_a_chained_comparison_carries_over_its_break_is_its_middle_operand_never_the_assigned_name():
+    @torch.compile(backend="eager")
+    def euler_step(x, sigmas, i, s_tmin=0.05, s_tmax=50.0):  # k-diffusion's sample_euler, one step
+        gamma = 0.5 if s_tmin <= sigmas[i] <= s_tmax else 0.0
+        return x * (gamma + 1)
+
+    table = watched(lambda: euler_step(torch.randn(4), torch.linspace(10, 0.1, 6), 0))
+    (resumed,) = [r for r in table.rows if "after the graph break" in r.function and "sigmas[i]" in r.signature]
+    assert "gamma" not in resumed.signature, resumed.signature

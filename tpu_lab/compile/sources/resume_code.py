@@ -102,6 +102,10 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
             out[name] = short_call(pending[i])
     if call and not _assigned(call, line):
         out[slots[-1][1]] = short_call(call)
+    elif (branch := _at_branch(code) if slots else None) is not None:  # a chained comparison's operands
+        out.update(
+            {n: short_call(b) for (_, n), b in zip(slots[-len(branch) :], branch, strict=False)} if branch else {}
+        )
     elif (call or len(slots) == 1) and (one := re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::[^=]+)?=(?!=)", line)):
         out[slots[-1][1]] = one[1]  # ptr = int(self.queue_ptr), self.rng = get_rng_state(): by the name it is given
     return {k: v for k, v in out.items() if v and v.isprintable()}
@@ -210,14 +214,44 @@ def _assigned(call: str, line: str) -> bool:
 
 
 def _breaking_call(code: Any) -> str:
-    """The source of the call the break stopped at. Dynamo's copy of the code before the resume point has
-    lost its columns, so the call is read in the original function's code, matched from the end (the code
-    after the break is copied unchanged); none where the two do not match."""
+    """The source of the call the break stopped at; none where it stopped at something else."""
+    call, original = _before_resume(code)
+    where = call.positions if call is not None and call.opname in _BREAKING_OPS else None
+    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
+        return ""
+    line = linecache.getline(original.co_filename, where.lineno).encode()
+    text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
+    return text if 0 < len(text) <= 300 and text.isprintable() else ""  # a long one named short (_short)
+
+
+def _at_branch(code: Any) -> list[str] | None:
+    """Where the break stopped at a jump on a tensor's value (``if s_tmin <= sigmas[i] <= s_tmax``), what the
+    line still holds there: a chained comparison's middle operands (``sigmas[i]``), never what the line
+    assigns; None where it stopped at no jump."""
+    before, original = _before_resume(code)
+    if before is None or "JUMP" not in before.opname or "IF_" not in before.opname:  # 3.11: POP_JUMP_FORWARD_IF_
+        return None
+    where = before.positions
+    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
+        return []
+    text = linecache.getline(original.co_filename, where.lineno).encode()[where.col_offset : where.end_col_offset]
+    try:
+        node = ast.parse(text.decode(errors="replace").strip(), mode="eval").body
+    except SyntaxError:
+        return []
+    return [ast.unparse(c) for c in node.comparators[:-1]] if isinstance(node, ast.Compare) else []
+
+
+def _before_resume(code: Any) -> tuple[Any, Any]:
+    """(The original code's instruction just before the resume point, that code): the one the break stopped at.
+    Dynamo's copy of the code before the resume point has lost its columns, so it is read in the original
+    function's code, matched from the end (the code after the break is copied unchanged); (None, None) where
+    the two do not match."""
     original = _original_code(code)
     try:
         instructions, before_break = list(dis.get_instructions(code)), list(dis.get_instructions(original))
     except Exception:  # no original (another torch), or another Python's bytecode
-        return ""
+        return None, None
     jump = next((i for i, ins in enumerate(instructions) if ins.opname.startswith("JUMP")), None)
     target = next(
         (i for i, ins in enumerate(instructions) if jump is not None and ins.offset == instructions[jump].argval), 0
@@ -225,15 +259,7 @@ def _breaking_call(code: Any) -> str:
     at = len(before_break) - (len(instructions) - target)  # the same instruction, counted from the end
     if not 0 < at < len(before_break) or before_break[at].opname != instructions[target].opname:
         at = _same_place(before_break, instructions[target:])  # else where the code after it matches longest
-    if not at:
-        return ""
-    call = before_break[at - 1]
-    where = call.positions if call.opname in _BREAKING_OPS else None
-    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
-        return ""
-    line = linecache.getline(original.co_filename, where.lineno).encode()
-    text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
-    return text if 0 < len(text) <= 300 and text.isprintable() else ""  # a long one named short (_short)
+    return (before_break[at - 1], original) if at else (None, None)
 
 
 def _same_place(original: list[Any], after: list[Any]) -> int:
