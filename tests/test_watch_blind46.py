@@ -80,3 +80,32 @@ def test_the_value_a_chained_comparison_carries_over_its_break_is_its_middle_ope
     table = watched(lambda: euler_step(torch.randn(4), torch.linspace(10, 0.1, 6), 0))
     (resumed,) = [r for r in table.rows if "after the graph break" in r.function and "sigmas[i]" in r.signature]
     assert "gamma" not in resumed.signature, resumed.signature
+
+
+def ctc(log_probs, labels, input_lengths, target_lengths):  # wav2vec2's CTC loss: padded labels flattened
+    targets = labels.masked_select(labels >= 0)
+    return torch.nn.functional.ctc_loss(log_probs, targets, input_lengths, target_lengths)
+
+
+def _ctc_inputs():
+    log_probs = torch.randn(12, 2, 5).log_softmax(2)
+    labels = torch.tensor([[1, 2, 3, -100], [2, 2, -100, -100]])
+    return log_probs, labels, torch.tensor([12, 10]), torch.tensor([3, 2])
+
+
+def test_the_capture_setting_for_a_masked_select_warns_that_an_op_it_feeds_may_break_in_its_place():
+    table = watched(lambda: torch.compile(ctc, backend="eager")(*_ctc_inputs()))
+    (b,) = [b for b in table.breaks if "masked_select" in b.words]
+    assert "F.ctc_loss, say) breaks the graph there in its place" in b.fix
+
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):  # the setting, applied
+        moved = watched(lambda: torch.compile(ctc, backend="eager")(*_ctc_inputs()))
+    assert not any("masked_select" in b.words for b in moved.breaks)
+    assert any("ctc_loss" in b.words for b in moved.breaks), moved.to_text()
+
+
+def test_one_condition_that_dynamo_guards_both_ways_is_said_once():
+    from tpu_lab.compile.causes.guard_places import held
+
+    both = held(["L['input_values'].size()[1] >= 60", "60 <= L['input_values'].size()[1]"], ())
+    assert [w for w, _ in both["input_values dim 1"]] == ["input_values.size()[1] >= 60"]

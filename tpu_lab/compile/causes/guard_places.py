@@ -154,14 +154,19 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
             left, _, n = said.rpartition(" == ")
             said = f"{bare(left)} == {n}"
         said = as_range(text, names) or said
+        if m := re.fullmatch(r"(-?[\d.]+) ([<>]=?) ([^<>=!]+)", said):  # 60 <= x.size()[1] as x.size()[1] >= 60
+            said = f"{m[3]} {_FLIPPED[m[2]]} {m[1]}"
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):
-            if (said, g.strip()) not in out.setdefault(s, []):
+            if said not in (
+                w for w, _ in out.setdefault(s, [])
+            ):  # one condition, said once (Dynamo may guard both ways)
                 out[s].append((said, g.strip()))
     return out
 
 
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _ANY_SIZE = re.compile(r"(?:L\[[^\]]+\]|(?<![\w.'\]])[A-Za-z_]\w*)(?:\[[^\]]+\]|\.\w+)*\.size\(\)\[\d+\]")  # named too
 _SCANNED = 4096  # sizes tried when a condition of one size is said as the range it keeps
 

@@ -93,7 +93,9 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
         fix = (
             f"{fixed_size(name, library)}; or set {CAPTURE} before the first call, which traces it, but only where no code after "
             "it in the compiled function needs its size as a Python number (.tolist(), len(), a loop over it, an if "
-            "on its shape): there the graph breaks again, or the compile raises GuardOnDataDependentSymNode"
+            "on its shape): there the graph breaks again, or the compile raises GuardOnDataDependentSymNode; an op "
+            "it feeds that has no kernel for a size known only at run time (F.ctc_loss, say) breaks the graph there "
+            "in its place"
         )
     words = cause.words
     public = torch_function(name)  # the torch function an ATen op serves: aten._unique2 is torch.unique
