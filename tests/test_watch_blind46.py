@@ -78,7 +78,7 @@ def test_the_value_a_chained_comparison_carries_over_its_break_is_its_middle_ope
         return x * (gamma + 1)
 
     table = watched(lambda: euler_step(torch.randn(4), torch.linspace(10, 0.1, 6), 0))
-    (resumed,) = [r for r in table.rows if "after the graph break" in r.function and "sigmas[i]" in r.signature]
+    (resumed,) = [r for r in table.rows if "resuming inside line" in r.function and "sigmas[i]" in r.signature]
     assert "gamma" not in resumed.signature, resumed.signature
 
 

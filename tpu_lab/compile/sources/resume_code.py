@@ -62,7 +62,9 @@ def _rest_of_line(instructions: list[Any], file: str, line: int) -> str:
         rest.append(ins)
     if any(ins.opname == "FOR_ITER" for ins in rest):
         return "in the for loop's header at line"
-    if not any(ins.opname.startswith("CALL") or ins.opname in ("BINARY_SUBSCR", "BINARY_OP") for ins in rest):
+    if not any(
+        ins.opname.startswith("CALL") or ins.opname in ("BINARY_SUBSCR", "BINARY_OP", "COMPARE_OP") for ins in rest
+    ):
         return ""
     loads = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME")
     work = (*loads, "BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP")  # an operator first: "at .clamp" would skip it
