@@ -109,3 +109,16 @@ def test_one_condition_that_dynamo_guards_both_ways_is_said_once():
 
     both = held(["L['input_values'].size()[1] >= 60", "60 <= L['input_values'].size()[1]"], ())
     assert [w for w, _ in both["input_values dim 1"]] == ["input_values.size()[1] >= 60"]
+
+
+def test_a_numpy_scalar_in_place_of_a_python_float_is_a_type_change_and_float_of_it_holds_one_graph():
+    import numpy as np
+
+    f = torch.compile(lambda x, temp: x / temp, backend="eager")  # Gumbel-softmax's temp from np.maximum
+    x = torch.randn(4)
+    table = watched(lambda: [f(x, 1.0), f(x, np.maximum(0.5, np.float64(1.0)))])
+    (cause,) = [c for r in table.rows for c in r.causes if c.kind == "type"]
+    assert cause.words.startswith("temp is now a NumPy float64 (the same value), was the Python float 1.0")
+    assert cause.fix.startswith("pass a Python number: float(...) around the NumPy value where it is made")
+    torch._dynamo.reset()
+    assert watched(lambda: [f(x, 1.0), f(x, float(np.maximum(0.5, np.float64(1.0))))]).total_compiles == 1

@@ -10,6 +10,7 @@ from tpu_lab.compile.causes.cause import BAKED, CARRIED, VERBATIM_FIX, Cause, lo
 from tpu_lab.compile.causes.guard_containers import optimizer_step
 from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
+from tpu_lab.compile.causes.numpy_values import numpy_scalar_words
 from tpu_lab.compile.sources.value_text import shown_float
 
 _ONCE = "set it once, before the first compiled call"
@@ -94,6 +95,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
         name = f"the closure variable {name}"
     words = f"Python {kind} {name} changed (was {value}{BAKED})"
     became = now.split()[0] if now else kind
+    if became.startswith("np.") and kind in ("int", "float"):  # np.maximum's np.float64 in place of a float
+        return numpy_scalar_words(name, kind, value, now, g)
     if became != kind and kind in ("int", "float") and (became.isidentifier() or _TENSOR_NOW.match(became)):
         # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
         if became == "None":

@@ -76,7 +76,7 @@ def per_sample_list(causes: list[Cause], now: dict[str, str]) -> list[Cause]:
             ),
             None,
         )
-        if m is None or held is None or batch is None:
+        if m is None or held is None or batch is None or m[1] in batch.words:  # it names the list already
             continue
         words = (
             f"{batch.words.split(';')[0]}, and {m[1]} with it (one item per sample: length {m[2]} -> {held[1]}): "

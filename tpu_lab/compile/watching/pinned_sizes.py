@@ -65,6 +65,10 @@ def settled(
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
+        elif c.kind == "length" and (j := _PER_SAMPLE.match(c.words)) and f"{j[1]} dim 0" in fixed:  # joined
+            c = dataclasses.replace(
+                c, words=with_note(c.words, _LISTED.format(j[1], 0, j[2])), fix=_LISTED_FIX.format(j[2])
+            )
         elif m and dim in fixed and (listed := _list_sized(c.words, causes)):
             c = dataclasses.replace(
                 c, words=with_note(c.words, _LISTED.format(m[1], m[2], listed)), fix=_LISTED_FIX.format(listed)
@@ -291,6 +295,7 @@ def _list_sized(words: str, causes: list[RowCause]) -> str:
     return next((m[1] for m in lengths if m and size and m[2] == size[1] and m[3] == size[2]), "")
 
 
+_PER_SAMPLE = re.compile(r"^([^,\s]+)[^;]*? dimension 0 changed \d+ -> \d+, and (\S+) with it \(one item per sample")
 _LISTED = (
     "the graph pins {0} dim {1} to the length of {2}, a Python list: its length is fixed into every graph, and a "
     "tensor built from it (torch.tensor({2})) has that size, so what meets it is fixed too"
