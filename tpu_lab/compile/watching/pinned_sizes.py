@@ -66,9 +66,8 @@ def settled(
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
         elif c.kind == "length" and (j := _PER_SAMPLE.match(c.words)) and f"{j[1]} dim 0" in fixed:  # joined
-            c = dataclasses.replace(
-                c, words=with_note(c.words, _LISTED.format(j[1], 0, j[2])), fix=_LISTED_FIX.format(j[2])
-            )
+            said = with_note(c.words.split(": Dynamo fixes")[0], _LISTED.format(j[1], 0, j[2]))
+            c = dataclasses.replace(c, words=said, fix=_LISTED_FIX.format(j[2]))
         elif m and dim in fixed and (listed := _list_sized(c.words, causes)):
             c = dataclasses.replace(
                 c, words=with_note(c.words, _LISTED.format(m[1], m[2], listed)), fix=_LISTED_FIX.format(listed)
