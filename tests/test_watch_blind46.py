@@ -122,3 +122,14 @@ def test_a_numpy_scalar_in_place_of_a_python_float_is_a_type_change_and_float_of
     assert cause.fix.startswith("pass a Python number: float(...) around the NumPy value where it is made")
     torch._dynamo.reset()
     assert watched(lambda: [f(x, 1.0), f(x, float(np.maximum(0.5, np.float64(1.0))))]).total_compiles == 1
+
+
+def test_a_bound_another_on_the_same_size_implies_is_left_out():
+    from tpu_lab.compile.causes.guard_places import held
+
+    size = "L['masked_kspace'].size()[1]"
+    kept = held([f"{size} >= 2", f"{size} >= 1", f"{size} >= 31", f"{size} <= 90", f"{size} < 60"], ())
+    assert [w for w, _ in kept["masked_kspace dim 1"]] == [
+        "masked_kspace.size()[1] >= 31",
+        "masked_kspace.size()[1] < 60",
+    ]

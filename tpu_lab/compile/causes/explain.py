@@ -237,8 +237,7 @@ def _next_values(
     # a module's int attribute stays static, each value a graph (allow_unspec_int_on_nn_module aside)
     if re.fullmatch(r"int [01]", now.get(name, "")) and re.fullmatch(r"[A-Za-z_]\w*(?:\[\d+\])*", name):
         words = cause.words.removesuffix(_BAKED) + (
-            f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values, always; a later new value "
-            "is made dynamic and shares one graph)"
+            f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values)"
         )
         fix = "expected once: 0 and 1 always get graphs of their own (a one-token decode step, a batch of one)"
         return name, dataclasses.replace(cause, words=words, fix=fix)

@@ -159,11 +159,24 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):
-            if said not in (
-                w for w, _ in out.setdefault(s, [])
-            ):  # one condition, said once (Dynamo may guard both ways)
+            if said not in (w for w, _ in out.setdefault(s, [])):  # said once (Dynamo may guard both ways)
                 out[s].append((said, g.strip()))
-    return out
+    return {s: _tightest(conditions) for s, conditions in out.items()}
+
+
+def _tightest(conditions: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each one-sided bound kept only where no other on the same value implies it (``x.size()[1] >= 31``
+    beside ``>= 2`` and ``>= 1``: the 31 alone)."""
+    bounds = [(m[1], m[2][0], int(m[3])) if (m := _BOUND.fullmatch(w)) else None for w, _ in conditions]
+
+    def implied(b: tuple[str, str, int]) -> bool:
+        tighter = (o for o in bounds if o and o != b and o[:2] == b[:2])
+        return any(o[2] > b[2] if b[1] == ">" else o[2] < b[2] for o in tighter)
+
+    return [c for c, b in zip(conditions, bounds, strict=True) if b is None or not implied(b)]
+
+
+_BOUND = re.compile(r"(.+) ([<>]=?) (-?\d+)")
 
 
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
