@@ -133,3 +133,25 @@ def test_a_bound_another_on_the_same_size_implies_is_left_out():
         "masked_kspace.size()[1] >= 31",
         "masked_kspace.size()[1] < 60",
     ]
+
+
+class BinarizeLinear(torch.nn.Linear):  # BinaryNet.pytorch's binarized_modules.py, trimmed
+    def forward(self, input):
+        if not hasattr(self.weight, "org"):
+            self.weight.org = self.weight.data.clone()
+        return torch.nn.functional.linear(input, self.weight.org.sign())
+
+
+def test_an_attribute_the_first_call_sets_is_said_gained_and_setting_it_before_the_first_call_holds():
+    layer = BinarizeLinear(8, 4)
+    f = torch.compile(layer, backend="eager")
+    table = watched(lambda: [f(torch.randn(2, 8)) for _ in range(3)])
+    (cause,) = [c for r in table.rows for c in r.causes if c.kind == "attribute"]
+    assert cause.words.startswith("self.weight gained the attribute org: the graph was compiled while it did not exist")
+    assert "set self.weight.org before the first compiled call" in cause.fix
+    assert table.total_compiles == 2
+
+    fresh = BinarizeLinear(8, 4)
+    fresh.weight.org = fresh.weight.data.clone()  # the fix, as printed
+    g = torch.compile(fresh, backend="eager")
+    assert watched(lambda: [g(torch.randn(2, 8)) for _ in range(3)]).total_compiles == 1

@@ -161,6 +161,7 @@ KIND_LABELS = {
     "training": "train/eval switched",
     "hooks": "hooks added or removed",
     "parameters": "a module's parameters were added or removed",
+    "attribute": "an object gained or lost an attribute (hasattr)",
     "specialised": "a size crossed a bound the graph assumed",
     "size_value": "a number computed from a size changed",
     "number_branch": "a Python number crossed a condition the graph assumed",

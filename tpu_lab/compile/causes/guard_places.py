@@ -127,7 +127,7 @@ def set_by(f: Failure) -> tuple[str, str]:
     more = "".join(  # a range's other bound, set at another line of the user's
         f" and at {_short(w)}" + (f" ({whole_statement(c)})" if whole_statement(c) else "")
         for c, w in f.also
-        if w != f.where and owner(w) == USER
+        if w != f.where and _short(w) != at and owner(w) == USER
     )
     return f" by your code at {at}" + (f" ({code})" if code else "") + more, ""
 

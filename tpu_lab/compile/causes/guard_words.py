@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
 from tpu_lab.compile.causes.guard_aliasing import alias_words
+from tpu_lab.compile.causes.guard_attributes import attribute_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words
@@ -175,7 +176,8 @@ def words(
             g,
             "expected once per setting: a pass that needs the input's own gradient (an adversarial attack, a "
             "saliency map) is a graph of its own, which is fine; where that is not meant, detach() inputs (or set "
-            "requires_grad) the same way every call",
+            "requires_grad) the same way every call, but only where no gradient must flow back through them (an "
+            "earlier layer's output needs its gradient: where a graph break compiles layers apart, remove the break)",
         )
     if m := _KEYS.search(g):
         return dispatch_words(local_name(m["name"]), m["a"], m["b"], g)
@@ -214,7 +216,7 @@ def words(
             "expected once per mode; keep every compiled call under the same one (a `with torch.device('meta')` "
             "dry run is a mode of its own: run it uncompiled, it needs no graph)",
         )
-    if (cause := hook_words(g)) is not None:
+    if (cause := hook_words(g)) is not None or (cause := attribute_words(g, set_by(f)[0])) is not None:
         return cause
     if ".training" in g:
         name = local_name(g.split(".training")[0].split("(")[-1])
