@@ -155,3 +155,22 @@ def test_an_attribute_the_first_call_sets_is_said_gained_and_setting_it_before_t
     fresh.weight.org = fresh.weight.data.clone()  # the fix, as printed
     g = torch.compile(fresh, backend="eager")
     assert watched(lambda: [g(torch.randn(2, 8)) for _ in range(3)]).total_compiles == 1
+
+
+def test_a_parameter_then_a_plain_tensor_is_fixed_by_a_view_that_keeps_the_gradient_path():
+    net = torch.nn.Linear(4, 2)  # MAML's Learner: the net's own weights, then fast weights from a step
+    f = torch.compile(lambda x, w, b: torch.nn.functional.linear(x, w, b), backend="eager")
+    x = torch.randn(3, 4)
+
+    def inner_step(weights):
+        grads = torch.autograd.grad(f(x, *weights).sum(), weights, create_graph=True)
+        return [p - 0.1 * g for p, g in zip(weights, grads)]
+
+    table = watched(lambda: f(x, *inner_step(list(net.parameters()))))
+    (cause, *_) = [c for r in table.rows for c in r.causes if c.kind == "tensor_type"]
+    assert cause.fix.startswith("pass the same kind each time: p.view_as(p) for a plain tensor that keeps its")
+
+    torch._dynamo.reset()
+    net.zero_grad()
+    fixed = watched(lambda: f(x, *inner_step([p.view_as(p) for p in net.parameters()])).sum().backward())
+    assert fixed.total_compiles == 1 and net.weight.grad is not None  # one kind, and the meta-gradient flows

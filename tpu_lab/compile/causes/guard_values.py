@@ -224,7 +224,8 @@ def tensor_type_words(name: str, cls: str, want: str | None, g: str) -> Cause:
             "tensor_type",
             f"{name} is now a {now}, not the {was} compiled for (nn.Parameter vs Tensor)",
             g,
-            "pass the same kind each time (p.detach() for a plain tensor)",
+            "pass the same kind each time: p.view_as(p) for a plain tensor that keeps its gradient path (what a "
+            "meta-learning step's weights need); p.detach() only where no gradient must flow back to p",
         )
     return Cause(
         "tensor_type",
