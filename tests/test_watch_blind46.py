@@ -164,7 +164,7 @@ def test_a_parameter_then_a_plain_tensor_is_fixed_by_a_view_that_keeps_the_gradi
 
     def inner_step(weights):
         grads = torch.autograd.grad(f(x, *weights).sum(), weights, create_graph=True)
-        return [p - 0.1 * g for p, g in zip(weights, grads)]
+        return [p - 0.1 * g for p, g in zip(weights, grads, strict=True)]
 
     table = watched(lambda: f(x, *inner_step(list(net.parameters()))))
     (cause, *_) = [c for r in table.rows for c in r.causes if c.kind == "tensor_type"]
@@ -174,3 +174,54 @@ def test_a_parameter_then_a_plain_tensor_is_fixed_by_a_view_that_keeps_the_gradi
     net.zero_grad()
     fixed = watched(lambda: f(x, *inner_step([p.view_as(p) for p in net.parameters()])).sum().backward())
     assert fixed.total_compiles == 1 and net.weight.grad is not None  # one kind, and the meta-gradient flows
+
+
+INFERENCE_FORWARD = """
+import json, torch, tpu_lab as tl
+class CachedLM(torch.nn.Module):  # LLaMA-1's Transformer: a KV cache written in place, forward in inference mode
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.cache = torch.zeros(2, 8, 4)
+    def step(self, x, pos):
+        self.cache[:, pos : pos + x.shape[1]] = self.lin(x)
+        return self.cache[:, : pos + x.shape[1]].sum()
+    @torch.inference_mode()
+    def forward(self, x, pos):
+        return self.step(x, pos)
+plain = CachedLM()  # made first: the failed compile leaves torch's dispatcher broken in this process
+step = torch.compile(plain.step, backend="aot_eager")
+with tl.watch() as fixed, torch.inference_mode():  # the fix: no decorator, the mode entered outside
+    step(torch.randn(2, 3, 4), 0)
+model = CachedLM()
+model.forward = torch.compile(model.forward, backend="aot_eager")
+with tl.watch() as w:
+    try:
+        model(torch.randn(2, 3, 4), 0)
+    except Exception as e:
+        raised = str(e)[:2000]
+(row,) = w.table.rows
+fix = [c.fix for c in row.causes if c.kind == "failed"]
+print(json.dumps([row.function, fix, raised, w.table.to_text(), fixed.table.total_compiles]))
+"""
+
+
+def test_a_forward_in_inference_mode_the_backend_cannot_trace_is_named_by_its_decorator_and_the_fix_holds():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # a process of its own: torch's failure
+    out = subprocess.run(  # here leaves its dispatcher broken for the rest of the process
+        [sys.executable, "-c", INFERENCE_FORWARD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    function, fix, raised, text, fixed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "version_counter" in raised and "wrap_inline" not in text
+    assert function.startswith("CachedLM.forward via @torch.inference_mode"), function
+    assert fix and fix[0].startswith("compile the function without its @torch.inference_mode() decorator and call it")
+    assert fixed == 1

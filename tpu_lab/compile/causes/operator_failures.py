@@ -10,6 +10,11 @@ TEXT_FIXES = {
     "their inputs in place: return the new value as an output instead, or update it outside",
     "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
     "return a copy (x.clone())",
+    "Cannot set version_counter for inference tensor": "compile the function without its @torch.inference_mode() "
+    "decorator and call it inside `with torch.inference_mode():`, or decorate it with @torch.no_grad() instead: "
+    "the backend cannot trace inference mode entered inside the compiled function; this failure also leaves "
+    "torch unable to make new tensors in this process (INTERNAL ASSERT FAILED ... PythonDispatcherTLS, torch "
+    "2.13-2.15): restart the kernel before going on",
 }
 
 _BACKWARD_FIXES = {

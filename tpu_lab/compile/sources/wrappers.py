@@ -216,6 +216,13 @@ def decorator_name(code: Any, values: dict[str, Any]) -> str:
     wrapper...``); torch's context-manager decorators by their public name (``torch.no_grad``: the wrapper's
     ``ctx_factory`` is a method of the context manager)."""
     name = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
+    inner = getattr(values.get("fn"), "__code__", None)
+    if code.co_filename.replace("\\", "/").endswith("torch/_dynamo/external_utils.py") and inner is not None:
+        try:  # Dynamo's own frame around a wrapper it skips (wrap_inline): the wrapper inside it, by its cells
+            cells = zip(inner.co_freevars, (c.cell_contents for c in values["fn"].__closure__ or ()), strict=False)
+            return decorator_name(inner, dict(cells))
+        except ValueError:  # an empty cell
+            return name
     if not code.co_filename.replace("\\", "/").endswith("torch/utils/_contextlib.py"):
         return name
     import torch
