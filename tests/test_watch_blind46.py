@@ -225,3 +225,53 @@ def test_a_forward_in_inference_mode_the_backend_cannot_trace_is_named_by_its_de
     assert function.startswith("CachedLM.forward via @torch.inference_mode"), function
     assert fix and fix[0].startswith("compile the function without its @torch.inference_mode() decorator and call it")
     assert fixed == 1
+
+
+class DropPathNet(torch.nn.Module):  # DARTS' NetworkCIFAR: model.drop_path_prob set each epoch
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.drop_path_prob = 0.0
+
+    def forward(self, x):
+        h, drop_prob = self.lin(x), self.drop_path_prob
+        if self.training and drop_prob > 0.0:  # DARTS' Cell._compute, then utils.drop_path
+            keep_prob = 1.0 - drop_prob
+            h = h / keep_prob * torch.empty(x.size(0), 1).bernoulli_(keep_prob)
+        return h
+
+
+class FlaggedDropPathNet(DropPathNet):  # the fix as printed: a Python flag for the branch, the value a tensor
+    def forward(self, x):
+        h = self.lin(x)
+        if self.training and self.drop_path_on:
+            keep_prob = 1.0 - self.drop_path_prob
+            h = h / keep_prob * torch.empty(x.size(0), 1).bernoulli_(keep_prob)
+        return h
+
+
+def test_a_number_a_branch_compares_too_is_told_to_keep_a_flag_for_the_branch_and_the_fix_holds():
+    model = DropPathNet()
+    f = torch.compile(model, backend="eager")
+
+    def epochs():
+        for epoch in range(5):
+            model.drop_path_prob = 0.2 * epoch / 5
+            f(torch.randn(4, 4))
+
+    table = watched(epochs)
+    derived = [c for r in table.rows for c in r.causes if c.kind == "derived"]
+    assert derived and all("but your code also branches on it (self.drop_path_prob > 0.0" in c.fix for c in derived)
+    assert "keep a Python flag for the branch" in derived[0].fix and table.total_compiles == 5
+
+    fixed_model = FlaggedDropPathNet()
+    g = torch.compile(fixed_model, backend="eager")
+
+    def fixed_epochs():
+        for epoch in range(5):
+            p = 0.2 * epoch / 5
+            fixed_model.drop_path_on, fixed_model.drop_path_prob = p > 0, torch.tensor(p)
+            g(torch.randn(4, 4))
+
+    fixed = watched(fixed_epochs)
+    assert fixed.total_compiles == 2 and not fixed.breaks, fixed.to_text()  # the flag's two values, no break

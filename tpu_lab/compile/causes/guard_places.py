@@ -20,7 +20,7 @@ from tpu_lab.compile.sources.packages import USER, package_of, unshortened
 
 _PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")
 _SIZE = re.compile(r"(?P<source>L\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)\.size\(\)\[(?P<dim>\d+)\]")
-_NUMBER = re.compile(r"L\['(?P<name>\w+)'\](?![\[.\w])")
+_NUMBER = re.compile(r"L\['(?P<name>\w+)'\](?P<attrs>(?:\.\w+)*)(?![\[.\w(])")  # n, self.drop_path_prob
 _COMPARED = re.compile(r"<=?|>=?|!=")
 
 
@@ -157,7 +157,7 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         if m := re.fullmatch(r"(-?[\d.]+) ([<>]=?) ([^<>=!]+)", said):  # 60 <= x.size()[1] as x.size()[1] >= 60
             said = f"{m[3]} {_FLIPPED[m[2]]} {m[1]}"
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
-        subjects += [m["name"] for m in _NUMBER.finditer(text)]
+        subjects += [m["name"] + m["attrs"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):
             if said not in (w for w, _ in out.setdefault(s, [])):  # said once (Dynamo may guard both ways)
                 out[s].append((said, g.strip()))

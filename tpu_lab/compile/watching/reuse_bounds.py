@@ -61,6 +61,7 @@ def bounded(
             f"{c.words} {c.fix}",
         )
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
+        c = _branched_too(c, conditions, places)
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
         if found and made:
             found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
@@ -82,6 +83,29 @@ def bounded(
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+def _branched_too(c: RowCause, conditions: Mapping[str, list[tuple[str, str]]], places: Mapping[str, str]) -> RowCause:
+    """A value baked in through a number the user's own branch also compares (DARTS' ``drop_prob > 0.`` beside
+    ``bernoulli_(1. - drop_prob)``): held in a tensor, that branch would break the graph, or make Dynamo give up
+    on the whole function, so the fix keeps a Python flag for the branch and passes only the value."""
+    m = re.search(r"from (.+?) held in tensors|^compute what depends on (\S+) outside", c.fix)
+    branches = [
+        (w, p)
+        for n in ((m[1] or m[2]).split(", ") if m else [])
+        for w, g in conditions.get(n, [])
+        if "from your line" in (p := condition_place(g, places))
+    ]
+    if not branches:
+        return c
+    w, p = branches[0]
+    flag = (
+        f"; but your code also branches on it ({w}{p}): held in a tensor, that branch breaks the graph (or Dynamo "
+        "gives up on the function), so keep a Python flag for the branch (set once, such as a bool for p > 0) and "
+        "pass only the value as a tensor"
+    )
+    at = " so the graph reads it at run time"
+    return dataclasses.replace(c, fix=c.fix.replace(at, at + flag, 1) if at in c.fix else c.fix + flag)
 
 
 def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str) -> str:

@@ -250,6 +250,9 @@ def as_told(causes: list[RowCause], told: Iterable[RowCause]) -> list[RowCause]:
             c = dataclasses.replace(
                 c, words=re.sub(r"\(was [^;():]+", f"(was {was[1]}", before.words, count=1), fix=before.fix
             )
+        stem = c.fix.split("; where it must be")[0]  # a derived value's fix, as a graph's own guards revised it
+        if revised := next((t.fix for t in told if c.kind == t.kind == "derived" and t.fix.startswith(stem)), ""):
+            c = dataclasses.replace(c, fix=revised)
         out.append(c)
     return out
 
