@@ -275,3 +275,18 @@ def test_a_number_a_branch_compares_too_is_told_to_keep_a_flag_for_the_branch_an
 
     fixed = watched(fixed_epochs)
     assert fixed.total_compiles == 2 and not fixed.breaks, fixed.to_text()  # the flag's two values, no break
+
+
+def test_a_size_the_users_if_compares_through_a_name_is_never_told_mark_unbacked_even_at_size_1():
+    @torch.compile(backend="eager")
+    def forward(tokens, start_pos: int):  # LLaMA-1's Transformer.forward: a prompt, then one token at a time
+        _bsz, seqlen = tokens.shape
+        h = tokens.float() * 2
+        if seqlen > 1:
+            h = h + torch.triu(torch.ones(seqlen, seqlen), diagonal=start_pos + 1).sum()
+        return h[:, -1]
+
+    table = watched(lambda: [forward(torch.ones(2, 6), 0), forward(torch.ones(2, 1), 6)])
+    sizes = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert sizes and not any("mark_unbacked(" in c.fix for c in sizes), [c.fix for c in sizes]
+    assert all("mark_unbacked is no way out here: your code compares that size" in c.fix for c in sizes)

@@ -60,8 +60,7 @@ def per_instance(c: _Told) -> bool:
 def _forced(case: _Told) -> str:
     """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
     if m := _FROM_01.match(case.words):
-        was = f"was {m['was']}" if m["was"] else f"is now {m['now']}"
-        return f"{m['name']} {was}, and Dynamo compiles 0 and 1 apart from other values"
+        return f"a new value of {m['name']}, " + (f"was {m['was']}" if m["was"] else f"now {m['now']}")
     return case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
 
 

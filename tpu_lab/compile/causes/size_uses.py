@@ -23,24 +23,30 @@ def size_as_number(code: CodeType | None, name: str, dim: str) -> tuple[int, str
     the first line of ``code``'s function, from the line its graph starts at, that takes ``name``'s dimension
     ``dim`` as a Python number, directly or through a name given that size, or in a function of the same file
     it passes ``name`` to; (0, "", "", "") where there is none or the source cannot be read."""
-    if code is None or not re.fullmatch(r"[A-Za-z_]\w*", name) or not dim.isdigit():
+    return size_in_source(code.co_filename, code.co_firstlineno, name, dim) if code is not None else _NONE
+
+
+def size_in_source(file: str, first: int, name: str, dim: str, compared: bool = False) -> tuple[int, str, str, str]:
+    """``size_as_number`` for the function of ``file`` whose code starts at line ``first``; ``compared``: the
+    first line that compares the size in a branch instead (``if seqlen > 1:``), how ``compare``."""
+    if not file or not re.fullmatch(r"[A-Za-z_]\w*", name) or not dim.isdigit():
         return _NONE
-    tree = parsed_file(code.co_filename)
+    tree = parsed_file(file)
     functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))] if tree else []
     spans = [
         (min([f.lineno, *(d.lineno for d in f.decorator_list)]), f.end_lineno or f.lineno)
         for f in functions
         if f.lineno <= (f.end_lineno or 0)
     ]
-    around = [s for s in spans if s[0] <= code.co_firstlineno <= s[1]]
+    around = [s for s in spans if s[0] <= first <= s[1]]
     if not around:
         return _NONE
     end = min(around, key=lambda s: s[1] - s[0])[1]  # the innermost function: a resumed part starts inside it
-    return _scan(code.co_filename, code.co_firstlineno, end, name, dim, functions, calls=1)
+    return _scan(file, first, end, name, dim, functions, 1, compared)
 
 
 def _scan(
-    file: str, start: int, end: int, name: str, dim: str, functions: list, calls: int
+    file: str, start: int, end: int, name: str, dim: str, functions: list, calls: int, compared: bool = False
 ) -> tuple[int, str, str, str]:
     size = rf"{re.escape(name)}\.(?:shape\[{dim}\]|size\({dim}\))" + (
         rf"|len\({re.escape(name)}\)" if dim == "0" else ""
@@ -55,8 +61,13 @@ def _scan(
             if int(dim) < len(names) and names[int(dim)] != "_":
                 aliases[names[int(dim)]] = f"{names[int(dim)]} (= {name}.shape[{dim}], line {n})"
         used = size + "".join(rf"|\b{a}\b(?!\s*=)" for a in aliases)
+        branch = re.match(
+            rf"(?:if|elif|while|assert)\b.*?(?:(?:{used})\s*(?:[<>]=?|[!=]=)|(?:[<>]=?|[!=]=)\s*(?:{used}))", text
+        )
         how = (
-            "loop"
+            ("compare" if branch else "")
+            if compared
+            else "loop"
             if re.match(rf"for\b.*\bin\s+(?:reversed\()?range\((?:[^()]*,\s*)?(?:{used})[^()]*\)", text)
             else "range"
             if re.search(rf"\brange\((?:[^()]*,\s*)?(?:{used})[^()]*\)", text)
@@ -71,7 +82,9 @@ def _scan(
             return n, text, how, aliases.get(found[0], found[0]) if found else f"{name}.shape[{dim}]"
         if calls and (callee := _passed_to(text, name, functions)):  # lj_forces(pos): its body, by its parameter
             f, param = callee
-            if (inner := _scan(file, f.lineno, f.end_lineno or f.lineno, param, dim, functions, calls - 1))[0]:
+            if (inner := _scan(file, f.lineno, f.end_lineno or f.lineno, param, dim, functions, calls - 1, compared))[
+                0
+            ]:
                 return inner
     return _NONE
 

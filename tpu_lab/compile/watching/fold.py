@@ -139,6 +139,7 @@ class Fold:
         )
         compared = self.compared.setdefault(cap.function, set())
         compared |= reuse_bounds.compared_sizes(causes)
+        compared |= reuse_bounds.compared_in_source(causes, cap.function.filename, cap.function.line)
         if compared:  # the bound a later graph found withdraws mark_unbacked from the function's earlier causes too
             causes = [reuse_bounds.without_unbacked(c, compared) for c in causes]
             for (key, _), r in self.rows.items():

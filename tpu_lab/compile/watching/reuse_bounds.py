@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from tpu_lab.compile.causes.cause import CARRIED, bare
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
+from tpu_lab.compile.causes.size_uses import size_in_source
 from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
@@ -36,6 +37,14 @@ def compared_sizes(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
         for m in _MADE.finditer(f"{c.words} {c.fix}")
         for n, d in re.findall(r"([\w.\[\]']+) dim (\d+)", m[1])
     }
+
+
+def compared_in_source(causes: Iterable[RowCause], file: str, first: int) -> set[tuple[str, str]]:
+    """(input, dim) of the sizes a cause offers mark_unbacked on that the function's own source (``file``, from
+    line ``first``) compares in a branch (``if seqlen > 1:`` after ``_bsz, seqlen = tokens.shape``): a size of 1
+    is constant in its graph, so no guard of Dynamo's shows that comparison."""
+    offered = {(m[1], m[2]) for c in causes for m in re.finditer(r"mark_unbacked\(([\w.]+), (\d+)\)", c.fix)}
+    return {(n, d) for n, d in offered if size_in_source(file, first, n, d, compared=True)[0]}
 
 
 def without_unbacked(cause: RowCause, sizes: Iterable[tuple[str, str]]) -> RowCause:
