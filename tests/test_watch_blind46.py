@@ -290,3 +290,23 @@ def test_a_size_the_users_if_compares_through_a_name_is_never_told_mark_unbacked
     sizes = [c for r in table.rows for c in r.causes if c.kind == "size"]
     assert sizes and not any("mark_unbacked(" in c.fix for c in sizes), [c.fix for c in sizes]
     assert all("mark_unbacked is no way out here: your code compares that size" in c.fix for c in sizes)
+
+
+def test_a_numpy_dropout_rate_a_schedule_sets_is_named_at_torchs_read_back_and_float_of_it_removes_the_break():
+    import numpy as np
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1))  # Early Dropout's update_dropout
+    f = torch.compile(net, backend="eager")
+    schedule = np.linspace(0.1, 0.0, 3)
+
+    def train(rate=lambda r: r):
+        for r in schedule:
+            net[1].p = rate(r)
+            f(torch.randn(2, 4))
+
+    table = watched(train)
+    (b,) = [b for b in table.breaks if "read back as a Python number" in b.words]
+    assert "the number is self[1].p (an np.float64), a NumPy scalar set on the module" in b.words, b.words
+    assert b.fix.startswith("set it as a Python number where your code sets it (module.p = float(value)")
+    torch._dynamo.reset()
+    assert watched(lambda: train(float)).breaks == ()  # the fix as printed

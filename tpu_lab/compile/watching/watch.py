@@ -44,6 +44,7 @@ from tpu_lab.compile.watching import calls
 from tpu_lab.compile.watching.fold import Fold
 from tpu_lab.compile.watching.hooks_changed import seen_now
 from tpu_lab.compile.watching.leftover import leftover_records
+from tpu_lab.compile.watching.numpy_settings import with_numpy_setting
 from tpu_lab.compile.watching.watch_table import INTERNAL, Point, RowCause, WatchTable
 from tpu_lab.compile.watching.what_next import with_flags
 
@@ -257,9 +258,8 @@ class Watch:
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            self._fold.add_break(
-                graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at), where
-            )
+            cause = graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at)
+            self._fold.add_break(with_numpy_setting(cause, b.library, self._fold.hooks, self._pending), where)
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None or self._tpu_before is None:
