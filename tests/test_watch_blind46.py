@@ -310,3 +310,14 @@ def test_a_numpy_dropout_rate_a_schedule_sets_is_named_at_torchs_read_back_and_f
     assert b.fix.startswith("set it as a Python number where your code sets it (module.p = float(value)")
     torch._dynamo.reset()
     assert watched(lambda: train(float)).breaks == ()  # the fix as printed
+
+
+def test_a_slice_of_a_larger_tensor_whose_size_changed_is_said_so_never_a_layout_change_and_contiguous_holds():
+    f = torch.compile(lambda group_idx: group_idx * 2, backend="eager", dynamic=False)
+    table = watched(lambda: [f(torch.arange(2 * 3 * n).view(2, 3, n)[:, :, :4]) for n in (256, 384)])
+    (cause,) = [c for r in table.rows for c in r.causes if c.kind == "stride"]
+    assert "while its own sizes stayed: it is a view (a slice) of a larger tensor whose size changed" in cause.words
+    assert cause.fix.startswith(".contiguous() where group_idx is made (after the slice)")
+    torch._dynamo.reset()
+    fixed = watched(lambda: [f(torch.arange(2 * 3 * n).view(2, 3, n)[:, :, :4].contiguous()) for n in (256, 384)])
+    assert fixed.total_compiles == 1  # the fix as printed

@@ -30,6 +30,16 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
             f"where {name} is passed or made, {name}.clone(memory_format=torch.contiguous_format) gives it the same "
             "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
         )
+    was = int(re.match(r"stride \d+: (\d+)", detail)[1]) if at else 0  # type: ignore[index]
+    if at and shape and min(was, int(at[2])) >= math.prod(shape) > 1:  # both reach past its own elements
+        return Cause(  # a slice of a larger tensor whose size changed ([:, :, :nsample] of [B, S, N]): not a layout
+            "stride",
+            f"{whose} stride {at[1]} changed ({detail.split(': ', 1)[1]}) while its own sizes stayed: it is a view "
+            "(a slice) of a larger tensor whose size changed, and its strides follow that size",
+            g,
+            f".contiguous() where {name} is made (after the slice) gives it strides of its own sizes, so the larger "
+            "tensor's size no longer reaches its graph; or keep that tensor at one size",
+        )
     if layout == "non-contiguous":
         words = f"{whose} memory layout changed to non-contiguous ({detail}: a transposed, sliced or expanded view)"
     elif layout:
