@@ -321,3 +321,12 @@ def test_a_slice_of_a_larger_tensor_whose_size_changed_is_said_so_never_a_layout
     torch._dynamo.reset()
     fixed = watched(lambda: [f(torch.arange(2 * 3 * n).view(2, 3, n)[:, :, :4].contiguous()) for n in (256, 384)])
     assert fixed.total_compiles == 1  # the fix as printed
+
+
+def test_a_size_marked_unbacked_is_shown_and_said_as_the_users_mark():
+    f = torch.compile(lambda tokens: tokens * 2, backend="eager")
+    tokens = torch.ones(2, 6)
+    torch._dynamo.decorators.mark_unbacked(tokens, 1)
+    table = watched(lambda: f(tokens))
+    (row,) = table.rows
+    assert "mark_unbacked[1]" in row.signature and "as your code marked them (mark_unbacked)" in row.cause

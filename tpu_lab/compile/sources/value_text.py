@@ -34,6 +34,8 @@ def describe(value: Any) -> str:
         extra = f" mark_dynamic{sorted(marked)}" if marked else ""
         maybe = getattr(value, "_dynamo_weak_dynamic_indices", None)  # torch._dynamo.maybe_mark_dynamic
         extra += f" maybe_mark_dynamic{sorted(maybe)}" if maybe else ""
+        unbacked = getattr(value, "_dynamo_unbacked_indices", None)  # torch._dynamo.decorators.mark_unbacked
+        extra += f" mark_unbacked{sorted(unbacked)}" if unbacked else ""
         static = getattr(value, "_dynamo_static_indices", None)  # torch._dynamo.mark_static
         extra += f" mark_static{sorted(static)}" if static else ""
         extra += " Parameter" if isinstance(value, torch.nn.Parameter) else ""

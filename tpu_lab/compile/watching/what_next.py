@@ -268,6 +268,6 @@ def marks_of(cap: Capture) -> dict[str, str]:
     return {
         f"{name} dim {i}": CA_MARK if is_compiled_autograd(cap.function) else m[1]
         for name, said in cap.shown
-        for m in re.finditer(r"\b((?:maybe_)?mark_dynamic)\[([\d, ]+)\]", said)
+        for m in re.finditer(r"\b((?:maybe_)?mark_dynamic|mark_unbacked)\[([\d, ]+)\]", said)
         for i in m[2].split(", ")
     }
