@@ -159,7 +159,7 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] + m["attrs"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):
-            if said not in (w for w, _ in out.setdefault(s, [])):  # said once (Dynamo may guard both ways)
+            if (said, g.strip()) not in out.setdefault(s, []):  # one said both ways is said once where told
                 out[s].append((said, g.strip()))
     return {s: _tightest(conditions) for s, conditions in out.items()}
 
