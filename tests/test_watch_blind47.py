@@ -50,3 +50,23 @@ def test_marks_told_together_after_a_graph_break_keep_the_mark_dynamic_warning_a
     fix = next(c.fix for r in table.rows for c in r.causes if c.kind == "size" and "target" in c.fix)
     marks = "torch._dynamo.maybe_mark_dynamic(x, 0) and torch._dynamo.maybe_mark_dynamic(target, 0)"
     assert f"{marks}, not mark_dynamic, which raises" in fix, fix
+
+
+def cutmix(input, rand_index, bbx1, bby1, bbx2, bby2):  # CutMix-PyTorch's train.py, the mixing step
+    input[:, :, bbx1:bbx2, bby1:bby2] = input[rand_index, :, bbx1:bbx2, bby1:bby2]
+    return input
+
+
+def test_numpy_ints_used_as_slice_bounds_are_named_as_numpy_scalars_and_int_of_them_compiles():
+    import numpy as np
+
+    f = torch.compile(cutmix, backend="aot_eager")
+    bounds = [np.clip(np.int64(v), 0, 8) for v in (2, 1, 6, 7)]  # rand_bbox's np.clip: np.int64
+    table = watched(lambda: f(torch.randn(4, 3, 8, 8), torch.randperm(4), *bounds))
+    (row,) = [r for r in table.rows if r.failed]
+    (failed,) = [c for c in row.causes if c.kind == "failed"]
+    assert "bbx1, bby1, bbx2, bby2 are NumPy scalars (np.int64), which Dynamo traces as 0-d tensors" in failed.words
+    assert failed.fix.startswith("pass Python numbers: int(...) around each where it is made")
+    torch._dynamo.reset()
+    fixed = watched(lambda: f(torch.randn(4, 3, 8, 8), torch.randperm(4), *(int(b) for b in bounds)))
+    assert fixed.total_compiles == 1 and not any(r.failed for r in fixed.rows)  # the fix as printed

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import Cause
 
@@ -46,4 +47,26 @@ def numpy_read_back(cause: Cause, line: str, settings: dict[str, tuple[str, str]
         "as a tensor, so torch reads it back here",
         fix=f"set it as a Python number where your code sets it (module.{attr} = float(value): np.linspace and its "
         "like return NumPy scalars); a Python number is then fixed into the graph, one graph per value",
+    )
+
+
+def numpy_inputs_read_back(cause: Cause, inputs: Sequence[tuple[str, str]]) -> Cause:
+    """``cause``, a tensor's value read back as a Python number on a line that uses inputs passed as NumPy
+    scalars (``inputs``: name, description: ``bbx1: np.int64 8`` from CutMix's np.clip), said as those: Dynamo
+    traces them as 0-d tensors, so a slice bound or a size reads them back. Any other cause as it is."""
+    if _READ_BACK not in cause.words:
+        return cause
+    named = [
+        (n, d.split()[0]) for n, d in inputs if d.startswith("np.") and re.search(rf"\b{re.escape(n)}\b", cause.words)
+    ]
+    if not named:
+        return cause
+    kinds = sorted({k for _, k in named})
+    python = "int" if all("int" in k for k in kinds) else "float"
+    return dataclasses.replace(
+        cause,
+        words=f"{cause.words}: {', '.join(n for n, _ in named)} {'is a NumPy scalar' if len(named) == 1 else 'are NumPy scalars'} "
+        f"({', '.join(kinds)}), which Dynamo traces as 0-d tensors, so this line reads them back as Python numbers",
+        fix=f"pass Python numbers: {python}(...) around each where it is made (np.clip, np.random.randint and their "
+        "like return NumPy scalars), before the call",
     )

@@ -39,3 +39,12 @@ def operator_fix(operator: str, reason: str) -> str:
         return TEXT_FIXES[found]
     place, _, function = operator.partition(" in ")
     return _BACKWARD_FIXES.get(place.split(".py", 1)[0], "") if function == "backward" else ""
+
+
+def fake_fix(op: str) -> str:
+    """The fix for the user's own custom op ``op`` with no fake implementation (the compiler needs its shapes)."""
+    return (
+        f"give the custom op a fake implementation, which tells the compiler its output's shape and dtype without "
+        f"running it: @{op}.register_fake on a function of the same inputs returning an empty tensor of the output's "
+        "shape (torch.empty_like(x) where it keeps the input's)"
+    )

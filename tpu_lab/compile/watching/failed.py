@@ -15,7 +15,8 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
-from tpu_lab.compile.causes.operator_failures import operator_fix, operator_words
+from tpu_lab.compile.causes.numpy_values import numpy_inputs_read_back
+from tpu_lab.compile.causes.operator_failures import fake_fix, operator_fix, operator_words
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
@@ -71,7 +72,9 @@ def failed_compile(
     library = "" if no_fake else library
     code = linecache.getline(file, line).strip() if file else ""
     cause = graph_break_words(reason, library, code, (file, line))
-    cause = _through(cause, stack_place.called_through(trace.stack) if trace else "", reason)
+    cause = numpy_inputs_read_back(
+        _through(cause, stack_place.called_through(trace.stack) if trace else "", reason), cap.shown
+    )
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" + (f" ({whole_statement(code)})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
@@ -120,7 +123,7 @@ def failed_compile(
         words = f"compile of {name} failed{at}{after}: {cause.words}{inside}; the call raised {kind}"
         fix = cause.fix if cause.fix and "accept the break" not in cause.fix else ""  # an error: no break to accept
         fix = operator_fix(trace.operator if trace else "", reason) or fix
-        fix = _fake_fix(no_fake[1]) if no_fake else fix
+        fix = fake_fix(no_fake[1]) if no_fake else fix
         fix = fix or (_TRANSFORM_FIX if library.startswith("torch/_functorch/") else "")
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "", raises=True)
@@ -235,14 +238,6 @@ _TRANSFORM_FIX = (  # a compiled function passed into an eager transform is not 
 # torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
 
 _NO_FAKE = re.compile(r"Please use `([\w.]+)\.register_fake`")
-
-
-def _fake_fix(op: str) -> str:
-    return (
-        f"give the custom op a fake implementation, which tells the compiler its output's shape and dtype without "
-        f"running it: @{op}.register_fake on a function of the same inputs returning an empty tensor of the output's "
-        "shape (torch.empty_like(x) where it keeps the input's)"
-    )
 
 
 _MARKED = re.compile(
