@@ -70,3 +70,31 @@ def test_numpy_ints_used_as_slice_bounds_are_named_as_numpy_scalars_and_int_of_t
     torch._dynamo.reset()
     fixed = watched(lambda: f(torch.randn(4, 3, 8, 8), torch.randperm(4), *(int(b) for b in bounds)))
     assert fixed.total_compiles == 1 and not any(r.failed for r in fixed.rows)  # the fix as printed
+
+
+def freq_mask(spec, F=8):  # zcaceres/spec_augment's SpecAugment.ipynb, one mask
+    import random
+
+    cloned = spec.clone()
+    f = random.randrange(0, F)
+    f_zero = random.randrange(0, cloned.shape[1] - f)
+    cloned[0][f_zero : f_zero + f] = cloned.mean()
+    return cloned
+
+
+def tensor_freq_mask(spec, F=8):  # the fix as printed: torch draws, the mask by comparison with torch.arange
+    f = torch.randint(0, F, ())
+    f_zero = torch.randint(0, spec.shape[1] - F + 1, ())
+    rows = torch.arange(spec.shape[1]).view(1, -1, 1)
+    return torch.where((rows >= f_zero) & (rows < f_zero + f), spec.mean(), spec)
+
+
+def test_a_python_random_draw_met_by_int_arithmetic_is_named_as_the_draw_and_the_tensor_mask_holds():
+    f = torch.compile(freq_mask, backend="eager")
+    table = watched(lambda: [f(torch.randn(1, 40, t)) for t in (100, 120)])
+    said = [c for r in table.rows for c in r.causes if c.kind == "failed"] + list(table.breaks)
+    drawn = [c for c in said if "a Python random draw Dynamo passes into the graph as a tensor" in c.words]
+    assert drawn and all("torch.randint for the bounds" in c.fix for c in drawn), [c.words for c in said]
+    g = torch.compile(tensor_freq_mask, backend="eager")
+    fixed = watched(lambda: [g(torch.randn(1, 40, t)) for t in (100, 120, 90)])
+    assert not fixed.breaks and not any(r.failed for r in fixed.rows) and fixed.total_compiles <= 2

@@ -256,6 +256,10 @@ RANDOM_VALUE_FIX = (
     "draw the random number outside the compiled function and pass it in as an argument (a Python int "
     "argument is a plain number to Dynamo, not a tensor)"
 )
+RANDOM_MASK_FIX = (  # SpecAugment's mask bounds: a tensor draw keeps the whole mask in one graph
+    "; or draw with torch (torch.randint for the bounds) and build the mask by comparing them with torch.arange: "
+    "one graph, no Python numbers"
+)
 
 
 def only_raises(file: str, line: int) -> bool:

@@ -13,6 +13,7 @@ from tpu_lab.compile.causes.branch_origin import (
     NUMPY_SAID,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
+    RANDOM_MASK_FIX,
     RANDOM_VALUE_FIX,
     bookkeeping_fix,
     branch_origin,
@@ -27,6 +28,7 @@ from tpu_lab.compile.causes.branch_origin import (
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, backend_context, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
+from tpu_lab.compile.causes.numpy_values import NUMPY_FIX
 from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
@@ -112,12 +114,6 @@ _SCOPE_FIX = (
     "a hook (or a torch.cond / checkpoint body) stores into state outside it (an attribute, a global, a list): "
     "return the value instead of storing it, or register that hook outside the compiled call"
 )
-_NUMPY_FIX = (
-    "compute it outside the compiled function and pass the result in, or use the torch equivalent "
-    "(torch ops on tensors{random})"
-)
-
-
 _AVOID = re.compile(r"Avoid calling `(?:[\w.]+\.)?(\w+)` in your code\.?")
 _CONSTRUCTED = re.compile(r"call_method UserDefinedClassVariable\(<class '([\w.]+)'>\) __new__")
 
@@ -209,7 +205,7 @@ def _break_words(
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # the break, not its hints
         hints = [_on_the_line(h, code) for h in hints]
         fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (
-            _NUMPY_FIX.format(random=", torch.distributions for random draws" if "random" in inner.lower() else "")
+            NUMPY_FIX.format(random=", torch.distributions for random draws" if "random" in inner.lower() else "")
             if "torch._numpy" in inner
             else ""
         )
@@ -222,10 +218,14 @@ def _break_words(
             words, fix = logger_words(logged["name"], logged["method"])
         fix = fix or (_SCOPE_FIX if "outside the scope of this" in inner else "")
         cause = Cause("graph_break", words or clean(first), first, fix)
-        drawn_at, drawn = read_back_origin(inner, code, *at) if "_local_scalar_dense" in inner else (0, "")
+        unspecialized = "UnspecializedPythonVariable" in inner  # a draw Dynamo made a tensor, met by int arithmetic
+        drawn_at, drawn = (
+            read_back_origin(inner, code, *at) if "_local_scalar_dense" in inner or unspecialized else (0, "")
+        )
         if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
             words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
             fix = RANDOM_BRANCH_FIX if re.match(r"\s*(?:el)?if\b|\s*while\b", code) else RANDOM_VALUE_FIX
+            fix += RANDOM_MASK_FIX if unspecialized and fix == RANDOM_VALUE_FIX else ""
             cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=fix)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)

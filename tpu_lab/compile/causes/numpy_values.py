@@ -70,3 +70,9 @@ def numpy_inputs_read_back(cause: Cause, inputs: Sequence[tuple[str, str]]) -> C
         fix=f"pass Python numbers: {python}(...) around each where it is made (np.clip, np.random.randint and their "
         "like return NumPy scalars), before the call",
     )
+
+
+NUMPY_FIX = (  # NumPy code in the compiled function: Dynamo traces it through torch._numpy
+    "compute it outside the compiled function and pass the result in, or use the torch equivalent "
+    "(torch ops on tensors{random})"
+)
