@@ -98,3 +98,29 @@ def test_a_python_random_draw_met_by_int_arithmetic_is_named_as_the_draw_and_the
     g = torch.compile(tensor_freq_mask, backend="eager")
     fixed = watched(lambda: [g(torch.randn(1, 40, t)) for t in (100, 120, 90)])
     assert not fixed.breaks and not any(r.failed for r in fixed.rows) and fixed.total_compiles <= 2
+
+
+def test_tied_inputs_named_labels_among_others_are_each_marked_and_the_marks_applied_hold():
+    tower = torch.nn.Embedding(100, 4)  # a two-tower CTR evaluate: ids and labels from one batch
+
+    @torch.compile(backend="eager")
+    def evaluate(user_ids, item_ids, labels):
+        return ((tower(user_ids) * tower(item_ids)).sum(-1) - labels).pow(2).mean()
+
+    def batch(n):
+        return torch.randint(0, 100, (n,)), torch.randint(0, 100, (n,)), torch.rand(n)
+
+    table = watched(lambda: [evaluate(*batch(n)) for n in (64, 50)])
+    (size,) = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    for name in ("user_ids", "item_ids", "labels"):
+        assert f"torch._dynamo.maybe_mark_dynamic({name}, 0)" in size.fix, size.fix
+
+    def marked():
+        for n in (64, 50, 40):
+            inputs = batch(n)
+            for t in inputs:
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+            evaluate(*inputs)
+
+    torch._dynamo.reset()
+    assert watched(marked).total_compiles == 1  # the marks as printed

@@ -43,8 +43,8 @@ def another_path(c: _Told) -> bool:
 
 
 def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, a new string, a new parameter shape."""
-    static = c.kind == "string" or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    """A graph of its own whatever else changed: another case, a new string, train/eval, a new parameter shape."""
+    static = c.kind in ("string", "training") or getattr(c, "fix", "").startswith("expected once per parameter shape")
     return another_path(c) or static
 
 
@@ -73,7 +73,7 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
         return causes  # an instance's own int (a layer's index) counts the compile: see explain._whose
     case = next((c for c in causes if c.kind in ("none", "type") and OWN_GRAPH in c.words), None)
     case = case or next((c for c in causes if forces_own_graph(c)), None)
-    case = case or next((c for c in causes if c.kind in ("global_state", "training")), None)  # never dynamic
+    case = case or next((c for c in causes if c.kind == "global_state"), None)  # a new grad mode: never dynamic
     if case is None or len(causes) == 1:
         return causes
     said = _forced(case)

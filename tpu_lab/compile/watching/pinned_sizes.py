@@ -56,7 +56,8 @@ def settled(
             unbroken = "; or remove the graph break (see its fix)" if c.fix.startswith("remove the graph break") else ""
             c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1] + unbroken)
         elif m and dim in dims and c.kind == "size":
-            fix = f"none needed: Dynamo made {dim} dynamic, so later sizes reuse this graph; to skip even this one: "
+            every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
+            fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
@@ -294,6 +295,7 @@ def _list_sized(words: str, causes: list[RowCause]) -> str:
     return next((m[1] for m in lengths if m and size and m[2] == size[1] and m[3] == size[2]), "")
 
 
+_MARKS = re.compile(r"mark_(?:dynamic|unbacked)\((\S+?), (\d+)\)")
 _PER_SAMPLE = re.compile(r"^([^,\s]+)[^;]*? dimension 0 changed \d+ -> \d+, and (\S+) with it \(one item per sample")
 _LISTED = (
     "the graph pins {0} dim {1} to the length of {2}, a Python list: its length is fixed into every graph, and a "
