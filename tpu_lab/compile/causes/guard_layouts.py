@@ -31,8 +31,8 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
             "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
         )
     was = int(re.match(r"stride \d+: (\d+)", detail)[1]) if at else 0  # type: ignore[index]
-    if at and shape and min(was, int(at[2])) >= math.prod(shape) > 1:  # both reach past its own elements
-        return Cause(  # a slice of a larger tensor whose size changed ([:, :, :nsample] of [B, S, N]): not a layout
+    if at and int(at[1]) < len(shape) and shape[int(at[1])] > 1 and min(was, int(at[2])) >= math.prod(shape):
+        return Cause(  # both strides reach past its own elements: a slice of a larger tensor whose size changed
             "stride",
             f"{whose} stride {at[1]} changed ({detail.split(': ', 1)[1]}) while its own sizes stayed: it is a view "
             "(a slice) of a larger tensor whose size changed, and its strides follow that size",
