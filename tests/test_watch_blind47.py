@@ -124,3 +124,17 @@ def test_tied_inputs_named_labels_among_others_are_each_marked_and_the_marks_app
 
     torch._dynamo.reset()
     assert watched(marked).total_compiles == 1  # the marks as printed
+
+
+def test_a_list_built_before_a_break_from_the_data_is_no_container_that_grows():
+    @torch.compile(backend="eager")
+    def decode(emission):  # torchaudio's GreedyCTCDecoder: the kept tokens, read back as a list
+        indices = torch.unique_consecutive(torch.argmax(emission, dim=-1))
+        kept = indices.tolist()
+        return torch.stack([emission[0, i] for i in kept]).sum()
+
+    table = watched(lambda: [decode(torch.eye(10)[:n] * 3) for n in (3, 5, 8, 9)])
+    said = [c for r in table.rows for c in r.causes if c.kind == "length" and c.count]
+    assert said and not any("grows" in c.words for c in said), [c.words for c in said]
+    assert any(c.words.startswith("kept had another length at every compile (before: 3, 5") for c in said)
+    assert all(c.fix.startswith("remove the graph break before it") for c in said if "another length" in c.words)

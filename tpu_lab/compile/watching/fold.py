@@ -99,7 +99,10 @@ class Fold:
         for (key, _), r in self.rows.items():  # what pins a number, known now, said of its earlier changes too
             r.causes = what_next.told_as(r.causes, causes) if key == cap.function else r.causes
         before = [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes]
-        causes = what_next.told_as(growing(causes, self.lengths.setdefault(cap.function, {}), cap.limit_value), before)
+        grown = growing(
+            causes, self.lengths.setdefault(cap.function, {}), cap.limit_value, cap.function.name.startswith(RESUME)
+        )
+        causes = what_next.told_as(grown, before)
         if not causes:
             again = any(k == cap.function and r.compiles for (k, _), r in self.rows.items())
             after_reset = again and cap.resets > self.resets_before

@@ -99,10 +99,14 @@ _LENGTH = re.compile(r"^(?P<name>.+?) (?:has a different length \(was (?P<n>\d+)
 _GAINED = re.compile(r"^(?:dict )?(\S+?)(?: \(a global dict\))? gained the key ")  # a cache's name
 
 
-def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None) -> list[RowCause]:
+def growing(
+    causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None, resumed: bool = False
+) -> list[RowCause]:
     """Length causes of a container whose length only went up from compile to compile (``lengths``: the
     function's lengths so far, by container, updated here) named as growing: appended to every step. A global
-    dict that grows is a cache filled on a miss; its length said beside the key it gained is one change."""
+    dict that grows is a cache filled on a miss; its length said beside the key it gained is one change. In
+    the part of a function after a graph break (``resumed``) a list the code before it built from the data
+    (a CTC decoder's kept tokens) is no container appended to: its length just differs each time."""
     out = []
     at_most = f", at most {limit}" if limit else ""
     keyed = {m[1] for c in causes if c.kind == "dict_keys" and CACHE in c.words and (m := _GAINED.match(c.words))}
@@ -125,6 +129,9 @@ def growing(causes: list[RowCause], lengths: dict[str, list[int]], limit: int | 
         elif m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)):
             words = f"{m['name']} grows at every compile (was {m['n'] or 0}): each new length compiles a graph of its own{at_most}"
             fix = "keep what grows out of the compiled function (append outside it, or keep a running tensor), or pass a fixed-size tensor"
+            if resumed and m["name"] == name and not name.startswith("self."):  # built before the break
+                words = f"{name} had another length at every compile (before: {', '.join(map(str, seen))}): the code before the graph break builds it from the data, and each length compiles a graph of its own{at_most}"
+                fix = "remove the graph break before it (see its fix) so it stays inside one graph, or build it outside the compiled function"
             if m["name"] != name:  # a global dict that gains a key per compile: a cache the code fills on a miss
                 words = f"{name} (a global dict: {CACHE}) grows at every compile (was {m['n'] or 0}): each new key compiles a graph of its own{at_most}"
                 fix = CACHE_FIX
