@@ -138,3 +138,19 @@ def test_a_list_built_before_a_break_from_the_data_is_no_container_that_grows():
     assert said and not any("grows" in c.words for c in said), [c.words for c in said]
     assert any(c.words.startswith("kept had another length at every compile (before: 3, 5") for c in said)
     assert all(c.fix.startswith("remove the graph break before it") for c in said if "another length" in c.words)
+
+
+def test_dynamos_stand_in_for_a_profiler_region_is_never_shown_as_an_input():
+    import warnings
+
+    @torch.compile(backend="eager")
+    def attention(x, head_mask=None):  # a deprecation warning inside a profiler region breaks the graph
+        with torch.profiler.record_function("attention"):
+            if head_mask is not None:
+                warnings.warn("head_mask is deprecated", FutureWarning, stacklevel=2)
+            return x.softmax(-1) * 2
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = watched(lambda: attention(torch.randn(2, 4), torch.ones(2, 4)))
+    assert table.breaks and "nullcontext" not in table.to_text()

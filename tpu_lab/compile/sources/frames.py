@@ -191,7 +191,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
         if raw in slots and name in names:  # self of self.h += f(...): the function's own input, shown once
             continue
         if raw in slots and (isinstance(value, type) or inspect.isroutine(value)):  # a callable the line calls
-            if getattr(value, "__module__", None) != "builtins":  # int(...), len(...): never another one
+            # int(...), len(...): never another one; contextlib's: Dynamo's stand-in for a context it rebuilds
+            if getattr(value, "__module__", None) not in ("builtins", "contextlib"):  # (record_function's)
                 out.append((name, "class" if isinstance(value, type) else "function"))
             continue
         # a piece of a message the line builds (f"..."), or of an index (x[:, :n]'s `:`), carried over the
