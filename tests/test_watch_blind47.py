@@ -154,3 +154,4 @@ def test_dynamos_stand_in_for_a_profiler_region_is_never_shown_as_an_input():
         warnings.simplefilter("ignore")
         table = watched(lambda: attention(torch.randn(2, 4), torch.ones(2, 4)))
     assert table.breaks and "nullcontext" not in table.to_text()
+    assert all("Dynamo cannot trace this builtin and runs it eagerly" in b.fix for b in table.breaks), table.breaks

@@ -230,9 +230,12 @@ def _break_words(
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)
         whose = "torch " if re.search(r"file `torch/|function `torch\.", cause.words) else ""  # or a builtin
+        how = (
+            "cannot trace this builtin" if "Python builtin" in cause.words else f"skips this {whose}function on purpose"
+        )
         fix = reorder_fix(inner, code) or (  # warnings.warn: Dynamo can move it past the graph
-            "call it outside the compiled function where you can (before or after it): Dynamo skips this "
-            f"{whose}function on purpose and runs it eagerly, between two graphs; else accept the break"
+            f"call it outside the compiled function where you can (before or after it): Dynamo {how} and runs it "
+            "eagerly, between two graphs; else accept the break"
         )
         if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
             fix = TRAINING_STEP_FIX
