@@ -7,6 +7,7 @@ Python number, "pass a tensor". And the fix for a number Dynamo keeps static. Pu
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -101,6 +102,12 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             f"recompile_limit to the number of values you use; a tensor in its place would not do: {who} takes "
             "a Python number there"
         )
+        if tensor_taken(who, name, place):  # torch.quantile(err, 1 - c): q has a Tensor overload too
+            words = words.replace(f"but {who} needs it as one fixed value", f"but {who} took it as a Python number")
+            fix = (
+                f"pass it as a 0-d tensor (torch.tensor(value)): {who} takes a tensor there too, which the graph "
+                f"reads at run time, so one graph serves every value of {name}"
+            )
         return dataclasses.replace(cause, words=start + words, fix=fix)
     words = (
         f"): Dynamo made {name} dynamic, but a value computed from it is baked into this graph, so each new "
@@ -173,3 +180,29 @@ def tuple_words(g: str) -> Cause | None:
         else f"keep {name} to a few values; where its numbers change every call, pass them in a tensor"
     )
     return Cause("value", words, g, fix)
+
+
+def tensor_taken(who: str, name: str, place: str) -> bool:
+    """``who`` (``torch.quantile``), called on the line quoted in ``place`` with ``name`` in one argument, has
+    an overload that takes a Tensor in that argument's place (``quantile(Tensor self, Tensor q)`` beside
+    ``quantile.scalar(..., float q)``): a tensor works there. False where that cannot be read."""
+    import torch
+
+    op = getattr(torch.ops.aten, who.rsplit(".", 1)[-1], None) if who.startswith(("torch.", "F.")) else None
+    code = place.split(": ", 1)[-1].strip().removesuffix(")")  # the place's own closing bracket
+    try:
+        calls = [n for n in ast.walk(ast.parse(code.strip())) if isinstance(n, ast.Call) and ast.unparse(n.func) == who]
+        schemas = [getattr(op, o)._schema for o in op.overloads()] if op is not None else []
+    except (SyntaxError, AttributeError, RuntimeError):
+        return False
+    uses = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+    for call in calls:
+        spots = [(i, "") for i, a in enumerate(call.args) if uses.search(ast.unparse(a))]
+        spots += [(-1, k.arg or "") for k in call.keywords if uses.search(ast.unparse(k.value))]
+        for i, key in spots:
+            kinds = {
+                str(a.type) for sc in schemas for j, a in enumerate(sc.arguments) if (a.name == key if key else j == i)
+            }
+            if "Tensor" in kinds and kinds - {"Tensor"}:
+                return True
+    return False
