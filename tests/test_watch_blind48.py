@@ -25,3 +25,21 @@ def test_a_float_an_op_also_takes_as_a_tensor_is_told_to_be_passed_as_one_and_th
     torch._dynamo.reset()
     fixed = watched(lambda: [f(err, torch.tensor(c)) for c in (0.1, 0.05, 0.01)])
     assert fixed.total_compiles < table.total_compiles and fixed.total_compiles <= 2, fixed.to_text()
+
+
+def test_dynamos_own_float_bound_on_a_size_is_never_said_as_a_condition():
+    from tpu_lab.compile.causes.guard_places import held
+
+    kept = held(["L['x'].size()[0] <= 9007199254740992", "L['x'].size()[0] >= 10"], ())
+    assert [w for w, _ in kept["x dim 0"]] == ["x.size()[0] >= 10"]
+
+
+def test_one_argument_torch_where_is_named_as_such_and_never_told_to_use_torch_where():
+    @torch.compile(backend="eager")
+    def matched(iou):  # SORT's associate_detections_to_trackers: the matched pairs
+        return torch.stack(torch.where(iou > 0.3), dim=1).sum()
+
+    table = watched(lambda: matched(torch.rand(4, 5)))
+    (b,) = table.breaks
+    assert b.words.startswith("torch.where with one argument (the indices where it holds, as torch.nonzero)"), b.words
+    assert "torch.where in place of nonzero" not in b.fix and "the three-argument torch.where(cond, x, y)" in b.fix

@@ -140,6 +140,8 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
     slots = {raw: user for raw, user in names if re.fullmatch(r"___stack\d+", raw) and "'" not in user}
     for g in guards or ():
         text = re.sub(r"^2 <= (?=\S+\.size\(\)\[\d+\])", "", g.strip())
+        if "9007199254740992" in text:  # 2**53: Dynamo's own bound for a size read as a float, never the code's
+            continue
         # a carried value by what its line calls it, before local_name makes it words: sim[mask].size()[0]
         text = re.sub(r"L\['(___stack\d+)'\]", lambda m: f"L['{slots[m[1]]}']" if m[1] in slots else m[0], text)
         held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+", text)  # a number computed from sizes, held to one value

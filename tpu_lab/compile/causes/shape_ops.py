@@ -99,7 +99,15 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
         )
     words = cause.words
     public = torch_function(name)  # the torch function an ATen op serves: aten._unique2 is torch.unique
-    if name == "nonzero" and "nonzero" not in code and "where(" not in code and re.search(r"\w\[[^\]]", code):
+    one_arg_where = re.search(r"\bwhere\((?:[^(),]|\([^()]*\))+\)", code)  # torch.where(cond): nonzero itself
+    if name == "nonzero" and one_arg_where and "nonzero" not in code:
+        public = "torch.where with one argument (the indices where it holds, as torch.nonzero)"
+        words = words.replace(shaped[0], f"{public} ({shaped[1]}): its output's shape depends on the tensor's data")
+        fix = fix.replace(
+            "a mask and torch.where in place of nonzero or indexing by a mask",
+            "the three-argument torch.where(cond, x, y), or the mask itself, in place of the one-argument form",
+        )
+    elif name == "nonzero" and "nonzero" not in code and "where(" not in code and re.search(r"\w\[[^\]]", code):
         public = "indexing by a boolean mask (x[mask])"  # the line indexes by a mask: torch runs nonzero for it
         words = words.replace(shaped[0], f"{public} ({shaped[1]}): its output's shape depends on the mask's data")
     elif public:
