@@ -1,5 +1,6 @@
 """tl.watch() checked blind, forty-eighth round: a float torch.quantile takes as a Python number though it
-takes a tensor too (an autoencoder's anomaly threshold), ... Each is checked against Dynamo's own account,
+takes a tensor too (an autoencoder's anomaly threshold), one-argument torch.where (SORT), Dynamo's own 2**53 bound, and an
+attribute set on the first call of a plain object (EarlyStopping). Each is checked against Dynamo's own account,
 with the printed fixes applied."""
 
 import torch
@@ -43,3 +44,27 @@ def test_one_argument_torch_where_is_named_as_such_and_never_told_to_use_torch_w
     (b,) = table.breaks
     assert b.words.startswith("torch.where with one argument (the indices where it holds, as torch.nonzero)"), b.words
     assert "torch.where in place of nonzero" not in b.fix and "the three-argument torch.where(cond, x, y)" in b.fix
+
+
+class EarlyStopping:  # Bjarten/early-stopping-pytorch's pytorchtools.EarlyStopping, trimmed
+    def __init__(self):
+        self.best_score = None
+
+    def __call__(self, val_loss, model):
+        score = -val_loss
+        if self.best_score is None:
+            self.best_score = score
+        return score * 2
+
+
+def test_an_attribute_set_on_the_first_call_of_a_plain_object_is_set_on_that_object_never_on_model():
+    stopper, model = EarlyStopping(), torch.nn.Linear(2, 2)
+    f = torch.compile(stopper.__call__, backend="eager")  # as a frame of its own, self its input
+    table = watched(lambda: [f(torch.tensor(1.0), model) for _ in range(2)])
+    (none,) = [c for r in table.rows for c in r.causes if c.kind == "none"]
+    assert "<your EarlyStopping object>.best_score = its value now" in none.fix and "model." not in none.fix
+
+    fresh = EarlyStopping()
+    fresh.best_score = torch.tensor(-1.0)  # the fix as printed, on the object that holds it
+    g = torch.compile(fresh.__call__, backend="eager")
+    assert watched(lambda: [g(torch.tensor(1.0), model) for _ in range(2)]).total_compiles == 1

@@ -145,7 +145,7 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
     elif re.match(r"self[.\[]", name) and not now_value:  # set to None between calls, by code outside the module
         fix = none_fix(name)
     elif name.startswith("self."):
-        fix = _set_before(name)
+        fix = _set_before(name, inputs.get("self", ""))
     elif caller:  # e.g. a model passes its full-attention layers no mask and its sliding-window layers one
         fix = (
             f"expected once per case: {caller} passes {name} as None on some calls and as a value on others "
@@ -166,12 +166,15 @@ _SET_NONE = (
 )
 
 
-def _set_before(name: str) -> str:
+def _set_before(name: str, owner: str = "") -> str:
     """The fix for an attribute the code itself set after the first compile (a transformers model sets
-    ``config.problem_type`` on its first call with labels): the user sets it first, not passes it."""
+    ``config.problem_type`` on its first call with labels): the user sets it first, not passes it. ``owner``:
+    how the inputs show ``self`` (``EarlyStopping``; a module as ``MLP (train)``), so the fix names it."""
+    module = not owner or re.search(r" \((?:train|eval)\)$", owner)
+    held = "model." if module else f"<your {owner.split()[0]} object>."
     return (
         "expected once; to keep one graph, set it before the first compiled call (e.g. "
-        f"{name.replace('self.', 'model.', 1)} = its value now: the code set it during the first call), and leave it so"
+        f"{name.replace('self.', held, 1)} = its value now: the code set it during the first call), and leave it so"
     )
 
 
