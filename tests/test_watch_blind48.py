@@ -68,3 +68,30 @@ def test_an_attribute_set_on_the_first_call_of_a_plain_object_is_set_on_that_obj
     fresh.best_score = torch.tensor(-1.0)  # the fix as printed, on the object that holds it
     g = torch.compile(fresh.__call__, backend="eager")
     assert watched(lambda: [g(torch.tensor(1.0), model) for _ in range(2)]).total_compiles == 1
+
+
+def balancing_loss(gate_logits, attention_mask=None):  # transformers' Mixtral load_balancing_loss_func, trimmed
+    probs = gate_logits.softmax(-1)
+    if attention_mask is None:
+        return probs.mean(0).pow(2).sum()
+    mask = attention_mask.reshape(-1, 1).float()
+    return (probs * mask).sum(0).pow(2).sum() / mask.sum()
+
+
+def test_a_mark_for_a_graph_of_a_later_case_is_told_at_the_first_call_of_that_case_and_that_holds():
+    f = torch.compile(balancing_loss, backend="eager")
+
+    def calls(mark=False):
+        f(torch.randn(16, 4))
+        for s in (8, 12):
+            gate, mask = torch.randn(2 * s, 4), torch.ones(2, s, dtype=torch.long)
+            if mark and s == 8:  # the fix as printed: on the first call with attention_mask given
+                torch._dynamo.maybe_mark_dynamic(gate, 0)
+                torch._dynamo.maybe_mark_dynamic(mask, 1)
+            f(gate, mask)
+
+    table = watched(calls)
+    sizes = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert sizes and all("before the first call with attention_mask given (" in c.fix for c in sizes), sizes
+    torch._dynamo.reset()
+    assert watched(lambda: calls(mark=True)).total_compiles == table.total_compiles - 1

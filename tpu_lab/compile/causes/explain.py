@@ -143,9 +143,22 @@ def causes_of(
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
-    return whose_graph(
-        [_keywords_named(c, inputs.get(best), signature) for c in per_graph[best]], dict(compared).get(best), signature
-    )
+    said = [_in_case(_keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
+    return whose_graph(said, dict(compared).get(best), signature)
+
+
+def _in_case(cause: Cause, graphs: Sequence[tuple[str, Signature]], best: str) -> Cause:
+    """A mark told "before the first call" where the graph it would have kept was compiled for another case
+    than the first call's (Mixtral's loss: no attention_mask first, then one): the mark goes on the first
+    call of that case (``before the first call with attention_mask given``), else it saves nothing."""
+    ids = {g: s for g, s in graphs}  # most recent first, and an input passed as None is left out of a signature
+    oldest = min(ids, key=lambda g: int(g.rpartition("/")[2]) if g.rpartition("/")[2].isdigit() else 0, default="")
+    first = dict(ids.get(oldest, ()))
+    given = [n for n in dict(ids.get(best, ())) if n not in first and re.fullmatch(r"\w+", n)]
+    if "mark the dimension dynamic before the first call (" not in cause.fix or not given or best == oldest:
+        return cause
+    case = f"before the first call with {' and '.join(given)} given ("
+    return dataclasses.replace(cause, fix=cause.fix.replace("before the first call (", case))
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:
