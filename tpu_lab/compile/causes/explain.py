@@ -143,8 +143,8 @@ def causes_of(
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
-    said = [_in_case(_keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
-    return whose_graph(said, dict(compared).get(best), signature)
+    told = [_in_case(_keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
+    return whose_graph(told, dict(compared).get(best), signature)
 
 
 def _in_case(cause: Cause, graphs: Sequence[tuple[str, Signature]], best: str) -> Cause:
