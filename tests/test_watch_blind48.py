@@ -95,3 +95,27 @@ def test_a_mark_for_a_graph_of_a_later_case_is_told_at_the_first_call_of_that_ca
     assert sizes and all("before the first call with attention_mask given (" in c.fix for c in sizes), sizes
     torch._dynamo.reset()
     assert watched(lambda: calls(mark=True)).total_compiles == table.total_compiles - 1
+
+
+class MultiHead(torch.nn.Module):  # avalanche's MultiHeadClassifier: one head per task, picked by str(task)
+    def __init__(self):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({str(t): torch.nn.Linear(4, 2) for t in range(3)})
+
+    def forward(self, x, task_label):
+        return self.heads[str(task_label)](x)
+
+
+def test_str_of_a_dynamic_int_warns_that_text_passed_in_is_still_a_graph_per_value():
+    model = MultiHead()
+    f = torch.compile(model, backend="eager")
+    table = watched(lambda: [f(torch.randn(2, 4), t) for t in range(3)])
+    (b,) = [b for b in table.breaks if b.words.startswith("str() or repr()")]
+    assert "each text passed in is still a graph of its own" in b.fix
+
+    class Keyed(MultiHead):  # the text built outside, as the fix says: each key still a graph of its own
+        def forward(self, x, key):
+            return self.heads[key](x)
+
+    g = torch.compile(Keyed(), backend="eager")
+    assert watched(lambda: [g(torch.randn(2, 4), str(t)) for t in range(3)]).total_compiles == 3

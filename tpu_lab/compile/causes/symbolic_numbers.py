@@ -133,7 +133,8 @@ def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
         )
         return said, [
             "key by the numbers themselves (a tuple, (h, w)) in place of their text, or build the text outside "
-            "the compiled function and pass it in"
+            "the compiled function and pass it in (each text passed in is still a graph of its own: where it picks "
+            "a submodule, as a ModuleDict key does, compile the shared part and pick the head outside)"
         ]
     if "Missing `as_proxy()`" in reason and "ScriptObject" in reason:  # Dynamo's words for it are its internals'
         said = (
