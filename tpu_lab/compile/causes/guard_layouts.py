@@ -30,7 +30,7 @@ def layout_words(name: str, detail: str, g: str, now: str | None, parameter: boo
             f"where {name} is passed or made, {name}.clone(memory_format=torch.contiguous_format) gives it the same "
             "strides every call (.contiguous() keeps a tensor that already is contiguous as it is)",
         )
-    was = int(re.match(r"stride \d+: (\d+)", detail)[1]) if at else 0  # type: ignore[index]
+    was = int(w[1]) if (w := re.match(r"stride \d+: (\d+)", detail)) else 0
     if at and int(at[1]) < len(shape) and shape[int(at[1])] > 1 and min(was, int(at[2])) >= math.prod(shape):
         return Cause(  # both strides reach past its own elements: a slice of a larger tensor whose size changed
             "stride",

@@ -68,15 +68,11 @@ def per_sample_list(causes: list[Cause], now: dict[str, str]) -> list[Cause]:
     for c in causes:
         m = _LENGTH.match(c.words) if c.kind == "length" else None
         held = re.search(r"\blen=(\d+)", now.get(m[1], "")) if m else None
-        batch = next(
-            (
-                s
-                for s in causes
-                if m and held and s.kind == "size" and f"dimension 0 changed {m[2]} -> {held[1]}" in s.words
-            ),
-            None,
-        )
-        if m is None or held is None or batch is None or m[1] in batch.words:  # it names the list already
+        if m is None or held is None:
+            continue
+        change = f"dimension 0 changed {m[2]} -> {held[1]}"
+        batch = next((s for s in causes if s.kind == "size" and change in s.words), None)
+        if batch is None or m[1] in batch.words:  # no batch change alike, or it names the list already
             continue
         words = (
             f"{batch.words.split(';')[0]}, and {m[1]} with it (one item per sample: length {m[2]} -> {held[1]}): "

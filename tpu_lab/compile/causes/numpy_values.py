@@ -27,7 +27,7 @@ def numpy_scalar_words(name: str, kind: str, value: str, now: str, g: str) -> Ca
     )
 
 
-_READ_BACK = "read back as a Python number"
+READ_BACK = "read back as a Python number"  # how break_words says a tensor value read back
 
 
 def numpy_read_back(cause: Cause, line: str, settings: dict[str, tuple[str, str]]) -> Cause:
@@ -35,7 +35,7 @@ def numpy_read_back(cause: Cause, line: str, settings: dict[str, tuple[str, str]
     a tensor's value back as a Python number, said as the NumPy scalar a module attribute it reads holds
     (``settings``: attribute -> (where it is, ``an np.float64``), from the modules the graphs saw): Dynamo
     traces that scalar as a tensor. Any other cause comes back as it is."""
-    if _READ_BACK not in cause.words:
+    if READ_BACK not in cause.words:
         return cause
     found = next(((a, settings[a]) for a in re.findall(r"\bself\.(\w+)\b", line) if a in settings), None)
     if found is None:
@@ -54,7 +54,7 @@ def numpy_inputs_read_back(cause: Cause, inputs: Sequence[tuple[str, str]]) -> C
     """``cause``, a tensor's value read back as a Python number on a line that uses inputs passed as NumPy
     scalars (``inputs``: name, description: ``bbx1: np.int64 8`` from CutMix's np.clip), said as those: Dynamo
     traces them as 0-d tensors, so a slice bound or a size reads them back. Any other cause as it is."""
-    if _READ_BACK not in cause.words:
+    if READ_BACK not in cause.words:
         return cause
     named = [
         (n, d.split()[0]) for n, d in inputs if d.startswith("np.") and re.search(rf"\b{re.escape(n)}\b", cause.words)

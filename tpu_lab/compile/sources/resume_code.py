@@ -80,12 +80,19 @@ def _rest_of_line(instructions: list[Any], file: str, line: int) -> str:
 
 
 def _source_of(ins: Any, file: str, line: int) -> str:
-    """The code an instruction runs, as the line writes it (``target[valid]``); "" where it cannot be read."""
+    """The code an instruction on ``line`` runs, as the line writes it (``target[valid]``); "" where it cannot be
+    read."""
+    text = _span(ins, file) if ins.positions is not None and ins.positions.lineno == line else ""
+    return text if 0 < len(text) <= 30 and text.isprintable() else ""  # a short one: target[valid]
+
+
+def _span(ins: Any, file: str) -> str:
+    """The code ``ins`` runs, as ``file``'s source writes it, where it sits on one line; else ''."""
     where = ins.positions
-    if where is None or not where.lineno == where.end_lineno == line or where.col_offset is None:
+    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
         return ""
-    text = linecache.getline(file, line).encode()[where.col_offset : where.end_col_offset].decode(errors="replace")
-    return text.strip() if 0 < len(text.strip()) <= 30 and text.isprintable() else ""  # a short one: target[valid]
+    line = linecache.getline(file, where.lineno).encode()
+    return line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
 
 
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
@@ -94,7 +101,8 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     the line was about to call is that function's name (``enumerate``)."""
     slots = sorted((int(m[1]), n) for n in code.co_varnames[: code.co_argcount] if (m := _STACK.fullmatch(n)))
     out = {}
-    line, call = linecache.getline(code.co_filename, code.co_firstlineno), _breaking_call(code) if slots else ""
+    before, original = _before_resume(code) if slots else (None, None)  # the instruction the break stopped at
+    line, call = linecache.getline(code.co_filename, code.co_firstlineno), _breaking_call(before, original)
     pending = _pending(line, call)
     for i, (_, name) in enumerate(slots[:-1]):
         value = values.get(name)
@@ -104,7 +112,7 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
             out[name] = short_call(pending[i])
     if call and not _assigned(call, line):
         out[slots[-1][1]] = short_call(call)
-    elif (branch := _at_branch(code) if slots else None) is not None:  # a chained comparison's operands
+    elif (branch := _at_branch(before, original)) is not None:  # a chained comparison's operands
         out.update(
             {n: short_call(b) for (_, n), b in zip(slots[-len(branch) :], branch, strict=False)} if branch else {}
         )
@@ -215,30 +223,21 @@ def _assigned(call: str, line: str) -> bool:
     return m is not None and m["value"] == call  # x = f()[0]: the carried value is f()'s whole result, not x
 
 
-def _breaking_call(code: Any) -> str:
-    """The source of the call the break stopped at; none where it stopped at something else."""
-    call, original = _before_resume(code)
-    where = call.positions if call is not None and call.opname in _BREAKING_OPS else None
-    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
-        return ""
-    line = linecache.getline(original.co_filename, where.lineno).encode()
-    text = line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
+def _breaking_call(before: Any, original: Any) -> str:
+    """The source of the call the break stopped at (``before``, in ``original``); none where it stopped at
+    something else."""
+    text = _span(before, original.co_filename) if before is not None and before.opname in _BREAKING_OPS else ""
     return text if 0 < len(text) <= 300 and text.isprintable() else ""  # a long one named short (_short)
 
 
-def _at_branch(code: Any) -> list[str] | None:
+def _at_branch(before: Any, original: Any) -> list[str] | None:
     """Where the break stopped at a jump on a tensor's value (``if s_tmin <= sigmas[i] <= s_tmax``), what the
     line still holds there: a chained comparison's middle operands (``sigmas[i]``), never what the line
     assigns; None where it stopped at no jump."""
-    before, original = _before_resume(code)
     if before is None or "JUMP" not in before.opname or "IF_" not in before.opname:  # 3.11: POP_JUMP_FORWARD_IF_
         return None
-    where = before.positions
-    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
-        return []
-    text = linecache.getline(original.co_filename, where.lineno).encode()[where.col_offset : where.end_col_offset]
     try:
-        node = ast.parse(text.decode(errors="replace").strip(), mode="eval").body
+        node = ast.parse(_span(before, original.co_filename), mode="eval").body
     except SyntaxError:
         return []
     return [ast.unparse(c) for c in node.comparators[:-1]] if isinstance(node, ast.Compare) else []

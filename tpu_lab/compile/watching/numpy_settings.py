@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.numpy_values import numpy_inputs_read_back, numpy_read_back
+from tpu_lab.compile.causes.numpy_values import READ_BACK, numpy_inputs_read_back, numpy_read_back
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import unshortened
 
@@ -21,7 +21,7 @@ def with_numpy_setting(
     """``cause`` of a break at ``library`` (torch's file:line) where that line reads a NumPy setting of one of
     the compiled modules (``hooks``: each function's graphs' submodule snapshots; ``pending``: captures not
     folded yet, with theirs and their inputs, NumPy scalars read back where the break is), said so; else as it is."""
-    if "read back as a Python number" not in cause.words:
+    if READ_BACK not in cause.words:
         return cause
     pending = list(pending)
     said = numpy_inputs_read_back(cause, [s for c in pending for s in c.shown])  # inputs in hand: CutMix's np.int64
