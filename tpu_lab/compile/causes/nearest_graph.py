@@ -38,8 +38,9 @@ def nearest(
             # a flag's value is not in the table either, but its guard names it: that graph is another path
             g not in inputs or _distance(inputs[g], signature) > 0 or any(another_path(c) for c in per_graph[g]),
             # a graph for another case (a flag's other value, None for a tensor) is another code path: the
-            # graph of this path, with its own failed guard, is what the call was meant to reuse
-            any(another_path(c) for c in per_graph[g]),
+            # graph of this path, with its own failed guard, is what the call was meant to reuse; unless that
+            # graph is another mode too (train/eval, grad mode: LoRA's merged flag, told against the eval graph)
+            any(_other_case(c) for c in per_graph[g]),
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
             g in superseded,
             sum(_changes(c) for c in _distinct(per_graph[g])),
@@ -52,6 +53,11 @@ def nearest(
             order.index(g),
         ),
     )
+
+
+def _other_case(cause: Cause) -> bool:
+    """A cause that makes its graph another case of the code: another path, train/eval or grad mode."""
+    return another_path(cause) or cause.kind in ("training", "global_state")
 
 
 def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:

@@ -34,12 +34,16 @@ _FROM_01 = re.compile(r"^Python int (?P<name>\S+) changed \((?:was (?P<was>[01])
 
 def another_path(c: _Told) -> bool:
     """A cause that is another case of the code: None vs a value, a flag's new value, an int argument from or
-    to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph)."""
+    to 0 or 1 (Dynamo compiles those apart: no other value reuses their graph), unless every value of it is
+    a graph anyway (an nn.Module's int attribute, a list item: Dynamo keeps those static)."""
     return (
         (c.kind in ("none", "type") and OWN_GRAPH in c.words)
         or (c.kind == "flag" and _OWN_VALUE in c.words)
-        or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None)
+        or (c.kind in ("value", "value_dynamic") and _FROM_01.match(c.words) is not None and _EACH not in c.words)
     )
+
+
+_EACH = "each new value compiles a graph of its own"
 
 
 def forces_own_graph(c: _Told) -> bool:

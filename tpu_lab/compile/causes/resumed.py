@@ -24,7 +24,9 @@ _RESHAPING = re.compile(
     r"at \.(?!(?:astype|to|float|double|half|bfloat16|int|long|bool|type|contiguous|clone|detach|cpu|cuda|numpy)\()"
 )
 _TYPED = r"(?::[^=]+)?"  # an annotation between the name and the = (out: ModelOutput = self.model(...))
-_SLOT = re.compile(r"\bthe carried value(?: (\d+))?(?![\w\[])")  # one of several: ``the carried value 2``, slot 1
+_SLOT = re.compile(
+    r"\bthe carried value(?: (\d+))?(?!\w)"
+)  # one of several: ``the carried value 2``, slot 1, or [0] of it
 
 
 def drawn_outside(fix: str) -> str:
@@ -135,7 +137,7 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
     if len(slots) > 1:  # several values carried (``h + gn(h)`` broke in gn): each by what the line calls it
         text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
     elif slots:  # one named, beside a function the line was about to call (self.dec(self.lr(x, d))): by number
-        text = re.sub(r"\bthe carried value (\d+)(?![\w\[])", lambda m: slots.get(int(m[1]) - 1, m[0]), text)
+        text = re.sub(r"\bthe carried value (\d+)(?!\w)", lambda m: slots.get(int(m[1]) - 1, m[0]), text)
     target = target or slots.get(0, "") if len(slots) == 1 else target  # else by what the line calls it
     return _CARRIED_NAMED.sub(target, text) if target else _CARRIED_NAMED.sub(CARRIED, text)
 
