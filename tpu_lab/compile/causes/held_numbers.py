@@ -34,7 +34,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
     if itself and re.fullmatch(r"int [01]", now):
         return None
     if itself and _MODULE_HINT in comment:
-        held = "the ints in an nn.Module's lists" if "[" in name else "an nn.Module's int attribute"
+        held = "the ints in an nn.Module's lists" if re.search(r"\[\d+\]$", name) else "an nn.Module's int attribute"
         words = f"): Dynamo keeps {held} static, so each new value compiles a graph of its own{at_most}"
         return dataclasses.replace(cause, words=start + words, fix=module_int_fix(name))
     if itself and _MODULE_INDEX.search(comment):  # the submodule an index picks is fixed into the graph
