@@ -148,6 +148,7 @@ KIND_LABELS = {
     "dict_keys": "dict keys changed",
     "value": "a Python value baked into the graph changed",
     "value_dynamic": "a Python number changed, then made dynamic",
+    "members": "the values a list holds changed (your code tests membership in it)",
     "derived": "a value computed from Python numbers changed (baked into the graph)",
     "loop_position": "a loop resumed at another position after a graph break inside it",
     "flag": "a Python flag changed",

@@ -15,6 +15,7 @@ import tokenize
 from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Failure, bare, local_name
+from tpu_lab.compile.causes.guard_members import member_said
 from tpu_lab.compile.sources.frames import renamed, where_label
 from tpu_lab.compile.sources.packages import USER, package_of, unshortened
 
@@ -144,6 +145,10 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
             continue
         # a carried value by what its line calls it, before local_name makes it words: sim[mask].size()[0]
         text = re.sub(r"L\['(___stack\d+)'\]", lambda m: f"L['{slots[m[1]]}']" if m[1] in slots else m[0], text)
+        if member := member_said(text):  # `i in blocks` on a list of ints: each item checked against i
+            for item in member[1]:
+                out.setdefault(renamed(local_name(item), names), []).append((member[0], g.strip()))
+            continue
         held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+", text)  # a number computed from sizes, held to one value
         if (
             ("==" in text and not held_to)

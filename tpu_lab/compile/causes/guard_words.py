@@ -13,6 +13,7 @@ from tpu_lab.compile.causes.guard_attributes import attribute_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words
+from tpu_lab.compile.causes.guard_members import member_words
 from tpu_lab.compile.causes.guard_objects import backend_words, hook_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
@@ -121,6 +122,8 @@ def words(
     ``inputs``: the new call's inputs, described by name; ``changes``: (name, was, now) of every size that
     changed in this compile)."""
     g, at = f.guard, f.where
+    if (cause := member_words(g)) is not None:
+        return cause
     if (m := TENSOR_MISMATCH.search(g)) and m["what"] == "size" and f"{local_name(m['name'])}/{m['i']}" in pinned:
         return Cause(
             "size",

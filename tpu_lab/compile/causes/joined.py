@@ -10,6 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import derived_joined, derived_key
+from tpu_lab.compile.causes.guard_members import members_joined
 from tpu_lab.compile.causes.guard_sizes import (
     MODULE_PARAMETER_FIX,
     PARAMETER_FIX,
@@ -127,6 +128,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             key = (cause.kind, c["numbers"], "")  # one number, many conditions (a view's arithmetic): one
         elif cause.kind == "value" and name and (item := _ITEM.fullmatch(name)):  # a list's items: one change
             key = (cause.kind, f"{item[1]}[]", "")
+        elif cause.kind == "members":  # values come into a list and leave it: one change
+            key = (cause.kind, cause.fix, "")
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
             key = (cause.kind, _dict_or_tensor(cause.guard), "")
         elif name:
@@ -145,6 +148,9 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             continue
         if first.kind in ("number_branch", "specialised") and len(same) > 1:
             out.append(dataclasses.replace(first, words=_crossed_words([c for _, c in same]), guard=guards))
+            continue
+        if first.kind == "members":
+            out.append(members_joined([c for _, c in same]))
             continue
         if first.kind == "value" and len(names) > 1 and (item := _ITEM.fullmatch(names[0])):
             out.append(_items_changed(item[1], same, guards))

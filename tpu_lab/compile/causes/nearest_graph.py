@@ -81,12 +81,19 @@ def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
 def _distinct(causes: list[Cause]) -> list[Cause]:
     """One cause per change: the same change named once per input (``input_ids dimension 0 is now 1``,
     ``labels dimension 0 is now 1``) is one change, as a cause merged over its inputs already reads; and the
-    bounds one branch's other side crosses (``if t.size(-1) >= length`` on two inputs: three guards) are one."""
-    return list(
-        {
-            ("bound", "") if c.kind in _BOUNDS else (c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words)): c for c in causes
-        }.values()
-    )
+    bounds one branch's other side crosses (``if t.size(-1) >= length`` on two inputs: three guards) are one;
+    so are the items of one list."""
+    return list({_change(c): c for c in causes}.values())
+
+
+def _change(c: Cause) -> tuple[str, str]:
+    """What one change is: a cause without the input it names; the items of one list as the list (``n[0]`` and
+    ``n[1]`` of ``n=[1, 4]``: one change, nearer than a graph for an int ``n``)."""
+    if c.kind in _BOUNDS:
+        return ("bound", "")
+    if c.kind.startswith("value") and (m := re.match(r"Python \w+ ([\w.]+)\[\d+\] changed", c.words)):
+        return ("items", m[1])
+    return (c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words))
 
 
 _BOUNDS = ("specialised", "number_branch")  # a size or a number across a condition the graph assumed

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import CARRIED, bare
+from tpu_lab.compile.causes.guard_members import EACH_SET, member_said
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.causes.size_uses import size_in_source
@@ -72,7 +73,9 @@ def bounded(
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         c = _branched_too(c, conditions, places)
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
-        if found and made:
+        if found and made and all(member_said(g) for _, g in found):  # `i in n`: the graph holds n's values
+            c = _members_held(c, made[1], found, places)
+        elif found and made:
             found.sort(key=lambda wg: " == " not in wg[1])  # a value held to one number first: each value a graph
             said = _said(found, places, made[1])
             words = c.words.replace(
@@ -92,6 +95,26 @@ def bounded(
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+def _members_held(c: RowCause, made: str, found: list[tuple[str, str]], places: Mapping[str, str]) -> RowCause:
+    """A list's items made dynamic that the new graph tests membership on (``if i in blocks_to_take:``): it
+    holds which values the list has, so no later set of values reuses it."""
+    name = re.sub(r"\[\d+\].*", "", made.split(", ")[0])
+    where = condition_place(found[0][1], places)
+    said = list(dict.fromkeys(w for w, _ in found))
+    held_in = [w.split()[0] for w in said if " not in " not in w]
+    held_out = [w.split()[0] for w in said if " not in " in w]
+    has = "; ".join(
+        filter(None, [f"{', '.join(held_in)} in {name}" * bool(held_in), f"{', '.join(held_out)} not" * bool(held_out)])
+    )
+    words = re.sub(
+        r"Dynamo made (.+?) dynamic, so later values reuse this graph",
+        rf"Dynamo made \1 dynamic, but the graph holds which values {name} has ({has}){where}: {EACH_SET}",
+        c.words,
+    )
+    fix = f"expected once per set of values {name} holds: keep the sets few, or raise torch._dynamo.config.recompile_limit to the number you use"
+    return dataclasses.replace(c, words=words, fix=fix, kind="members")
 
 
 def _branched_too(c: RowCause, conditions: Mapping[str, list[tuple[str, str]]], places: Mapping[str, str]) -> RowCause:

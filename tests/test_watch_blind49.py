@@ -1,0 +1,35 @@
+"""tl.watch() checked blind, forty-ninth round: a list of block indices tested with `i in n` (DINOv2's
+get_intermediate_layers), ... Each is checked against Dynamo's own account, with the printed fixes applied."""
+
+import torch
+from _dynamo_oracle import watched_clean
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class Blocks(torch.nn.Module):  # facebookresearch/dinov2's _get_intermediate_layers_not_chunked, trimmed
+    def __init__(self, depth=6):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(depth))
+
+    def forward(self, x, n=1):
+        output, total = [], len(self.blocks)
+        blocks_to_take = range(total - n, total) if isinstance(n, int) else n
+        for i, blk in enumerate(self.blocks):
+            x = blk(x)
+            if i in blocks_to_take:
+                output.append(x)
+        return tuple(output)
+
+
+def test_a_list_tested_with_in_is_told_against_the_list_graph_and_each_set_of_values_is_its_own_graph():
+    f = torch.compile(Blocks(), backend="eager")
+    x = torch.randn(2, 8)
+    table = watched(lambda: [f(x, n=n) for n in (1, 4, [2, 5], [1, 4], [0, 3])])
+    fourth, fifth = [r.causes[0] for r in table.rows][-2:]  # [1, 4] after [2, 5]: the list graph, never the int one
+    assert fourth.kind == "members" and "but the graph holds which values n has (1, 4 in n" in fourth.words, fourth
+    assert "reuse this graph" not in fourth.words and "is now a list" not in fourth.words, fourth.words
+    assert fifth.kind == "members" and fifth.words.startswith("0 and 3 are now in n; 1 and 4 are no longer"), fifth
+    assert fifth.fix.startswith("expected once per set of values n holds"), fifth.fix
