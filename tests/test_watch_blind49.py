@@ -33,3 +33,38 @@ def test_a_list_tested_with_in_is_told_against_the_list_graph_and_each_set_of_va
     assert "reuse this graph" not in fourth.words and "is now a list" not in fourth.words, fourth.words
     assert fifth.kind == "members" and fifth.words.startswith("0 and 3 are now in n; 1 and 4 are no longer"), fifth
     assert fifth.fix.startswith("expected once per set of values n holds"), fifth.fix
+
+
+class Classifier(torch.nn.Module):  # the PyTorch nn.Transformer tutorial's encoder, trimmed
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.drop = torch.nn.Dropout(0.1)
+        self.head = torch.nn.Linear(16, 2)
+
+    def forward(self, tokens):
+        return self.head(self.drop(self.emb(tokens)).mean(1))
+
+
+def train_then_evaluate(model, compiled, mark=None):
+    model.train()
+    for _ in range(2):
+        compiled(torch.randint(0, 32, (4, 12))).sum().backward()
+    model.eval()
+    with torch.no_grad():
+        for length in (12, 20, 16):
+            tokens = torch.randint(0, 32, (4, length))
+            if mark is not None and length == 12:
+                mark(tokens)
+            compiled(tokens)
+
+
+def test_a_mark_for_a_size_that_changes_only_in_evaluation_goes_on_the_first_evaluation_call():
+    model = Classifier()
+    table = watched(lambda: train_then_evaluate(model, torch.compile(model, backend="aot_eager")))
+    sized = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert sized and all("before the first call in eval mode with grad mode off (" in c.fix for c in sized), sized
+    torch._dynamo.reset()
+    mark = lambda t: torch._dynamo.maybe_mark_dynamic(t, 1)  # noqa: E731 (the fix as printed, where it says)
+    fixed = watched(lambda: train_then_evaluate(model, torch.compile(model, backend="aot_eager"), mark))
+    assert fixed.total_compiles == table.total_compiles - 1, fixed.to_text()

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.causes import guard_words
+from tpu_lab.compile.causes.call_cases import in_case, keywords_named
 from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
@@ -23,7 +24,7 @@ from tpu_lab.compile.causes.joined import calling_style, followers_joined, merge
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
-from tpu_lab.compile.sources.frames import MORE, RESUME, Capture, renamed
+from tpu_lab.compile.sources.frames import RESUME, Capture, renamed
 from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.sources.stack_place import calling_library
 
@@ -143,22 +144,8 @@ def causes_of(
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
-    told = [_in_case(_keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
+    told = [in_case(keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
     return whose_graph(told, dict(compared).get(best), signature)
-
-
-def _in_case(cause: Cause, graphs: Sequence[tuple[str, Signature]], best: str) -> Cause:
-    """A mark told "before the first call" where the graph it would have kept was compiled for another case
-    than the first call's (Mixtral's loss: no attention_mask first, then one): the mark goes on the first
-    call of that case (``before the first call with attention_mask given``), else it saves nothing."""
-    ids = {g: s for g, s in graphs}  # most recent first, and an input passed as None is left out of a signature
-    oldest = min(ids, key=lambda g: int(g.rpartition("/")[2]) if g.rpartition("/")[2].isdigit() else 0, default="")
-    first = dict(ids.get(oldest, ()))
-    given = [n for n in dict(ids.get(best, ())) if n not in first and re.fullmatch(r"\w+", n)]
-    if "mark the dimension dynamic before the first call (" not in cause.fix or not given or best == oldest:
-        return cause
-    case = f"before the first call with {' and '.join(given)} given ("
-    return dataclasses.replace(cause, fix=cause.fix.replace("before the first call (", case))
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:
@@ -175,26 +162,6 @@ def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | N
     if cause.flag is None:
         return None
     return re.sub(r"^kwargs\['(\w+)'\]$", r"\1", renamed(cause.flag[0], names)), cause.flag[1]
-
-
-def _keyword(name: str) -> str:
-    """``kwargs['attention_mask']`` -> ``attention_mask`` (a keyword through **kwargs); else the input."""
-    m = re.match(r"^\w+\['([^']+)'\]", name)
-    return m[1] if m else name.split("[")[0].split(".")[0]
-
-
-def _keywords_named(cause: Cause, before: Signature | None, now: Signature) -> Cause:
-    """A change in the number of keyword arguments, said by name where the graph's inputs are known:
-    ``attention_mask is now passed`` (generate passes it for a padded batch only)."""
-    if not cause.words.startswith("a keyword argument was added or dropped (") or before is None:
-        return cause  # the words already name it, or the graph's inputs are unknown
-    was, new = ({_keyword(n) for n, _ in sig if n not in (MORE, "grad mode")} for sig in (before, now))
-    added, dropped = sorted(new - was), sorted(was - new)
-    if not (added or dropped):
-        return cause
-    said = [f"{', '.join(added)} now passed"] if added else []
-    said += [f"{', '.join(dropped)} no longer passed"] if dropped else []
-    return dataclasses.replace(cause, words=f"a keyword argument was added or dropped: {'; '.join(said)}")
 
 
 _BAKED = BAKED + ")"
