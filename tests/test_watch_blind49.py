@@ -1,6 +1,9 @@
 """tl.watch() checked blind, forty-ninth round: a list of block indices tested with `i in n` (DINOv2's
 get_intermediate_layers), ... Each is checked against Dynamo's own account, with the printed fixes applied."""
 
+import math
+
+import numpy as np
 import torch
 from _dynamo_oracle import watched_clean
 
@@ -68,3 +71,21 @@ def test_a_mark_for_a_size_that_changes_only_in_evaluation_goes_on_the_first_eva
     mark = lambda t: torch._dynamo.maybe_mark_dynamic(t, 1)  # noqa: E731 (the fix as printed, where it says)
     fixed = watched(lambda: train_then_evaluate(model, torch.compile(model, backend="aot_eager"), mark))
     assert fixed.total_compiles == table.total_compiles - 1, fixed.to_text()
+
+
+def sampled_scores(q, k, math_fix=False):  # Informer's ProbAttention: sample c * ln(L_K) keys per query
+    L_K = k.shape[1]
+    if math_fix:
+        u = 2 * math.ceil(math.log(L_K))
+    else:
+        u = 2 * np.ceil(np.log(L_K)).astype("int").item()
+    return q @ k[:, :u].transpose(1, 2)
+
+
+def test_numpy_on_a_size_read_back_with_item_is_named_and_the_math_module_fix_removes_the_break():
+    f = torch.compile(sampled_scores, backend="eager")
+    table = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4)) for n in (16, 32)])
+    assert table.breaks and all(b.words.startswith("NumPy on a number here, read back with .item()") for b in table.breaks)
+    assert all("math.ceil(math.log(n))" in b.fix for b in table.breaks), table.breaks
+    fixed = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4), True) for n in (16, 32)])
+    assert not fixed.breaks, fixed.to_text()
