@@ -89,3 +89,42 @@ def test_numpy_on_a_size_read_back_with_item_is_named_and_the_math_module_fix_re
     assert all("math.ceil(math.log(n))" in b.fix for b in table.breaks), table.breaks
     fixed = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4), True) for n in (16, 32)])
     assert not fixed.breaks, fixed.to_text()
+
+
+class NumpyFFT(torch.autograd.Function):  # the "Creating Extensions Using numpy and SciPy" tutorial's BadFFTFunction
+    @staticmethod
+    def forward(ctx, input):
+        numpy_input = input.detach().numpy()
+        result = abs(np.fft.rfft2(numpy_input))
+        return input.new(result)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.new(np.fft.irfft2(grad_output.numpy()))
+
+
+def spectrum(x):
+    return NumpyFFT.apply(x).sum()
+
+
+def test_numpys_emulated_dtype_failing_only_under_compile_is_said_so_and_keeping_numpy_out_compiles():
+    f = torch.compile(spectrum, backend="eager")
+    x = torch.randn(8, 8, requires_grad=True)
+    spectrum(x).backward()  # eagerly it runs: NumPy keeps float32
+    table = watched(lambda: _raised(lambda: f(x)))
+    failed = [c for r in table.rows for c in r.causes if c.kind == "failed"]
+    told = [c for c in failed if "Dynamo traces NumPy calls with torch ops" in c.words]
+    assert told and all("@torch.compiler.disable" in c.fix for c in told), table.to_text()
+    assert not any("double check" in c.fix for c in failed), table.to_text()
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(trace_numpy=False):  # the fix as printed
+        fixed = watched(lambda: torch.compile(spectrum, backend="eager")(x).backward())
+    assert not [c for r in fixed.rows for c in r.causes if c.kind == "failed"], fixed.to_text()
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as e:  # the compile's failure raises out of the call, as the user meets it
+        return e
+    raise AssertionError("the compiled call did not raise")

@@ -76,3 +76,27 @@ NUMPY_FIX = (  # NumPy code in the compiled function: Dynamo traces it through t
     "compute it outside the compiled function and pass the result in, or use the torch equivalent "
     "(torch ops on tensors{random})"
 )
+
+
+def numpy_emulated(cause: Cause, reason: str, source: Sequence[str]) -> Cause:
+    """``cause`` of a failed compile whose function (``source``: its lines, up to the failing one) calls NumPy
+    and fails making a tensor of another dtype (the numpy extension tutorial's ``input.new(rfft2(...))``):
+    Dynamo traces NumPy with torch ops, whose float64 NumPy would have kept float32, so only the compile fails."""
+    numpy = any(re.search(r"\.numpy\(\)|\bnp\.|\bnumpy\.", s) for s in source)
+    made = bool(source) and re.search(r"\.new\(|torch\.(?:from_numpy|tensor|as_tensor)\(", source[-1]) is not None
+    dtype = "dtype=torch.float64" in reason or "dtype=double" in reason or "Observed exception" in reason
+    if not (numpy and made and dtype):
+        return cause
+    return dataclasses.replace(
+        cause,
+        words=(
+            "the line makes a tensor of a NumPy result: Dynamo traces NumPy calls with torch ops (its NumPy "
+            "emulation), which can give another dtype than NumPy (float64 where NumPy keeps float32), so this "
+            "fails only under compile, not when run eagerly"
+        ),
+        fix=(
+            "keep the NumPy code out of the graph: decorate the function that calls NumPy with "
+            "@torch.compiler.disable (or set torch._dynamo.config.trace_numpy = False before the first call), or "
+            "write it with torch ops (torch.fft.rfft2 for numpy.fft.rfft2)"
+        ),
+    )

@@ -15,8 +15,9 @@ from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
-from tpu_lab.compile.causes.numpy_values import numpy_inputs_read_back
+from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
 from tpu_lab.compile.causes.operator_failures import fake_fix, operator_fix, operator_words
+from tpu_lab.compile.causes.source_file import enclosing_lines
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
@@ -75,6 +76,7 @@ def failed_compile(
     cause = numpy_inputs_read_back(
         _through(cause, stack_place.called_through(trace.stack) if trace else "", reason), cap.shown
     )
+    cause = numpy_emulated(cause, reason, enclosing_lines(file, line)) if file else cause
     where = frames.where_label(file, line) if file and not is_library(file) else ""
     at = f" at {where}" + (f" ({whole_statement(code)})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
