@@ -2,6 +2,7 @@
 get_intermediate_layers), ... Each is checked against Dynamo's own account, with the printed fixes applied."""
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -128,3 +129,30 @@ def _raised(call):
     except Exception as e:  # the compile's failure raises out of the call, as the user meets it
         return e
     raise AssertionError("the compiled call did not raise")
+
+
+def psd_safe_cholesky(A, max_tries=3):  # linear_operator's utils/cholesky.py, trimmed: jitter until it factors
+    L, info = torch.linalg.cholesky_ex(A)
+    if not torch.any(info):
+        return L
+    Aprime, jitter_prev = A.clone(), 0.0
+    for i in range(max_tries):
+        jitter_new = 1e-6 * (10**i)
+        Aprime.diagonal(dim1=-2, dim2=-1).add_(jitter_new - jitter_prev)
+        jitter_prev = jitter_new
+        warnings.warn(f"A not p.d., added jitter of {jitter_new:.1e} to the diagonal", RuntimeWarning)
+        L, info = torch.linalg.cholesky_ex(Aprime)
+        if not torch.any(info):
+            return L
+    return L
+
+
+def test_a_warning_dynamo_logs_at_another_line_of_the_loop_is_never_told_to_be_reordered():
+    f = torch.compile(psd_safe_cholesky, backend="eager")
+    singular = -torch.eye(4)  # no jitter this small makes it factor: the loop runs every pass, and warns on each
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = watched(lambda: f(singular))
+    warned = [b for b in table.breaks if "_warnings.warn" in b.words]
+    assert len({b.where for b in warned}) > 1, table.to_text()  # Dynamo logs the later passes at another line
+    assert not any("reorderable_logging_functions" in b.fix for b in warned), warned

@@ -47,11 +47,13 @@ def reorder_fix(reason: str, code: str) -> str:
     """Dynamo's hint that a builtin it skips is a logging call (``_warnings.warn``) as the exact setting, by
     the name the user calls (``warnings.warn``); '' where the hint is absent or the call on the user's line
     ``code`` cannot move (Dynamo moves only calls without keyword arguments whose arguments are tensors, numbers or
-    strings: ``stacklevel=2`` or a ``FutureWarning`` stops it)."""
+    strings: ``stacklevel=2`` or a ``FutureWarning`` stops it), or where that line makes no such call."""
     m = _LOGGING_HINT.search(reason)
     # a keyword (stacklevel=2) or a class among the arguments (FutureWarning) stops Dynamo moving the call
     if m is None or not reorderable(reason) or re.search(r",\s*\w+\s*=(?!=)|,\s*[A-Z]\w*(?:Warning|Error)\b", code):
         return ""
+    if not re.search(rf"\b{re.escape(m['name'].rsplit('.', 1)[-1])}\(", code):  # logged at another line (a loop's
+        return ""  # next pass, resumed after a break): the call's own arguments are not known here
     name = re.sub(r"^_warnings\.", "warnings.", m["name"])
     fix = (
         f"torch._dynamo.config.reorderable_logging_functions.add({name}) before the first call: Dynamo then "
