@@ -76,17 +76,16 @@ def test_a_mark_for_a_size_that_changes_only_in_evaluation_goes_on_the_first_eva
 
 def sampled_scores(q, k, math_fix=False):  # Informer's ProbAttention: sample c * ln(L_K) keys per query
     L_K = k.shape[1]
-    if math_fix:
-        u = 2 * math.ceil(math.log(L_K))
-    else:
-        u = 2 * np.ceil(np.log(L_K)).astype("int").item()
+    u = 2 * math.ceil(math.log(L_K)) if math_fix else 2 * np.ceil(np.log(L_K)).astype("int").item()
     return q @ k[:, :u].transpose(1, 2)
 
 
 def test_numpy_on_a_size_read_back_with_item_is_named_and_the_math_module_fix_removes_the_break():
     f = torch.compile(sampled_scores, backend="eager")
     table = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4)) for n in (16, 32)])
-    assert table.breaks and all(b.words.startswith("NumPy on a number here, read back with .item()") for b in table.breaks)
+    assert table.breaks and all(
+        b.words.startswith("NumPy on a number here, read back with .item()") for b in table.breaks
+    )
     assert all("math.ceil(math.log(n))" in b.fix for b in table.breaks), table.breaks
     fixed = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4), True) for n in (16, 32)])
     assert not fixed.breaks, fixed.to_text()
@@ -140,7 +139,7 @@ def psd_safe_cholesky(A, max_tries=3):  # linear_operator's utils/cholesky.py, t
         jitter_new = 1e-6 * (10**i)
         Aprime.diagonal(dim1=-2, dim2=-1).add_(jitter_new - jitter_prev)
         jitter_prev = jitter_new
-        warnings.warn(f"A not p.d., added jitter of {jitter_new:.1e} to the diagonal", RuntimeWarning)
+        warnings.warn(f"A not p.d., added jitter of {jitter_new:.1e} to the diagonal", RuntimeWarning)  # noqa: B028
         L, info = torch.linalg.cholesky_ex(Aprime)
         if not torch.any(info):
             return L
