@@ -155,3 +155,106 @@ def test_a_warning_dynamo_logs_at_another_line_of_the_loop_is_never_told_to_be_r
     warned = [b for b in table.breaks if "_warnings.warn" in b.words]
     assert len({b.where for b in warned}) > 1, table.to_text()  # Dynamo logs the later passes at another line
     assert not any("reorderable_logging_functions" in b.fix for b in warned), warned
+
+
+class DecisionTransformer(torch.torch.nn.Module):  # kzl/decision-transformer, get_action over a growing history
+    def __init__(self, state_dim=3, act_dim=2, hidden=16, max_length=4, max_ep_len=64):
+        super().__init__()
+        self.state_dim, self.act_dim, self.max_length = state_dim, act_dim, max_length
+        self.embed_timestep = torch.nn.Embedding(max_ep_len, hidden)
+        self.embed_return = torch.nn.Linear(1, hidden)
+        self.embed_state = torch.nn.Linear(state_dim, hidden)
+        self.embed_state = torch.nn.Linear(state_dim, hidden)
+        self.embed_action = torch.nn.Linear(act_dim, hidden)
+        self.attn = torch.nn.MultiheadAttention(hidden, 2, batch_first=True)
+        self.predict_action = torch.nn.Sequential(torch.nn.Linear(hidden, act_dim), torch.nn.Tanh())
+
+    def forward(self, states, actions, returns_to_go, timesteps, attention_mask):
+        B, T = states.shape[0], states.shape[1]
+        t = self.embed_timestep(timesteps)
+        tokens = (
+            torch.stack(
+                (self.embed_return(returns_to_go) + t, self.embed_state(states) + t, self.embed_action(actions) + t),
+                dim=1,
+            )
+            .permute(0, 2, 1, 3)
+            .reshape(B, 3 * T, -1)
+        )
+        mask = torch.stack((attention_mask,) * 3, dim=1).permute(0, 2, 1).reshape(B, 3 * T)
+        h, _ = self.attn(tokens, tokens, tokens, key_padding_mask=(mask == 0))
+        h = h.reshape(B, T, 3, -1).permute(0, 2, 1, 3)
+        return self.predict_action(h[:, 1])
+
+    def get_action(self, states, actions, rewards, returns_to_go, timesteps):
+        states = states.reshape(1, -1, self.state_dim)
+        actions = actions.reshape(1, -1, self.act_dim)
+        returns_to_go = returns_to_go.reshape(1, -1, 1)
+        timesteps = timesteps.reshape(1, -1)
+        if self.max_length is not None:
+            states = states[:, -self.max_length :]
+            actions = actions[:, -self.max_length :]
+            returns_to_go = returns_to_go[:, -self.max_length :]
+            timesteps = timesteps[:, -self.max_length :]
+            attention_mask = torch.cat([torch.zeros(self.max_length - states.shape[1]), torch.ones(states.shape[1])])
+            attention_mask = attention_mask.to(dtype=torch.long, device=states.device).reshape(1, -1)
+            states = torch.cat(
+                [torch.zeros((states.shape[0], self.max_length - states.shape[1], self.state_dim)), states], dim=1
+            )
+            actions = torch.cat(
+                [torch.zeros((actions.shape[0], self.max_length - actions.shape[1], self.act_dim)), actions], dim=1
+            )
+            returns_to_go = torch.cat(
+                [torch.zeros((returns_to_go.shape[0], self.max_length - returns_to_go.shape[1], 1)), returns_to_go],
+                dim=1,
+            )
+            timesteps = torch.cat(
+                [torch.zeros((timesteps.shape[0], self.max_length - timesteps.shape[1]), dtype=torch.long), timesteps],
+                dim=1,
+            )
+        else:
+            attention_mask = None
+        action_preds = self.forward(states, actions, returns_to_go, timesteps, attention_mask=attention_mask)
+        return action_preds[0, -1]
+
+
+def test_a_size_left_one_value_by_torchs_checks_is_said_so_and_padding_before_the_call_keeps_one_graph():
+    model = DecisionTransformer().eval()
+    f = torch.compile(model.get_action, backend="aot_eager")
+    s, a, r = torch.randn(9, 3), torch.randn(9, 2), torch.randn(9, 1)
+    step = torch.arange(9).reshape(1, -1)
+
+    def last4(x, t, dim=0):  # the fix, applied: the history cut and padded to max_length before the call
+        x = x.narrow(dim, max(t - 4, 0), min(t, 4))
+        return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)).repeat_interleave(4 - x.shape[dim], dim), x], dim)
+
+    def run(pad=False):
+        with torch.no_grad():
+            for t in range(1, 8):
+                args = (s[:t], a[:t], r[:t, 0], r[:t].reshape(1, -1), step[:, :t])
+                f(*(last4(x, t, d) for x, d in zip(args, (0, 0, 0, 1, 1), strict=True)) if pad else args)
+
+    table = watched(run)
+    pinned = [c for r in table.rows for c in r.causes if "leave only" in c.words]
+    assert pinned and all("as a plain Python number" not in c.words for c in pinned), table.to_text()
+    assert all(c.fix.startswith("pad to one size before the call") for c in pinned), pinned
+    later = [c for r in table.rows for c in r.causes if c.fix.startswith("none needed: Dynamo made states dim 0")]
+    assert later and all("a mark before the first call saves nothing" in c.fix for c in later), later
+    torch._dynamo.reset()
+    fixed = watched(lambda: run(pad=True))
+    assert fixed.total_compiles == 1, fixed.to_text()
+
+
+def jvp_penalty(net, x, v):  # the forward-mode AD tutorial: a Jacobian-vector product through a module
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        out = net(fwAD.make_dual(x, v))
+        return fwAD.unpack_dual(out).tangent.pow(2).mean()
+
+
+def test_a_size_pinned_inside_torchs_own_code_names_it_and_never_asks_to_edit_the_users_line():
+    net = torch.nn.Linear(4, 4)
+    f = torch.compile(jvp_penalty, backend="eager")
+    table = watched(lambda: [f(net, torch.randn(n, 4), torch.randn(n, 4)) for n in (8, 12, 16)])
+    inside = [c for r in table.rows for c in r.causes if "inside torch (torch/nn/modules/linear.py" in c.words]
+    assert inside and all("torch.arange" not in c.fix and c.fix.startswith("pad to one size") for c in inside), inside

@@ -43,7 +43,8 @@ def member_words(guard: str) -> Cause | None:
 
 def members_joined(causes: Sequence[Cause]) -> Cause:
     """Membership changes of one list in one compile, as one: ``0 and 3 are now in n; 1 and 4 are no longer``."""
-    came, left = [], []
+    came: list[str] = []
+    left: list[str] = []
     for c in causes:
         if m := re.match(r"(-?\d+) is (now|no longer) in ", c.words):
             (came if m[2] == "now" else left).append(m[1])

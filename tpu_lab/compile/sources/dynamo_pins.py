@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources.listening import outside_dynamo
-from tpu_lab.compile.sources.packages import USER, package_of
+from tpu_lab.compile.sources.packages import USER, package_of, short_path
 
 _LOGGER = "torch.fx.experimental.symbolic_shapes"
 _SET = "set_replacement %s = %s (%s) %s"  # the shape environment's own message, args: symbol, value, why, range
@@ -33,6 +33,10 @@ class Pin(NamedTuple):
     line: int
     code: str
     """The line of the user's own code where it was fixed (the innermost such frame; else the innermost)."""
+    inside: str = ""
+    """Where torch's own code under that line fixed it (``nn/modules/linear.py:134``), if not the user's."""
+    refined: bool = False
+    """Fixed by no one line: the conditions Dynamo met on the size left one value (range_refined_to_singleton)."""
 
 
 _pins: dict[str, list[Pin]] = {}
@@ -95,7 +99,7 @@ def _heard() -> Callable[[str, Any], None]:
 def _hear(compile_id: str, args: Any) -> None:
     from torch._guards import TracingContext
 
-    symbol, value = args[0], args[1]
+    symbol, value, why = args[0], args[1], str(args[2]) if len(args) > 2 else ""
     if not getattr(value, "is_number", False):  # one symbol replaced by another: still symbolic
         return
     tracing = TracingContext.try_get()
@@ -105,7 +109,10 @@ def _hear(compile_id: str, args: Any) -> None:
     for source in env.var_to_sources.get(symbol, []):
         stack = [(f.filename, int(f.lineno or 0), f.line or "") for f in env.specialization_stacks.get(source) or ()]
         name = source.name() if callable(source.name) else source.name  # a method in older torch
-        if (pin := pin_at(str(name), str(value), stack)) is None:
+        pin = pin_at(str(name), str(value), stack)
+        if pin is None and why == "range_refined_to_singleton":  # bounds met from both sides, no line of its own
+            pin = Pin(str(name), str(value), "", 0, "", refined=True)
+        if pin is None:
             continue
         if len(_pins) >= _MAX and compile_id not in _pins:
             _pins.pop(next(iter(_pins)))
@@ -118,4 +125,6 @@ def pin_at(source: str, value: str, stack: Sequence[tuple[str, int, str]]) -> Pi
     if not stack:
         return None
     file, line, code = next((f for f in reversed(stack) if package_of(f[0]) == USER), stack[-1])
-    return Pin(source, value, file, line, code.strip())
+    inner = stack[-1]
+    inside = f"{short_path(inner[0])}:{inner[1]}" if package_of(inner[0]) == "torch" and inner[0] != file else ""
+    return Pin(source, value, file, line, code.strip(), inside)

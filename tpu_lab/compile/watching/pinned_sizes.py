@@ -10,15 +10,13 @@ import re
 from collections.abc import Iterable
 from types import CodeType
 
-from tpu_lab.compile.causes.branch_origin import calls_vmap
 from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.causes.resumed import UNTIL_MARKED
 from tpu_lab.compile.causes.size_uses import pinned_by
-from tpu_lab.compile.sources.dynamo_pins import Pin
-from tpu_lab.compile.sources.frames import Capture, renamed, where_label
-from tpu_lab.compile.sources.packages import package_of
+from tpu_lab.compile.sources.frames import Capture
+from tpu_lab.compile.watching.heard_pins import FIXED_FIX, PINNED_FIX, heard_pin, static_sizes
 from tpu_lab.compile.watching.watch_table import RowCause
 
 
@@ -58,13 +56,13 @@ def settled(
         elif m and dim in dims and c.kind == "size":
             every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
             fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
-            c = dataclasses.replace(c, fix=fix + c.fix)
+            c = dataclasses.replace(c, fix=fix + c.fix if dim not in before else fix.split(";")[0] + _AFTER_PINS)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
             c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {rest}")
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
-            c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=_FIXED_FIX)
+            c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")
         elif c.kind == "length" and (j := _PER_SAMPLE.match(c.words)) and f"{j[1]} dim 0" in fixed:  # joined
             said = with_note(c.words.split(": Dynamo fixes")[0], _LISTED.format(j[1], 0, j[2]))
@@ -80,20 +78,20 @@ def settled(
         elif (
             c.kind == "size"
             and cap is not None
-            and (by := _dynamo_pin(c, fixed, cap, _static_sizes(cap, dims | fixed)))[0]
+            and (by := heard_pin(*_fixed_names(c, fixed), cap, static_sizes(cap, dims | fixed)))[0]
         ):
             c = dataclasses.replace(c, words=with_note(c.words, by[0]), fix=by[1])
         elif m and dim in fixed and dim in before:
             note = _FIXED.format(m[1], m[2])
             if (alike := re.match(r"^(.+?), (.+?) dimension \d+ changed", c.words)) and m[1] in alike[0]:
                 note += f"; {alike[1]}, {alike[2]} share this size, so the code may read it from any of them"
-            c = dataclasses.replace(c, words=with_note(c.words, note), fix=_FIXED_FIX)
+            c = dataclasses.replace(c, words=with_note(c.words, note), fix=FIXED_FIX)
         elif m and dim in fixed:
             c = dataclasses.replace(
-                c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=_PINNED_FIX.format(m[1], m[2])
+                c, words=with_note(c.words, _PINNED.format(m[1], m[2])), fix=PINNED_FIX.format(m[1], m[2])
             )
         elif not m and (d := _dim_of(c)) and f"{d[0]} dim {d[1]}" in before:  # a resumed frame: no mark to give
-            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(*d)), fix=_FIXED_FIX)
+            c = dataclasses.replace(c, words=with_note(c.words, _FIXED.format(*d)), fix=FIXED_FIX)
         out.append(c)
     before |= fixed
     return out
@@ -117,64 +115,10 @@ def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[s
     return next((by for n in names if (by := pinned_by(code, n, dim))[0]), ("", ""))
 
 
-def _dynamo_pin(c: RowCause, fixed: set[str], cap: Capture, static: dict[str, set[int]]) -> tuple[str, str]:
-    """(note, fix) for the first such input whose size Dynamo heard a line fix (``cap.pins``); ``static``: the
-    other inputs' sizes this graph keeps at one value, which a size that meets them is fixed to until they
-    change. Said by the compiled function's file (no code object is needed: a log read later says the same)."""
-    names, dim = _fixed_names(c, fixed)
-    at = _pinned_at(cap)
-    n = next((n for n in names if f"{n} dim {dim}" in at), "")
-    if not n or (cap.code is not None and package_of(cap.code.co_filename) == "torch"):  # a torch.func transform
-        return "", ""  # compiled itself (vmap(grad(f))): its size words stand
-    pin, home = at[f"{n} dim {dim}"], cap.function.filename
-    met = [o for o, sizes in static.items() if o != n and pin.value.isdigit() and int(pin.value) in sizes]
-    if met:  # broadcast against an input Dynamo kept at its first size: both go dynamic once it changes too
-        note = _pin_note(n, dim, pin, home) + f", where {n} meets {', '.join(met)}, kept at that size so far"
-        return note, _PINNED_FIX.format(n, dim)
-    if calls_vmap(home, cap.function.line):  # vmap traces the dimension it maps over at one size, wherever fixed
-        return _pin_note(n, dim, pin, home) + f" ({_VMAP})", _FIXED_FIX
-    return _pin_note(n, dim, pin, home) + ", so every size is its own graph", _pin_fix(pin, home)
-
-
-_VMAP = "torch.func.vmap, which this function calls, traces the dimension it maps over at one size"
-
-
-def _static_sizes(cap: Capture, dims: set[str]) -> dict[str, set[int]]:
-    """Each tensor input's sizes this graph kept at one value from the start (``dims``: those it traced
-    dynamic, pinned or not)."""
-    found: dict[str, set[int]] = {}
-    for name, said in cap.shown:
-        if m := re.search(r"\[([\d, ]+)\]", said):
-            sizes = [int(v) for v in m[1].split(", ")]
-            found[name] = {v for i, v in enumerate(sizes) if f"{name} dim {i}" not in dims}
-    return found
-
-
-def _pinned_at(cap: Capture) -> dict[str, Pin]:
-    """The sizes the compile fixed, by the user's names (``x dim 1``)."""
-    found = ((_PIN_SOURCE.fullmatch(p.source), p) for p in cap.pins)
-    return {f"{renamed(local_name(m['source']), cap.names)} dim {m['dim']}": p for m, p in found if m}
-
-
-_PIN_SOURCE = re.compile(r"(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\]")
-
-
-def _where(pin: Pin, home: str) -> str:
-    return f"line {pin.line}" if pin.file == home else where_label(pin.file, pin.line)
-
-
-def _pin_note(name: str, dim: str, pin: Pin, home: str) -> str:
-    said = f"{_where(pin, home)} ({pin.code})" if pin.code else _where(pin, home)
-    return f"the graph pins {name} dim {dim} to one size: Dynamo fixed it to {pin.value} at {said}"
-
-
-def _pin_fix(pin: Pin, home: str) -> str:
-    return (
-        f"at {_where(pin, home)}, keep the size symbolic: there it is needed as one number (a call that takes a "
-        "plain int) or equal to a tensor of fixed size (broadcasting against it); compute it there with tensor ops "
-        "that take the size as they go (torch.arange), or pad to a few sizes (mark_dynamic would raise here: "
-        "ConstraintViolationError)"
-    )
+_AFTER_PINS = (  # the sizes before were pinned: a mark before the first call would not have shared their graphs
+    " (the sizes before it were each pinned to a graph of their own, so a mark before the first call saves "
+    "nothing: pad to one size before the call to skip those)"
+)
 
 
 def fixed_again(causes: Iterable[RowCause]) -> set[tuple[str, str]]:
@@ -187,13 +131,13 @@ def refiled(c: RowCause, dims: Iterable[tuple[str, str]]) -> RowCause:
     an input of fixed size it meets), once a later graph pinned it again: the code fixes it, so its fix is
     the later one's (its first, mark_dynamic, would raise)."""
     for n, d in dims:
-        if c.fix == _PINNED_FIX.format(n, d):
+        if c.fix == PINNED_FIX.format(n, d):
             note = (
                 _PINNED.format(n, d).split(": the code either")[0]
                 + ", as a later graph did again: "
                 + _FIXED.format(n, d).split(": ", 1)[1]
             )
-            return dataclasses.replace(c, words=c.words.replace(_PINNED.format(n, d), note), fix=_FIXED_FIX)
+            return dataclasses.replace(c, words=c.words.replace(_PINNED.format(n, d), note), fix=FIXED_FIX)
     return c
 
 
@@ -205,7 +149,7 @@ def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
     for c in causes:
         d = _dim_of(c)
         if d and f"{d[0]} dim {d[1]}" in pinned:
-            c = dataclasses.replace(c, fix=_FIXED_FIX)
+            c = dataclasses.replace(c, fix=FIXED_FIX)
         elif c.fix.startswith("expected once per value"):  # a graph per value, but more values than it allows
             c = dataclasses.replace(c, fix=_MORE_VALUES_FIX)
         out.append(c)
@@ -255,7 +199,7 @@ def unmarked(c: RowCause, name: str, dim: str, where: str) -> RowCause:
     )
     if c.fix.startswith("none needed"):
         return dataclasses.replace(c, fix=f"{c.fix.split('; to skip even this one')[0]}; {why}")
-    return dataclasses.replace(c, fix=f"{_FIXED_FIX}; {why}")
+    return dataclasses.replace(c, fix=f"{FIXED_FIX}; {why}")
 
 
 _EXPECTED = re.compile(r"size mismatch at index \d+\. expected (\d+)")
@@ -268,21 +212,10 @@ _PINNED = (
     "plain Python number (int({0}.shape[{1}]), a loop over range({0}.shape[{1}])), or combines {0} with another "
     "input whose size stayed fixed (broadcasting against it)"
 )
-_PINNED_FIX = (
-    "if {0} meets another input of fixed size, once that input's size changes too Dynamo can make both dynamic; "
-    "to skip the wait, mark {0} dim {1} dynamic together with the same dimension of each input it is combined with "
-    "(torch._dynamo.maybe_mark_dynamic on each, before the first call); if the code uses the size as a Python "
-    "number, pad to a few sizes instead (where it does, a mark cannot help, and mark_dynamic raises: "
-    "ConstraintViolationError)"
-)
 _FIXED = (
     "the graph pins {0} dim {1} to one size again, as an earlier graph did: the code fixes this size (it uses "
     "{0}.shape[{1}] as a plain Python number, as int({0}.shape[{1}]) or a loop over range({0}.shape[{1}]) does), "
     "so every size is its own graph"
-)
-_FIXED_FIX = (
-    "pad to a few sizes (buckets), or keep the size out of Python control flow (where a loop runs over it, "
-    "vectorise it); mark_dynamic would raise here (ConstraintViolationError: the code specialises it)"
 )
 
 
