@@ -170,8 +170,8 @@ def _set_before(name: str, owner: str = "") -> str:
     """The fix for an attribute the code itself set after the first compile (a transformers model sets
     ``config.problem_type`` on its first call with labels): the user sets it first, not passes it. ``owner``:
     how the inputs show ``self`` (``EarlyStopping``; a module as ``MLP (train)``), so the fix names it."""
-    module = not owner or re.search(r" \((?:train|eval)\)$", owner)
-    held = "model." if module else f"<your {owner.split()[0]} object>."
+    kind = "module" if re.search(r" \((?:train|eval)\)$", owner) else "object"
+    held = f"<your {owner.split()[0]} {kind}>." if owner else "model."
     return (
         "expected once; to keep one graph, set it before the first compiled call (e.g. "
         f"{name.replace('self.', held, 1)} = its value now: the code set it during the first call), and leave it so"
