@@ -258,3 +258,10 @@ def test_a_size_pinned_inside_torchs_own_code_names_it_and_never_asks_to_edit_th
     table = watched(lambda: [f(net, torch.randn(n, 4), torch.randn(n, 4)) for n in (8, 12, 16)])
     inside = [c for r in table.rows for c in r.causes if "inside torch (torch/nn/modules/linear.py" in c.words]
     assert inside and all("torch.arange" not in c.fix and c.fix.startswith("pad to one size") for c in inside), inside
+
+
+def test_a_bound_on_a_multiple_of_a_number_is_said_on_the_number():
+    from tpu_lab.compile.causes.guard_places import held
+
+    kept = held(["32*L['L_Q'] >= 2", "3*L['n'] > 7"], ())
+    assert [w for w, _ in kept["L_Q"]] == ["L_Q >= 1"] and [w for w, _ in kept["n"]] == ["n >= 3"], kept

@@ -163,6 +163,9 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         said = as_range(text, names) or said
         if m := re.fullmatch(r"(-?[\d.]+) ([<>]=?) ([^<>=!]+)", said):  # 60 <= x.size()[1] as x.size()[1] >= 60
             said = f"{m[3]} {_FLIPPED[m[2]]} {m[1]}"
+        if m := re.fullmatch(r"(\d+)\*([\w.\[\]()]+) (>=|>) (\d+)", said):  # 32*L_Q >= 2 as L_Q >= 1
+            bound = -(-int(m[4]) // int(m[1])) if m[3] == ">=" else int(m[4]) // int(m[1]) + 1
+            said = f"{m[2]} >= {bound}"
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] + m["attrs"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):

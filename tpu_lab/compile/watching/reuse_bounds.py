@@ -152,7 +152,9 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     every = [w for ws in by_place.values() for w in ws]
     if len(every) <= 3 and all(len(w) <= 48 and CARRIED not in w for w in every):
         return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
-    where = "; ".join(p.strip()[1:-1] for p in by_place if p).replace("; from your line", "; line")
+    lines = [p.strip()[1:-1] for p in by_place if p]
+    lines = [p for p in lines if not any(o != p and o.startswith(p) for o in lines)]  # a line said twice: once
+    where = "; ".join(dict.fromkeys(lines)).replace("; from your line", "; line")
     where = f" ({where})" if where else ""
     held_to = next(((w, g) for w, g in found if " == " in g and len(w) <= 80), None)  # one value: a graph per value
     # the short ones by name (K != 1: a 0/1 case), the rest counted
