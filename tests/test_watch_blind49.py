@@ -1,6 +1,7 @@
 """tl.watch() checked blind, forty-ninth round: a list of block indices tested with `i in n` (DINOv2's
 get_intermediate_layers), ... Each is checked against Dynamo's own account, with the printed fixes applied."""
 
+import logging
 import math
 import warnings
 
@@ -271,3 +272,33 @@ def test_a_bound_on_a_multiple_of_a_number_is_said_on_the_number():
 
     kept = held(["32*L['L_Q'] >= 2", "3*L['n'] > 7"], ())
     assert [w for w, _ in kept["L_Q"]] == ["L_Q >= 1"] and [w for w, _ in kept["n"]] == ["n >= 3"], kept
+
+
+_optrace = logging.getLogger("tpu_lab.tests.optrace")
+
+
+class LoggingTensor(torch.Tensor):  # PyTorch's "Extending torch" notes: a subclass that logs each op
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _optrace.info(f"func: {func.__name__}")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+_mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
+
+
+def logged_block(x):
+    return x + _mlp(torch.layer_norm(x, (8,)))
+
+
+def test_a_torch_function_compiled_on_its_own_is_told_as_one_graph_per_op_with_the_break_as_the_fix():
+    block = torch.compile(logged_block, backend="aot_eager")
+    x = torch.randn(4, 8).as_subclass(LoggingTensor)
+    table = watched(lambda: block(x))
+    own = [c for r in table.rows if "__torch_function__" in r.function for c in r.causes if c.kind != "first"]
+    assert own and {c.kind for c in own} <= {"torch_function", "backward", "dynamic"}, table.to_text()
+    assert all("reuse one instance" not in c.fix and "detach()" not in c.fix for c in own), own
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(ignore_logging_functions={_optrace.info}):  # the break's fix, as printed
+        fixed = watched(lambda: block(x))
+    assert fixed.total_compiles < table.total_compiles and not fixed.breaks, fixed.to_text()

@@ -242,6 +242,8 @@ def own_starred(records: list[Any]) -> set[str]:
                 *(d.lineno for d in node.decorator_list),
             ):
                 names |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
+                # a plain parameter of that name is the user's too (__torch_function__(cls, func, types, args=()))
+                names |= {a.arg for a in (*node.args.args, *node.args.kwonlyargs) if a.arg in _STARRED}
     return names
 
 

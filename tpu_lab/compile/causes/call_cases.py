@@ -1,6 +1,7 @@
 """Which call a cause is about, in words: the keyword arguments added or dropped since the graph it is told
-against, and the case a "mark before the first call" fix goes on where that graph was not the first call's
-(an input given only later, evaluation after training)."""
+against, the case a "mark before the first call" fix goes on where that graph was not the first call's
+(an input given only later, evaluation after training), and torch's own call of a tensor subclass's
+``__torch_function__``, compiled on its own."""
 
 from __future__ import annotations
 
@@ -56,3 +57,18 @@ def keywords_named(cause: Cause, before: Signature | None, now: Signature) -> Ca
     said = [f"{', '.join(added)} now passed"] if added else []
     said += [f"{', '.join(dropped)} no longer passed"] if dropped else []
     return dataclasses.replace(cause, words=f"a keyword argument was added or dropped: {'; '.join(said)}")
+
+
+def torch_function_cause(causes: Sequence[Cause]) -> Cause:
+    """The causes of a tensor subclass's ``__torch_function__`` compiled as a frame of its own (a graph break
+    inside it): its inputs are the op torch runs and that op's arguments, none the user passes, so each op is
+    a graph of its own; the fix is the break, after which Dynamo inlines it into the caller's graph."""
+    return Cause(
+        "torch_function",
+        "torch calls __torch_function__ once per op on your tensor subclass (func, args and kwargs are that op "
+        "and its arguments, not yours to pass): compiled as a frame of its own, each op, and each way it is "
+        "called, is a graph of its own",
+        "\n".join(dict.fromkeys(c.guard for c in causes if c.guard)),
+        "remove the graph break inside __torch_function__ (see its fix): Dynamo then traces it inside the "
+        "caller's graph, with no graph per op",
+    )

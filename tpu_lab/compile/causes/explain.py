@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.causes import guard_words
-from tpu_lab.compile.causes.call_cases import in_case, keywords_named
+from tpu_lab.compile.causes.call_cases import in_case, keywords_named, torch_function_cause
 from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
@@ -256,6 +256,8 @@ def capture_causes(
     )
     package = package_of(capture.function.filename) if capture.function.filename else USER
     found = _read_by_library(found, package, calling_library(capture.callers))
+    if found and "__torch_function__" in capture.function.name:  # torch's arguments, compiled on their own
+        return [torch_function_cause(found)]
     if not capture.function.name.startswith(RESUME):
         return found
     return in_resumed_frame(found, capture.function, capture.names)
