@@ -302,3 +302,29 @@ def test_a_torch_function_compiled_on_its_own_is_told_as_one_graph_per_op_with_t
     with torch._dynamo.config.patch(ignore_logging_functions={_optrace.info}):  # the break's fix, as printed
         fixed = watched(lambda: block(x))
     assert fixed.total_compiles < table.total_compiles and not fixed.breaks, fixed.to_text()
+
+
+class Transposed(torch.nn.Module):  # sparsemax's forward, trimmed: its dim attribute is transpose's
+    def __init__(self, dim=-1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return x.transpose(0, self.dim).softmax(0).transpose(0, self.dim)
+
+
+def normalise(sm, scores):
+    return sm(scores)
+
+
+def test_an_int_attribute_of_a_module_passed_in_is_never_told_to_be_a_tensor():
+    f = torch.compile(normalise, backend="aot_eager")
+    table = watched(lambda: [f(Transposed(d), torch.randn(4, 6)) for d in (-1, 1)])
+    (held,) = [c for r in table.rows for c in r.causes if "sm.dim" in c.words]
+    assert "Dynamo keeps an nn.Module's int attribute static" in held.words, held.words
+    assert "torch.tensor(" not in held.fix and "allow_unspec_int_on_nn_module" in held.fix, held.fix
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):  # the fix as printed: never worse
+        fixed = watched(lambda: [f(Transposed(d), torch.randn(4, 6)) for d in (-1, 1)])
+    failed = [c for r in fixed.rows for c in r.causes if c.kind == "failed"]
+    assert not failed and not fixed.breaks and fixed.total_compiles <= table.total_compiles, fixed.to_text()

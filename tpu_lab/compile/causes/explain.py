@@ -18,7 +18,7 @@ from tpu_lab.compile.causes.guard_sizes import (
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed
-from tpu_lab.compile.causes.held_numbers import held_cause, placed, static_number_fix
+from tpu_lab.compile.causes.held_numbers import MODULE_STATIC, held_cause, module_int_fix, placed, static_number_fix
 from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged, per_sample_list
 from tpu_lab.compile.causes.nearest_graph import nearest
@@ -165,6 +165,7 @@ def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | N
 
 
 _BAKED = BAKED + ")"
+_INT_ATTRIBUTE = "an nn.Module's int attribute"
 
 
 def _next_values(
@@ -221,6 +222,11 @@ def _next_values(
         )
         fix = "expected once: 0 and 1 always get graphs of their own (a one-token decode step, a batch of one)"
         return name, dataclasses.replace(cause, words=words, fix=fix)
+    if name.partition(".")[2] and re.search(r" \((?:train|eval)\)$", now.get(name.partition(".")[0], "")):
+        words = (
+            cause.words.removesuffix(_BAKED) + f"): {MODULE_STATIC.format(_INT_ATTRIBUTE)}{at_most}"
+        )  # a module passed in
+        return name, dataclasses.replace(cause, words=words, fix=module_int_fix(name))
     if limit:
         words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"
         fix = cause.fix
