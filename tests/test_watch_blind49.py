@@ -328,3 +328,21 @@ def test_an_int_attribute_of_a_module_passed_in_is_never_told_to_be_a_tensor():
         fixed = watched(lambda: [f(Transposed(d), torch.randn(4, 6)) for d in (-1, 1)])
     failed = [c for r in fixed.rows for c in r.causes if c.kind == "failed"]
     assert not failed and not fixed.breaks and fixed.total_compiles <= table.total_compiles, fixed.to_text()
+
+
+def routed(x, pred):  # torch.cond's docs: a data-dependent predicate, later passed as a Python bool
+    return torch.cond(pred, lambda x: x.sin(), lambda x: x.cos(), (x,))
+
+
+def test_a_bool_in_place_of_a_tensor_predicate_is_a_graph_per_value_never_made_dynamic():
+    f = torch.compile(routed, backend="eager")
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that a Python constant predicate specialises
+        table = watched(lambda: [f(x, x.sum() > 0), f(x, True), f(x, False)])
+    (typed,) = [c for r in table.rows for c in r.causes if c.kind == "tensor_type"]
+    assert "reuse this graph" not in typed.words and "each value is its own graph" in typed.words, typed.words
+    assert table.total_compiles == 3  # and False was a graph of its own, as said
+    torch._dynamo.reset()
+    fixed = watched(lambda: [f(x, x.sum() > 0), f(x, torch.tensor(True)), f(x, torch.tensor(False))])
+    assert fixed.total_compiles == 1, fixed.to_text()  # the fix as printed: a tensor every call

@@ -196,7 +196,8 @@ def _next_values(
         return name, dataclasses.replace(cause, words=words, fix=fix)
     if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
         m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
-        if m and local_name(m[1]) in {local_name(d) for d in dynamic}:
+        pinned = {local_name(d) for d in baked}  # made dynamic, yet the new graph holds one value (pred == True)
+        if m and local_name(m[1]) in {local_name(d) for d in dynamic} - pinned:
             words = cause.words.replace(
                 "a Python number is baked into the graph",
                 f"Dynamo made {local_name(m[1])} dynamic, so later values reuse this graph",

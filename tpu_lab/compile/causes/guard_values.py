@@ -204,7 +204,12 @@ def tensor_type_words(name: str, cls: str, want: str | None, g: str) -> Cause:
     if now in ("float", "int", "bool"):
         return Cause(
             "tensor_type",
-            f"{name} is now {'an' if now == 'int' else 'a'} {now}, was a tensor (a Python number is baked into the graph)",
+            f"{name} is now {'an' if now == 'int' else 'a'} {now}, was a tensor (a Python "
+            + (
+                "bool is baked into the graph: each value is its own graph)"
+                if now == "bool"
+                else "number is baked into the graph)"
+            ),
             g,
             "keep passing a tensor (torch.tensor(value)): the graph then reads it at run time",
         )

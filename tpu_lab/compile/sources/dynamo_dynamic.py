@@ -13,7 +13,9 @@ from typing import Any
 
 from tpu_lab.compile.sources.frames import Signature
 
-_EQUALS = re.compile(r"^(?P<source>[^=<>!]+?) == \(?[-\d.e+]+\)?$")  # sympy brackets a negative: == (-0.001)
+_EQUALS = re.compile(
+    r"^(?P<source>[^=<>!]+?) == (?:\(?[-\d.e+]+\)?|True|False)$"
+)  # sympy brackets a negative: (-0.001)
 _SIZE = re.compile(r"^(?P<source>.+?)\.size\(\)\[(?P<dim>\d+)\] == \d+$")
 _CHECK = re.compile(
     r"^check_tensor\((?P<source>.+?), \w+, DispatchKeySet.*?\bsize=\[(?P<sizes>[^\]]*)\]"
