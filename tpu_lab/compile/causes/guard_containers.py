@@ -4,14 +4,12 @@ the keyword arguments of a call, a ModuleList's depth, an optimizer's per-parame
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
-import sys
 from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_loops import iterator_words
-from tpu_lab.compile.sources.packages import USER, package_of
+from tpu_lab.compile.causes.library_memos import memo_words
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
@@ -62,9 +60,8 @@ def container_words(
         )
     if m := _NOT.match(g):  # truthiness: the graph was compiled while the container was empty
         name = local_name(m["name"])
-        if package := _library_global(name):  # torch.distributions.kl._KL_MEMOIZE: the library's own memo
-            words = f"{name} holds items now; the graph was compiled while it was empty: {package}'s own memo, filled at the first call"
-            return Cause("length", words, g, _MEMO_FIX)
+        if memo := memo_words(name, g):  # torch.distributions.kl._KL_MEMOIZE: the library's own memo
+            return memo
         if re.search(r"(^|\.)state$", name):  # an optimizer's per-parameter state, empty before its first step
             return Cause("optimizer_state", _STATE_CREATED, g, _STATE_FIX)
         if _global_dict(m["name"], inputs):
@@ -86,6 +83,8 @@ def container_words(
             else LENGTH_FIX,
         )
     m = _LEN.match(g)
+    if m and (memo := memo_words(local_name(m["name"]), g, m["n"])):  # einops' _type2backend, grown in a compile
+        return memo
     if m and local_name(m["name"]) == "args":  # a wrapper's *args: positional ones
         return Cause(
             "args",
@@ -249,23 +248,6 @@ LENGTH_FIX = (
     "list of images), each item is an input of its own whose sizes start static: batch them (pad and stack) "
     "outside the compiled function and compile what takes the batch"
 )
-
-
-_MEMO_FIX = (
-    "expected once (the library fills it at its first call, once per case it caches); to skip even this compile, "
-    "make one such call eagerly before the first compiled one"
-)
-
-
-def _library_global(name: str) -> str:
-    """The installed package whose module-level container ``name`` is (``torch.distributions.kl._KL_MEMOIZE``:
-    ``"torch"``), '' for the user's own or an unknown one."""
-    top = name.split(".", 1)[0]
-    if "." not in name or not top.isidentifier():
-        return ""
-    spec = importlib.util.find_spec(top) if top in sys.modules else None
-    package = package_of(spec.origin) if spec is not None and spec.origin else USER
-    return "" if package in (USER, "tpu_lab") else package
 
 
 def _not_passed_fix(name: str) -> str:
