@@ -357,3 +357,23 @@ def test_a_library_cache_grown_while_dynamo_traced_is_expected_once_never_read_o
     for c in memo:  # where this einops' cache grew during the first compile
         assert "einops' own cache" in c.words and c.fix.startswith("expected once"), c
         assert "read it outside" not in c.fix, c.fix
+
+
+_alphas = torch.linspace(0.99, 0.01, 1000)
+
+
+def ddim_step(x, t, t_prev, guidance_scale):  # DDIM with classifier-free guidance, trimmed: t_prev = -1 at the end
+    at = _alphas[t]
+    at_next = _alphas[t_prev] if t_prev >= 0 else torch.tensor(1.0)
+    eps = x * 0.1 * guidance_scale
+    return at_next.sqrt() * (x - (1 - at).sqrt() * eps) / at.sqrt()
+
+
+def test_a_call_past_a_numbers_branch_is_told_against_its_own_sides_graph():
+    f = torch.compile(ddim_step, backend="eager")
+    x = torch.randn(4)
+    steps = [(800, 600, 7.5), (600, 400, 7.5), (0, -1, 7.5), (800, 600, 3.0), (0, -1, 3.0)]
+    table = watched(lambda: [f(x, *s) for s in steps])
+    told = [r.causes[0] for r in table.rows]
+    assert "crossed a condition the graph assumed (0 <= t_prev <= 999)" in told[2].words, told[2]
+    assert "guidance_scale changed (was 7.5)" in told[4].words and "crossed" not in told[4].words, told[4]

@@ -40,6 +40,7 @@ def nearest(
             # a graph for another case (a flag's other value, None for a tensor) is another code path: the
             # graph of this path, with its own failed guard, is what the call was meant to reuse; unless that
             # graph is another mode too (train/eval, grad mode: LoRA's merged flag, told against the eval graph)
+            _other_side(g, inputs, failures),
             any(_other_case(c) for c in per_graph[g]),
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
             g in superseded,
@@ -53,6 +54,23 @@ def nearest(
             order.index(g),
         ),
     )
+
+
+def _other_side(graph: Any, inputs: dict[Any, Signature], failures: Sequence[Any]) -> bool:
+    """Whether ``graph`` was compiled on the other side of a condition on a Python number that the call crossed
+    (DDIM's last step, ``t_prev = -1`` past ``0 <= t_prev <= 999``): a graph of the call's own side, failing
+    on something else, is the one it was meant to reuse."""
+    values = dict(inputs.get(graph, ()))
+    for f in failures:
+        if not (m := _CROSSED.fullmatch(local_name(f.guard).strip())):
+            continue
+        value = values.get(m["name"], "")
+        if re.fullmatch(r"int -?\d+", value) and int(m["lo"]) <= int(value.split()[1]) <= int(m["hi"]):
+            return True
+    return False
+
+
+_CROSSED = re.compile(r"(?P<lo>-?\d+) <= (?P<name>[A-Za-z_][\w.]*) <= (?P<hi>-?\d+)")  # a number's range held
 
 
 def _other_case(cause: Cause) -> bool:
