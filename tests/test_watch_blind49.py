@@ -377,3 +377,40 @@ def test_a_call_past_a_numbers_branch_is_told_against_its_own_sides_graph():
     told = [r.causes[0] for r in table.rows]
     assert "crossed a condition the graph assumed (0 <= t_prev <= 999)" in told[2].words, told[2]
     assert "guidance_scale changed (was 7.5)" in told[4].words and "crossed" not in told[4].words, told[4]
+
+
+class TopKPool(torch.nn.Module):  # Graph U-Nets' gPool, trimmed: keep a ratio k of the nodes
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+        self.proj = torch.nn.Linear(8, 1)
+
+    def forward(self, h):
+        scores = torch.sigmoid(self.proj(h).squeeze(-1))
+        values, idx = torch.topk(scores, max(2, int(self.k * h.shape[0])))
+        return h[idx] * values.unsqueeze(-1)
+
+
+_pool = TopKPool(0.5)
+
+
+def pooled(h):
+    return _pool(h).sum()
+
+
+def test_a_global_a_line_turns_into_an_ops_int_is_told_to_keep_few_values_only():
+    f = torch.compile(pooled, backend="eager")
+    h = torch.randn(30, 8)
+
+    def run():
+        f(h)
+        _pool.k = 0.8
+        f(h)
+        _pool.k = 0.5
+
+    table = watched(run)
+    (told,) = [c for r in table.rows for c in r.causes if c.kind == "global"]
+    assert told.fix.startswith(
+        "keep it to a few values: your line turns it into a Python number (int(...)) that torch.topk"
+    )
+    assert "torch.tensor(" not in told.fix and "as an argument" not in told.fix, told.fix

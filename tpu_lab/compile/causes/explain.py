@@ -18,7 +18,14 @@ from tpu_lab.compile.causes.guard_sizes import (
     without_note,
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed
-from tpu_lab.compile.causes.held_numbers import MODULE_STATIC, held_cause, module_int_fix, placed, static_number_fix
+from tpu_lab.compile.causes.held_numbers import (
+    MODULE_STATIC,
+    held_cause,
+    module_int_fix,
+    number_use,
+    placed,
+    static_number_fix,
+)
 from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged, per_sample_list
 from tpu_lab.compile.causes.nearest_graph import nearest
@@ -207,6 +214,10 @@ def _next_values(
                 words=words,
                 fix="none needed: later values reuse this graph; passing a tensor every call (torch.tensor(value)) keeps to one graph from the start",
             )
+    if cause.kind == "global" and (use := number_use(name, f.code)):  # pool.k into topk's k: a number there
+        return name, dataclasses.replace(
+            cause, fix=f"keep it to a few values: {use}, so each value is a graph of its own"
+        )
     if cause.kind != "value" or not cause.words.endswith(_BAKED):
         return name, cause
     if pin and (held := held_cause(cause, name, pin, at_most, baked=_BAKED, now=now.get(name, ""))):

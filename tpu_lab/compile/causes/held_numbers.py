@@ -208,3 +208,19 @@ def tensor_taken(who: str, name: str, place: str) -> bool:
             if "Tensor" in kinds and kinds - {"Tensor"}:
                 return True
     return False
+
+
+def number_use(name: str, code: str) -> str:
+    """How the line ``code`` makes ``name`` (or its attribute, ``self.k`` for ``pool.k``) a plain Python number:
+    ``int(self.k * g.shape[0])`` in torch.topk's k; '' where it does not."""
+    attr = re.escape(name.rsplit(".", 1)[-1])
+    cast = re.search(rf"\b(int|round|math\.\w+)\((?:[^()]|\([^()]*\))*?(?<![\w])(?:[\w.]+\.)?{attr}\b", code)
+    if not cast:
+        return ""
+    calls = [c for c in re.finditer(r"\b((?:torch|F)\.[\w.]+)\(", code[: cast.start()])]
+    open_at = [
+        c[1] for c in calls if code[c.end() : cast.start()].count("(") >= code[c.end() : cast.start()].count(")")
+    ]
+    return f"your line turns it into a Python number ({cast[1]}(...))" + (
+        f" that {open_at[-1]} takes" if open_at else ""
+    )
