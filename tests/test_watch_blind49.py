@@ -414,3 +414,35 @@ def test_a_global_a_line_turns_into_an_ops_int_is_told_to_keep_few_values_only()
         "keep it to a few values: your line turns it into a Python number (int(...)) that torch.topk"
     )
     assert "torch.tensor(" not in told.fix and "as an argument" not in told.fix, told.fix
+
+
+def dqn_targets(transitions):  # the PyTorch DQN tutorial's optimize_model, trimmed: a final state has no next state
+    non_final = torch.tensor([t[1] is not None for t in transitions])
+    next_states = torch.cat([t[1] for t in transitions if t[1] is not None])
+    values = torch.zeros(len(transitions))
+    values[non_final] = next_states.sum(1)
+    return values + torch.cat([t[0] for t in transitions]).sum(1)
+
+
+def test_one_optional_per_item_of_a_list_is_told_as_a_graph_per_pattern_and_tensors_built_outside_keep_one():
+    f = torch.compile(dqn_targets, backend="eager")
+    s = torch.randn(1, 4)
+    patterns = [(2,), (4,), (0, 2), (1,)]
+    batches = [[(s, None if i in p else s) for i in range(6)] for p in patterns]
+    table = watched(lambda: [f(b) for b in batches])
+    told = [c for r in table.rows for c in r.causes if c.kind == "none"]
+    assert told and all("each pattern of None over its items is a graph of its own" in c.fix for c in told), told
+    assert not any("pass it always" in c.fix for c in told), told
+
+    @torch.compile(backend="eager")
+    def on_tensors(states, next_states, non_final):  # the fix, applied: the tensors built outside
+        values = torch.where(non_final, next_states.sum(1), torch.zeros(()))
+        return values + states.sum(1)
+
+    def fixed_run():
+        for b in batches:
+            mask = torch.tensor([n is not None for _, n in b])
+            nxt = torch.cat([n if n is not None else torch.zeros(1, 4) for _, n in b])
+            on_tensors(torch.cat([st for st, _ in b]), nxt, mask)
+
+    assert watched(fixed_run).total_compiles == 1

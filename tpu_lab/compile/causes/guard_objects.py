@@ -151,11 +151,20 @@ def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], cal
             f"expected once per case: {caller} passes {name} as None on some calls and as a value on others "
             "(a model's layer types, a first step and the rest), and nothing you pass changes that"
         )
+    elif m := re.match(r"(\w+)\[\d+\]", name):  # one Optional per item (a DQN batch's next states)
+        fix = _PER_ITEM.format(m[1])
     else:
         fix = always_pass(raw)
     return Cause(
         "none", f"{name} is now {now}, was {'None' if now_value else 'a value'} (each case is its own graph)", g, fix
     )
+
+
+_PER_ITEM = (
+    "{0} holds one optional value per item: each pattern of None over its items is a graph of its own (2**n of "
+    "them for n items), so the recompile limit comes soon; build the tensors outside the compiled function (a "
+    "mask of the items with a value, and zeros where there is none) and compile the work on those tensors"
+)
 
 
 _SET_NONE = (
