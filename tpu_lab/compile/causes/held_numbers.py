@@ -211,16 +211,18 @@ def tensor_taken(who: str, name: str, place: str) -> bool:
 
 
 def number_use(name: str, code: str) -> str:
-    """How the line ``code`` makes ``name`` (or its attribute, ``self.k`` for ``pool.k``) a plain Python number:
-    ``int(self.k * g.shape[0])`` in torch.topk's k; '' where it does not."""
+    """How the line ``code`` makes ``name`` (or its attribute, ``self.k`` for ``pool.k``) a plain Python int that
+    a torch op takes: ``int(self.k * g.shape[0])`` in torch.topk's k; '' where it does not (``math.exp(-steps /
+    1000)`` goes on as a Python number, which a tensor could hold)."""
     attr = re.escape(name.rsplit(".", 1)[-1])
-    cast = re.search(rf"\b(int|round|math\.\w+)\((?:[^()]|\([^()]*\))*?(?<![\w])(?:[\w.]+\.)?{attr}\b", code)
+    cast = re.search(rf"\b(int|round)\((?:[^()]|\([^()]*\))*?(?<![\w])(?:[\w.]+\.)?{attr}\b", code)
     if not cast:
         return ""
-    calls = [c for c in re.finditer(r"\b((?:torch|F)\.[\w.]+)\(", code[: cast.start()])]
-    open_at = [
-        c[1] for c in calls if code[c.end() : cast.start()].count("(") >= code[c.end() : cast.start()].count(")")
-    ]
-    return f"your line turns it into a Python number ({cast[1]}(...))" + (
-        f" that {open_at[-1]} takes" if open_at else ""
-    )
+    before = code[: cast.start()]
+    calls = [c[1] for c in re.finditer(r"\b((?:torch|F)\.[\w.]+)\(", before) if _open(before[c.end() :])]
+    return f"your line turns it into a Python number ({cast[1]}(...)) that {calls[-1]} takes" if calls else ""
+
+
+def _open(text: str) -> bool:
+    """Whether a call whose arguments begin ``text`` is still open at its end."""
+    return text.count("(") >= text.count(")")
