@@ -446,3 +446,27 @@ def test_one_optional_per_item_of_a_list_is_told_as_a_graph_per_pattern_and_tens
             on_tensors(torch.cat([st for st, _ in b]), nxt, mask)
 
     assert watched(fixed_run).total_compiles == 1
+
+
+def residual(net, n):  # a PINN's residual on fresh collocation points, made in the default dtype
+    x = torch.rand(n, 1)
+    return net(x).pow(2).mean()
+
+
+def test_a_default_dtype_switch_beside_the_models_own_cast_is_not_told_to_be_set_once():
+    net = torch.nn.Sequential(torch.nn.Linear(1, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    f = torch.compile(residual, backend="eager")
+
+    def run():
+        f(net, 16)
+        torch.set_default_dtype(torch.float64)  # the float64 refinement phase: the model cast with it
+        try:
+            net.double()
+            f(net, 16)
+        finally:
+            torch.set_default_dtype(torch.float32)
+            net.float()
+
+    table = watched(run)
+    (state,) = [c for r in table.rows for c in r.causes if c.kind == "global_state"]
+    assert state.fix.startswith("none for this compile, which needs a graph of its own anyway"), state.fix

@@ -47,10 +47,14 @@ _EACH = "each new value compiles a graph of its own"
 
 
 def forces_own_graph(c: _Told) -> bool:
-    """A graph of its own whatever else changed: another case, a new string, train/eval, a new parameter shape."""
-    static = c.kind in ("string", "training") or getattr(c, "fix", "").startswith("expected once per parameter shape")
+    """A graph of its own whatever else changed: another case, a new string, train/eval, a new parameter shape or
+    dtype."""
+    fix = getattr(c, "fix", "")
+    static = c.kind in ("string", "training") or fix.startswith(("expected once per parameter shape", _CAST))
     return another_path(c) or static
 
+
+_CAST = "expected once per dtype; cast the model"  # the parameters' dtype: a graph of its own, whatever else
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"
 
