@@ -470,3 +470,19 @@ def test_a_default_dtype_switch_beside_the_models_own_cast_is_not_told_to_be_set
     table = watched(run)
     (state,) = [c for r in table.rows for c in r.causes if c.kind == "global_state"]
     assert state.fix.startswith("none for this compile, which needs a graph of its own anyway"), state.fix
+
+
+class Embedder:  # NeRF's positional Embedder, trimmed: one function per frequency, set per instance
+    def __init__(self, freqs):
+        self.embed_fns = [lambda x, f=f: torch.sin(x * f) for f in range(freqs)]
+
+    def embed(self, inputs):
+        return torch.cat([fn(inputs) for fn in self.embed_fns], -1)
+
+
+def test_a_container_each_instance_configures_is_expected_once_per_configuration():
+    points, views = Embedder(5), Embedder(2)
+    table = watched(lambda: [torch.compile(e.embed, backend="eager")(torch.randn(8, 3)) for e in (points, views)])
+    told = [c for r in table.rows for c in r.causes if c.kind == "length"]
+    assert told and all(c.fix.startswith("expected once per configuration") for c in told), told
+    assert not any("read it outside" in c.fix for c in told), told

@@ -32,6 +32,11 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
     names = {"self"} | {n for n, d in signature if d.split(" ", 1)[0] == cls}
     on_instance = re.compile(rf"(?<![\w.])(?:{'|'.join(map(re.escape, sorted(names)))})\b")
     out = [dataclasses.replace(c, words=c.words + note) if on_instance.search(c.words) else c for c in causes]
+    configured = (  # a container each instance holds (NeRF's embed_fns): its length is that instance's configuration
+        f"expected once per configuration: each {cls} whose container has another length is a graph of its own, "
+        "passed in or not (the code runs over every item); keep the configurations few"
+    )
+    out = [dataclasses.replace(c, fix=configured) if c.kind == "length" and note in c.words else c for c in out]
     # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
     # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
     own = [c for c in out if per_instance(c)]
