@@ -91,7 +91,7 @@ def test_numpy_on_a_size_read_back_with_item_is_named_and_the_math_module_fix_re
     f = torch.compile(sampled_scores, backend="eager")
     table = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4)) for n in (16, 32)])
     assert table.breaks and all(
-        b.words.startswith("NumPy on a number here, read back with .item()") for b in table.breaks
+        b.words.startswith("NumPy on a number here, read back as a Python number") for b in table.breaks
     )
     assert all("math.ceil(math.log(n))" in b.fix for b in table.breaks), table.breaks
     fixed = watched(lambda: [f(torch.randn(2, 8, 4), torch.randn(2, n, 4), True) for n in (16, 32)])
@@ -486,3 +486,20 @@ def test_a_container_each_instance_configures_is_expected_once_per_configuration
     told = [c for r in table.rows for c in r.causes if c.kind == "length"]
     assert told and all(c.fix.startswith("expected once per configuration") for c in told), told
     assert not any("read it outside" in c.fix for c in told), told
+
+
+def set_flat_params_to(model, flat_params, numel=False):  # ikostrikov's pytorch-trpo utils, trimmed
+    prev_ind = 0
+    for param in model.parameters():
+        flat_size = param.numel() if numel else int(np.prod(list(param.size())))
+        param.data.copy_(flat_params[prev_ind : prev_ind + flat_size].view(param.size()))
+        prev_ind += flat_size
+
+
+def test_numpy_on_a_shape_read_back_with_int_is_named_and_never_told_capture_scalar_outputs():
+    model = torch.nn.Linear(4, 2)
+    f = torch.compile(set_flat_params_to, backend="eager")
+    table = watched(lambda: f(model, torch.randn(10)))
+    said = [b for b in table.breaks if b.words.startswith("NumPy on a number here")]
+    assert said and all("p.numel()" in b.fix and "capture_scalar_outputs" not in b.fix for b in said), table.to_text()
+    assert not watched(lambda: f(model, torch.randn(10), True)).breaks  # the fix as printed

@@ -28,7 +28,7 @@ from tpu_lab.compile.causes.branch_origin import (
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, backend_context, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
-from tpu_lab.compile.causes.numpy_values import NUMPY_FIX
+from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
@@ -155,7 +155,7 @@ def graph_break_words(
 ) -> Cause:
     """A graph break in words (``_break_words``), else, on tpu_lab's own error, Dynamo's first line of it."""
     try:
-        return _break_words(reason, library, code, at, stopped_at)
+        return numpy_on_numbers(_break_words(reason, library, code, at, stopped_at), code)
     except Exception as e:  # a bug here must not end the user's `with tl.watch()` block
         said = f"{clean(_sections(reason)[0] or reason)} (not put in words: {type(e).__name__}: {str(e)[:120]})"
         return Cause("graph_break", said, reason, "")

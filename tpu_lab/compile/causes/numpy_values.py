@@ -100,3 +100,24 @@ def numpy_emulated(cause: Cause, reason: str, source: Sequence[str]) -> Cause:
             "write it with torch ops (torch.fft.rfft2 for numpy.fft.rfft2)"
         ),
     )
+
+
+NUMPY_ON_NUMBERS = (
+    "NumPy on a number here, read back as a Python number (.item(), int()): Dynamo traces NumPy calls as tensors "
+    "(its NumPy emulation), and a Python number read back from one cannot stay in the graph"
+)
+NUMPY_ON_NUMBERS_FIX = (
+    "compute it with the math module in place of NumPy (math.ceil(math.log(n)) on a size or an int; "
+    "p.numel() or math.prod(p.shape) for np.prod of a shape): plain Python arithmetic on a number stays in the "
+    "graph; or compute it outside the compiled function and pass it in"
+)
+
+
+def numpy_on_numbers(cause: Cause, code: str) -> Cause:
+    """``cause``, a value read back on the line ``code`` that runs NumPy on Python numbers (TRPO's
+    ``int(np.prod(list(param.size())))``), said as that: no tensor of the user's is read back. Any other
+    cause comes back as it is."""
+    if READ_BACK not in cause.words or not re.search(r"\b(?:np|numpy)\.\w+\(", code) or ".numpy()" in code:
+        return cause
+    loop = ", inside a for/while loop, where Dynamo cannot resume" if "inside a for/while loop" in cause.words else ""
+    return dataclasses.replace(cause, words=NUMPY_ON_NUMBERS + loop, fix=NUMPY_ON_NUMBERS_FIX)

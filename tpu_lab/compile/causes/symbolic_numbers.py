@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from tpu_lab.compile.causes.numpy_values import NUMPY_ON_NUMBERS, NUMPY_ON_NUMBERS_FIX
+
 _GUARD = "Could not guard on data-dependent expression"
 _EXTRACT = "Could not extract specialized integer from data-dependent expression"  # needed as an int
 _LOOP = re.compile(r"^for\b.+?\bin\s+([\w.]+)\s*:")
@@ -144,15 +146,7 @@ def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
         return said, ["call it outside the compiled function, or accept the break"]
     target = _NON_TENSOR.search(reason) if "return a non-Tensor" in reason else None
     if "<original item>" in reason and re.search(r"\b(?:np|numpy)\.\w+\(", code):  # Informer's u = c * ln(L)
-        said = (
-            "NumPy on a number here, read back with .item(): Dynamo traces NumPy calls as tensors (its NumPy "
-            "emulation), and .item() turns one back into a Python number, which the graph cannot hold"
-        )
-        return said, [
-            "compute it with the math module in place of NumPy (math.ceil(math.log(n)) on a size or an int): plain "
-            "Python arithmetic on a number stays in the graph; or compute it outside the compiled function and pass "
-            "it in"
-        ]
+        return NUMPY_ON_NUMBERS, [NUMPY_ON_NUMBERS_FIX]
     if target is None:
         return None
     called = re.search(rf"(?<![\w.])((?:\w+\.)*{re.escape(target[1])})\(", code)
