@@ -503,3 +503,31 @@ def test_numpy_on_a_shape_read_back_with_int_is_named_and_never_told_capture_sca
     said = [b for b in table.breaks if b.words.startswith("NumPy on a number here")]
     assert said and all("p.numel()" in b.fix and "capture_scalar_outputs" not in b.fix for b in said), table.to_text()
     assert not watched(lambda: f(model, torch.randn(10), True)).breaks  # the fix as printed
+
+
+_enc = torch.nn.Linear(5, 8)
+
+
+def readout(feat, lengths):  # a graph readout with torch.segment_reduce, one segment per graph in the batch
+    return torch.segment_reduce(torch.relu(_enc(feat)), "max", lengths=lengths, axis=0, unsafe=True).sum()
+
+
+def test_marks_for_sizes_that_changed_together_are_told_together_and_applied_together_save_a_graph():
+    f = torch.compile(readout, backend="eager")
+    batches = [[4, 6, 5], [4, 6, 5, 2], [3, 3]]
+
+    def run(mark=False):
+        for sizes in batches:
+            lengths, feat = torch.tensor(sizes), torch.randn(sum(sizes), 5)
+            if mark:  # the fix as printed: both marks, before the first call
+                torch._dynamo.maybe_mark_dynamic(feat, 0)
+                torch._dynamo.maybe_mark_dynamic(lengths, 0)
+            f(feat, lengths)
+
+    table = watched(run)
+    sized = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert sized and all(
+        "maybe_mark_dynamic(feat, 0)" in c.fix and "maybe_mark_dynamic(lengths, 0)" in c.fix for c in sized
+    ), sized
+    torch._dynamo.reset()
+    assert watched(lambda: run(mark=True)).total_compiles < table.total_compiles

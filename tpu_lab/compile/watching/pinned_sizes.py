@@ -57,6 +57,7 @@ def settled(
             every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
             fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix if dim not in before else fix.split(";")[0] + _AFTER_PINS)
+            c = _together(c, [o for o in causes if o.kind == "size" and o is not c], dims)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
@@ -113,6 +114,20 @@ def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[s
     """(note, fix) for the first such input that a line of ``code`` takes as a Python number."""
     names, dim = _fixed_names(c, fixed)
     return next((by for n in names if (by := pinned_by(code, n, dim))[0]), ("", ""))
+
+
+def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
+    """A mark said with the marks of the other sizes this compile made dynamic (a segment_reduce's ``feat`` and
+    ``lengths``): marked alone, the other still recompiles, so each fix names them all."""
+    own = _MARKS.findall(c.fix)
+    more = [(n, d) for o in others for n, d in _MARKS.findall(o.fix) if (n, d) not in own and f"{n} dim {d}" in dims]
+    if not own or not more:
+        return c
+    last = f"torch._dynamo.maybe_mark_dynamic({own[-1][0]}, {own[-1][1]})"
+    added = " and ".join(f"torch._dynamo.maybe_mark_dynamic({n}, {d})" for n, d in dict.fromkeys(more))
+    return dataclasses.replace(
+        c, fix=c.fix.replace(last, f"{last} and {added}: together, as each alone saves nothing", 1)
+    )
 
 
 _AFTER_PINS = (  # the sizes before were pinned: a mark before the first call would not have shared their graphs
