@@ -12,9 +12,10 @@ from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_attributes import attribute_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
+from tpu_lab.compile.causes.guard_hooks import hook_words
 from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words
 from tpu_lab.compile.causes.guard_members import member_words
-from tpu_lab.compile.causes.guard_objects import backend_words, hook_words, none_words, object_words
+from tpu_lab.compile.causes.guard_objects import backend_words, none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
