@@ -31,6 +31,15 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             g,
             f"expected once per {kind}; pass one {kind} every call if it changes often",
         )
+    if m := re.fullmatch(r"ClosureGuardAccessor: Not a function on (?P<name>.+)\.__closure__", g.strip()):
+        return Cause(  # the graph read a closure's values; the new object has no closure to read: another function
+            "identity",
+            f"{local_name(m['name'])} is now another function, one without the closure the graph read (a lambda "
+            "over other variables, or a plain function): each function passed is its own graph",
+            g,
+            "expected once per function; pass the same one every call where you can, with what changes as tensor "
+            "arguments rather than closed-over values",
+        )
     if m := re.fullmatch(r"CodeGuardAccessor: Not a function on (?P<name>.+)\.__code__", g.strip()):
         return Cause(  # a guard on a Python function's code found no code: another function, a builtin now
             "identity",
@@ -115,6 +124,9 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 g,
                 "expected once per function; for many, pass a flag or a name and pick the function inside",
             )
+        if name.endswith(".__code__"):  # a function passed in: its code, another function's now
+            fn = name.removesuffix(".__code__")
+            return Cause("identity", f"{fn} is now another function: each function passed is its own graph", g, _FN_FIX)
         return Cause(
             "identity",
             f"{name} is a different object than the one compiled for (another module "
@@ -123,6 +135,9 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             "reuse one instance across calls",
         )
     return None
+
+
+_FN_FIX = "expected once per function; pass the same one every call where you can"
 
 
 def none_words(raw: str, now_value: bool, g: str, inputs: Mapping[str, str], caller: str = "") -> Cause:

@@ -47,6 +47,11 @@ _STATE = {
 }
 
 
+STRING_FIX = (
+    "expected once per value where it names a mode (a few of them); where it changes per call (a prompt, a file "
+    "name), each text is a graph of its own: do the work on it outside the compiled function (encode it) and "
+    "pass the tensors in"
+)
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
 
@@ -114,7 +119,7 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
             else f"pass the same type every call (always {'an' if kind == 'int' else 'a'} {kind}, or always a {became})",
         )
     if kind == "string":
-        return Cause("string", words, g, "expected once per value")
+        return Cause("string", words, g, STRING_FIX)
     if (
         "." in name and "cell_contents" not in raw and (kind == "float" or static)
     ):  # an attribute: a library's code may need a float

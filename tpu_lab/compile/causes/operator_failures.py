@@ -10,6 +10,10 @@ TEXT_FIXES = {
     "their inputs in place: return the new value as an output instead, or update it outside",
     "do not support aliasing": "the branches of torch.cond may not return an input itself (or a view of it): "
     "return a copy (x.clone())",
+    "expected to contain only concrete integers": "an op on this path has no kernel for dynamic sizes (Dynamo "
+    "made a size dynamic after it changed, and the backend could not run that op with it): keep that size fixed "
+    "(drop or pad a short last batch), or compile with torch.compile(..., dynamic=False), which compiles each "
+    "size as a graph of its own instead of failing",
     "Cannot set version_counter for inference tensor": "compile the function without its @torch.inference_mode() "
     "decorator and call it inside `with torch.inference_mode():`, or decorate it with @torch.no_grad() instead: "
     "the backend cannot trace inference mode entered inside the compiled function; this failure also leaves "
