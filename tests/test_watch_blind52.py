@@ -86,3 +86,24 @@ def test_an_op_without_a_kernel_for_dynamic_sizes_is_told_to_keep_sizes_fixed_an
     assert failed and all("no kernel for dynamic sizes" in c.fix and "dynamic=False" in c.fix for c in failed), failed
     torch._dynamo.reset()
     watched(lambda: run(torch.compile(net, backend="aot_eager", dynamic=False)))  # the fix as printed: it runs
+
+
+class MyLinear(torch.nn.Module):  # the "Extending PyTorch" notes' Linear module, trimmed: bias optional
+    def __init__(self, bias=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(4, 8))
+        self.bias = torch.nn.Parameter(torch.zeros(4)) if bias else None
+
+    def forward(self, x):
+        out = x @ self.weight.T
+        return out + self.bias if self.bias is not None else out
+
+
+def test_a_module_built_without_a_parameter_is_another_configuration_not_only_a_pruned_one():
+    f = torch.compile(lambda layer, x: layer(x).sum(), backend="eager")
+    x = torch.randn(2, 8)
+    table = watched(lambda: [f(MyLinear(), x), f(MyLinear(bias=False), x)])
+    said = [c for r in table.rows for c in r.causes if c.kind == "parameters"]
+    assert said, table.to_text()
+    for c in said:
+        assert "another module built without it" in c.words and "expected once per module configuration" in c.fix

@@ -50,10 +50,12 @@ def container_words(
             owner, what = name.rpartition("._")[::2]
             return Cause(
                 "parameters",
-                f"{owner} has no {what[:-1]} {m['key']} now (the graph read it): it was removed or replaced by a "
-                "plain attribute, as torch.nn.utils.prune, weight_norm and parametrizations do",
+                f"{owner} has no {what[:-1]} {m['key']} now (the graph read it): another module built without it "
+                "(bias=False), or it was removed or replaced by a plain attribute, as torch.nn.utils.prune, "
+                "weight_norm and parametrizations do",
                 g,
-                "expected once per change; make such changes before the first compiled call",
+                "expected once per module configuration (a module built without it is a graph of its own); where "
+                "your code removes it (pruning, weight_norm), make such changes before the first compiled call",
             )
         return Cause(
             "dict_keys", f"{name} has no key {m['key']} now; the graph read it", g, f"keep the same keys in {name}"
