@@ -3,6 +3,7 @@ encode), functions passed to an ODE solver (a lambda over other variables, then 
 op with no kernel for dynamic sizes (the spatial transformer tutorial's affine_grid on a short last batch).
 Each is checked against Dynamo's own account, with the printed fixes applied."""
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
@@ -107,3 +108,25 @@ def test_a_module_built_without_a_parameter_is_another_configuration_not_only_a_
     assert said, table.to_text()
     for c in said:
         assert "another module built without it" in c.words and "expected once per module configuration" in c.fix
+
+
+def layer_drop(x):  # wav2vec2's LayerDrop, trimmed: a NumPy draw per call decides whether the layer runs
+    if np.random.rand(1).item() < 0.1:
+        return x
+    return x * 2
+
+
+def test_a_numpy_draw_read_back_is_named_as_numpys():
+    f = torch.compile(layer_drop, backend="eager")
+    table = watched(lambda: f(torch.randn(3)))
+    said = [b for b in table.breaks if "random draw" in b.words]
+    assert said and all("a NumPy random draw" in b.words for b in said), table.breaks
+
+
+def test_a_logged_breaks_hint_to_set_fullgraph_false_is_no_fix():
+    from tpu_lab.compile.causes.cause import Cause, as_logged
+
+    hinted = Cause(
+        "graph_break", "Backend compiler failed with aten.nonzero.default", "", "Set `fullgraph=False` to ..."
+    )
+    assert "fullgraph=False" not in as_logged(hinted).fix and as_logged(hinted).fix.startswith("none needed")

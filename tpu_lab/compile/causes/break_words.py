@@ -29,7 +29,7 @@ from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
 from tpu_lab.compile.causes.library_breaks import avoided_by_argument, backend_context, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_on_numbers
-from tpu_lab.compile.causes.random_draws import draws_random, read_back_at, read_back_origin
+from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
@@ -223,7 +223,7 @@ def _break_words(
             read_back_origin(inner, code, *at) if "_local_scalar_dense" in inner or unspecialized else (0, "")
         )
         if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
-            words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a Python random draw Dynamo "
+            words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a {drawn_by(drawn)} random draw Dynamo "
             fix = RANDOM_BRANCH_FIX if re.match(r"\s*(?:el)?if\b|\s*while\b", code) else RANDOM_VALUE_FIX
             fix += RANDOM_MASK_FIX if unspecialized and fix == RANDOM_VALUE_FIX else ""
             cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=fix)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -187,3 +188,15 @@ SPARSE_FIX = (
     "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
     "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"
 )
+
+
+_FALLBACK = "none needed for the break itself: Dynamo runs that part eagerly between two graphs and goes on"
+
+
+def as_logged(cause: Cause) -> Cause:
+    """A graph break Dynamo logged and went on past, so fullgraph is off already: its hint to set
+    ``fullgraph=False`` (a backend's fallback) is no fix."""
+    if "fullgraph=False" not in cause.fix:
+        return cause
+    fix = "; ".join(h for h in cause.fix.split("; ") if "fullgraph=False" not in h)
+    return dataclasses.replace(cause, fix=fix or _FALLBACK)

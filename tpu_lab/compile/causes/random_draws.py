@@ -74,3 +74,8 @@ def _draws(expr: str, file: str) -> bool:
 def draws_random(code: str) -> bool:
     """The line draws a Python (or NumPy) random number."""
     return bool(_RANDOM.search(code))
+
+
+def drawn_by(line: str) -> str:
+    """Whose random draw a line makes: NumPy's (``np.random.rand(1)``) or Python's (``random.random()``)."""
+    return "NumPy" if re.search(r"\b(?:np|numpy)\.random\.", line) else "Python"

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, as_logged, local_name
 from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
@@ -167,7 +167,9 @@ def failed_compile(
     break_at = (where or f"{short_path(file)}:{line}") if logged and file else ""
     if logged and not file and cap.function.filename:  # a backend's failure: Dynamo logs it at the function
         break_at = frames.where_label(cap.function.filename, cap.function.line)
-    return FailedCompile(words, guard, fix, cause, break_at, raises=cap.fullgraph)
+    return FailedCompile(
+        words, guard, fix, cause if cap.fullgraph else as_logged(cause), break_at, raises=cap.fullgraph
+    )
 
 
 _STAND_IN = "Dynamo's own stand-in for "  # a polyfill: Dynamo's code for a builtin (itertools.permutations)

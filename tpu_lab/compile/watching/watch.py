@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from tpu_lab.compile.causes.break_words import graph_break_words
+from tpu_lab.compile.causes.cause import as_logged
 from tpu_lab.compile.causes.first_compile import EAGER_BACKWARD
 from tpu_lab.compile.causes.stances import stance_words
 from tpu_lab.compile.sources import dynamo_breaks, dynamo_stance, frames, guarded, listening, tpu_source
@@ -258,7 +259,7 @@ class Watch:
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            cause = graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at)
+            cause = as_logged(graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at))
             self._fold.add_break(with_numpy_setting(cause, b.library, self._fold.hooks, self._pending), where)
 
     def _poll_tpu(self) -> list[CompileEvent]:
