@@ -11,6 +11,7 @@ from tpu_lab.compile.causes.guard_containers import optimizer_step
 from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.causes.numpy_values import numpy_scalar_words
+from tpu_lab.compile.causes.own_graph import STRING_FIX
 from tpu_lab.compile.sources.value_text import shown_float
 
 _ONCE = "set it once, before the first compiled call"
@@ -47,11 +48,6 @@ _STATE = {
 }
 
 
-STRING_FIX = (
-    "expected once per value where it names a mode (a few of them); where it changes per call (a prompt, a file "
-    "name), each text is a graph of its own: do the work on it outside the compiled function (encode it) and "
-    "pass the tensors in"
-)
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
 

@@ -54,6 +54,11 @@ def forces_own_graph(c: _Told) -> bool:
     return another_path(c) or static
 
 
+STRING_FIX = (  # a new string is a graph of its own: a mode, or text to work on outside
+    "expected once per value where it names a mode (a few of them); where it changes per call (a prompt, a file "
+    "name), each text is a graph of its own: do the work on it outside the compiled function (encode it) and "
+    "pass the tensors in"
+)
 _CAST = "expected once per dtype; cast the model"  # the parameters' dtype: a graph of its own, whatever else
 
 INSTANCES_SHARE = "instances share the compiled code's graphs"
