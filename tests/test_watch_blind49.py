@@ -1,5 +1,9 @@
-"""tl.watch() checked blind, forty-ninth round: a list of block indices tested with `i in n` (DINOv2's
-get_intermediate_layers), ... Each is checked against Dynamo's own account, with the printed fixes applied."""
+"""tl.watch() checked blind, rounds 49 to 51: NumPy where Python numbers were meant (Informer's ln(L), TRPO's
+np.prod of a shape, the numpy extension tutorial's emulated dtype), a list tested with `in` (DINOv2), a mark
+for a size that changes in evaluation only, sizes pinned by torch's own checks, a tensor subclass's
+__torch_function__, a module's int attribute, a bool predicate, a library's cache, a branch's own side, an op's
+int from a global, one Optional per item, a model cast with the default dtype, a container per instance and
+marks told together. Each is checked against Dynamo's own account, with the printed fixes applied."""
 
 import logging
 import math
