@@ -63,7 +63,7 @@ def test_a_numpy_draw_compared_after_a_break_is_a_number_crossing_the_branch(dyn
     drawn = {b.where.rsplit(":", 1)[1]: b for b in w.table.breaks}
     assert "the number comes from line" in drawn[str(noisy_gain.__code__.co_firstlineno + 1)].words
     branch = drawn[str(noisy_gain.__code__.co_firstlineno + 3)]
-    assert "a Python random draw" in branch.words and branch.fix.startswith("make it branchless with a tensor draw")
+    assert "a NumPy random draw" in branch.words and branch.fix.startswith("make it branchless with a tensor draw")
     assert "make the choice outside the compiled function and pass it in as a bool" in branch.fix  # not the number
 
 

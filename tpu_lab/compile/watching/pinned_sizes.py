@@ -165,10 +165,8 @@ def at_limit(causes: list[RowCause], pinned: set[str]) -> list[RowCause]:
         d = _dim_of(c)
         if d and f"{d[0]} dim {d[1]}" in pinned:
             c = dataclasses.replace(c, fix=FIXED_FIX)
-        elif c.kind == "string":  # text that changes per call (a prompt): the work on it belongs outside
-            c = dataclasses.replace(
-                c, fix=c.fix.split("; where it changes per call")[-1].removeprefix(" (a prompt, a file name), ")
-            )
+        elif c.kind == "string":  # a mode past the limit, or text that changes per call (a prompt): both said
+            c = dataclasses.replace(c, fix=f"{_MORE_VALUES_FIX}; {c.fix.split('; ')[-1]}")
         elif c.fix.startswith("expected once per value"):  # a graph per value, but more values than it allows
             c = dataclasses.replace(c, fix=_MORE_VALUES_FIX)
         out.append(c)
