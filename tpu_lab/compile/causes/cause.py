@@ -193,10 +193,19 @@ SPARSE_FIX = (
 _FALLBACK = "none needed for the break itself: Dynamo runs that part eagerly between two graphs and goes on"
 
 
+def without_fullgraph_hint(fix: str) -> str:
+    """``fix`` without Dynamo's hint to set ``fullgraph=False``, for code that ran with it off already."""
+    return "; ".join(h for h in fix.split("; ") if "fullgraph=False" not in h)
+
+
 def as_logged(cause: Cause) -> Cause:
     """A graph break Dynamo logged and went on past, so fullgraph is off already: its hint to set
     ``fullgraph=False`` (a backend's fallback) is no fix."""
     if "fullgraph=False" not in cause.fix:
         return cause
-    fix = "; ".join(h for h in cause.fix.split("; ") if "fullgraph=False" not in h)
-    return dataclasses.replace(cause, fix=fix or _FALLBACK)
+    return dataclasses.replace(cause, fix=without_fullgraph_hint(cause.fix) or _FALLBACK)
+
+
+def shown_as_module(description: str) -> bool:
+    """Whether an input's description is a module's (``MLP (train)``, ``Sparsemax (eval)``)."""
+    return re.search(r" \((?:train|eval)\)$", description) is not None

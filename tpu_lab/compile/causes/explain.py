@@ -10,7 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.call_cases import in_case, keywords_named, torch_function_cause
-from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name, shown_as_module
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_sizes import (
     RANK_FIX,
@@ -19,9 +19,9 @@ from tpu_lab.compile.causes.guard_sizes import (
 )
 from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import (
-    MODULE_STATIC,
     held_cause,
     module_int_fix,
+    module_static,
     number_use,
     placed,
     static_number_fix,
@@ -172,7 +172,6 @@ def _flag(cause: Cause, names: Sequence[tuple[str, str]]) -> tuple[str, str] | N
 
 
 _BAKED = BAKED + ")"
-_INT_ATTRIBUTE = "an nn.Module's int attribute"
 
 
 def _next_values(
@@ -234,10 +233,8 @@ def _next_values(
         )
         fix = "expected once: 0 and 1 always get graphs of their own (a one-token decode step, a batch of one)"
         return name, dataclasses.replace(cause, words=words, fix=fix)
-    if name.partition(".")[2] and re.search(r" \((?:train|eval)\)$", now.get(name.partition(".")[0], "")):
-        words = (
-            cause.words.removesuffix(_BAKED) + f"): {MODULE_STATIC.format(_INT_ATTRIBUTE)}{at_most}"
-        )  # a module passed in
+    if name.partition(".")[2] and shown_as_module(now.get(name.partition(".")[0], "")):  # a module passed in
+        words = cause.words.removesuffix(_BAKED) + f"): {module_static(name)}{at_most}"
         return name, dataclasses.replace(cause, words=words, fix=module_int_fix(name))
     if limit:
         words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"

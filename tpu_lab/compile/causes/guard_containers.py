@@ -7,7 +7,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name, shown_as_module
 from tpu_lab.compile.causes.guard_loops import iterator_words
 from tpu_lab.compile.causes.library_memos import memo_words
 
@@ -214,9 +214,7 @@ def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
 def _on_module(name: str, inputs: Mapping[str, str] | None) -> bool:
     """A container held on a module (``self.cache``, or ``s.cache`` where forward names its module ``s``)."""
     owner, dot, _ = name.partition(".")
-    return bool(dot) and (
-        owner == "self" or re.search(r" \((?:train|eval)\)$", (inputs or {}).get(owner, "")) is not None
-    )
+    return bool(dot) and (owner == "self" or shown_as_module((inputs or {}).get(owner, "")))
 
 
 def _global_dict(source: str, inputs: Mapping[str, str] | None) -> bool:

@@ -16,6 +16,10 @@ MEMBER = re.compile(
 """Dynamo's guard for ``c in xs`` (``not (...)``: c not in xs), one ``==`` per item, raw or in local names."""
 
 EACH_SET = "each new set of values it holds compiles a graph of its own"
+MEMBERS_FIX = (
+    "expected once per set of values {} holds: keep the sets few, or raise torch._dynamo.config.recompile_limit "
+    "to the number you use"
+)
 
 
 def member_said(guard: str) -> tuple[str, list[str]] | None:
@@ -36,8 +40,7 @@ def member_words(guard: str) -> Cause | None:
         "members",
         f"{m['c']} {moved} {name} (your code checks which values {name} holds, as `i in {name}` does: {EACH_SET})",
         guard,
-        f"expected once per set of values {name} holds: keep the sets few, or raise "
-        "torch._dynamo.config.recompile_limit to the number you use",
+        MEMBERS_FIX.format(name),
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, local_name, shown_as_module
 
 _TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
@@ -37,8 +37,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             f"{local_name(m['name'])} is now another function, one without the closure the graph read (a lambda "
             "over other variables, or a plain function): each function passed is its own graph",
             g,
-            "expected once per function; pass the same one every call where you can, with what changes as tensor "
-            "arguments rather than closed-over values",
+            f"{_FN_FIX}, with what changes as tensor arguments rather than closed-over values",
         )
     if m := re.fullmatch(r"CodeGuardAccessor: Not a function on (?P<name>.+)\.__code__", g.strip()):
         return Cause(  # a guard on a Python function's code found no code: another function, a builtin now
@@ -46,7 +45,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             f"{local_name(m['name'])} is now another function, one without Python code (a builtin such as F.gelu): "
             "each function passed is its own graph",
             g,
-            "expected once per function; pass the same one every call where you can",
+            _FN_FIX,
         )
     if _RAISED.match(g.strip()):
         return Cause(
@@ -194,7 +193,7 @@ def _set_before(name: str, owner: str = "") -> str:
     """The fix for an attribute the code itself set after the first compile (a transformers model sets
     ``config.problem_type`` on its first call with labels): the user sets it first, not passes it. ``owner``:
     how the inputs show ``self`` (``EarlyStopping``; a module as ``MLP (train)``), so the fix names it."""
-    kind = "module" if re.search(r" \((?:train|eval)\)$", owner) else "object"
+    kind = "module" if shown_as_module(owner) else "object"
     held = f"<your {owner.split()[0]} {kind}>." if owner else "model."
     return (
         "expected once; to keep one graph, set it before the first compiled call (e.g. "

@@ -16,7 +16,6 @@ from tpu_lab.compile.causes.guard_places import condition_place, owner, slocs
 from tpu_lab.compile.causes.guard_values import held_fix
 from tpu_lab.compile.sources.packages import USER
 
-MODULE_STATIC = "Dynamo keeps {} static, so each new value compiles a graph of its own"
 _MODULE_HINT = "integer attributes of the nn.Module"  # Dynamo's own hint on such a guard
 _MODULE_INDEX = re.compile(r"nn/modules/container\.py:\d+ in (?:_get_abs_string_index|_get_item_by_idx)")  # layers[i]
 _MODULE_SLICE = re.compile(
@@ -35,8 +34,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
     if itself and re.fullmatch(r"int [01]", now):
         return None
     if itself and _MODULE_HINT in comment:
-        held = "the ints in an nn.Module's lists" if re.search(r"\[\d+\]$", name) else "an nn.Module's int attribute"
-        words = f"): {MODULE_STATIC.format(held)}{at_most}"
+        words = f"): {module_static(name)}{at_most}"
         return dataclasses.replace(cause, words=start + words, fix=module_int_fix(name))
     if itself and _MODULE_INDEX.search(comment):  # the submodule an index picks is fixed into the graph
         words = (
@@ -226,3 +224,9 @@ def number_use(name: str, code: str) -> str:
 def _open(text: str) -> bool:
     """Whether a call whose arguments begin ``text`` is still open at its end."""
     return text.count("(") >= text.count(")")
+
+
+def module_static(name: str) -> str:
+    """Why each value of an nn.Module's int ``name`` (an attribute, or an item of a list attribute) is a graph."""
+    held = "the ints in an nn.Module's lists" if re.search(r"\[\d+\]$", name) else "an nn.Module's int attribute"
+    return f"Dynamo keeps {held} static, so each new value compiles a graph of its own"

@@ -37,10 +37,11 @@ def nearest(
             # what the table cannot show (a string's value, a list's order), not what another graph names;
             # a flag's value is not in the table either, but its guard names it: that graph is another path
             g not in inputs or _distance(inputs[g], signature) > 0 or any(another_path(c) for c in per_graph[g]),
-            # a graph for another case (a flag's other value, None for a tensor) is another code path: the
-            # graph of this path, with its own failed guard, is what the call was meant to reuse; unless that
-            # graph is another mode too (train/eval, grad mode: LoRA's merged flag, told against the eval graph)
+            # a graph compiled past a number's range the call crossed is the other side: this side's graph is
             _other_side(g, inputs, failures),
+            # a graph for another case (a flag's other value, None for a tensor, another train/eval or grad
+            # mode) is another code path: the graph of this path, with its own failed guard, is what the call
+            # was meant to reuse (LoRA's merged flag is told against the eval graph, not the train graph)
             any(_other_case(c) for c in per_graph[g]),
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
             g in superseded,

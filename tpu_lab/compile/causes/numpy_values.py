@@ -102,6 +102,8 @@ def numpy_emulated(cause: Cause, reason: str, source: Sequence[str]) -> Cause:
     )
 
 
+CALLS_NUMPY = re.compile(r"\b(?:np|numpy)\.\w+\(")  # a line that calls a NumPy function
+
 NUMPY_ON_NUMBERS = (
     "NumPy on a number here, read back as a Python number (.item(), int()): Dynamo traces NumPy calls as tensors "
     "(its NumPy emulation), and a Python number read back from one cannot stay in the graph"
@@ -117,7 +119,7 @@ def numpy_on_numbers(cause: Cause, code: str) -> Cause:
     """``cause``, a value read back on the line ``code`` that runs NumPy on Python numbers (TRPO's
     ``int(np.prod(list(param.size())))``), said as that: no tensor of the user's is read back. Any other
     cause comes back as it is."""
-    if READ_BACK not in cause.words or not re.search(r"\b(?:np|numpy)\.\w+\(", code) or ".numpy()" in code:
+    if READ_BACK not in cause.words or not CALLS_NUMPY.search(code) or ".numpy()" in code:
         return cause
     loop = ", inside a for/while loop, where Dynamo cannot resume" if "inside a for/while loop" in cause.words else ""
     return dataclasses.replace(cause, words=NUMPY_ON_NUMBERS + loop, fix=NUMPY_ON_NUMBERS_FIX)

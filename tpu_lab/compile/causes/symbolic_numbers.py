@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.causes.numpy_values import NUMPY_ON_NUMBERS, NUMPY_ON_NUMBERS_FIX
+from tpu_lab.compile.causes.numpy_values import CALLS_NUMPY, NUMPY_ON_NUMBERS, NUMPY_ON_NUMBERS_FIX
 
 _GUARD = "Could not guard on data-dependent expression"
 _EXTRACT = "Could not extract specialized integer from data-dependent expression"  # needed as an int
@@ -145,7 +145,7 @@ def python_result(reason: str, code: str) -> tuple[str, list[str]] | None:
         )
         return said, ["call it outside the compiled function, or accept the break"]
     target = _NON_TENSOR.search(reason) if "return a non-Tensor" in reason else None
-    if "<original item>" in reason and re.search(r"\b(?:np|numpy)\.\w+\(", code):  # Informer's u = c * ln(L)
+    if "<original item>" in reason and CALLS_NUMPY.search(code):  # Informer's u = c * ln(L)
         return NUMPY_ON_NUMBERS, [NUMPY_ON_NUMBERS_FIX]
     if target is None:
         return None

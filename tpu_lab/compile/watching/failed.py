@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import Cause, as_logged, local_name
+from tpu_lab.compile.causes.cause import Cause, as_logged, local_name, without_fullgraph_hint
 from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
@@ -149,7 +149,7 @@ def failed_compile(
         words = f"not compiled: Dynamo gave up on {name}{at}: {cause.words}{_in_with(trace, cap)}; {eager}"
     fix = cause.fix
     if not cap.fullgraph:  # Dynamo's hint to set fullgraph=False: it is False already, the code ran eagerly
-        fix = "; ".join(h for h in fix.split("; ") if "fullgraph=False" not in h)
+        fix = without_fullgraph_hint(fix)
     fix = fix or f"move what Dynamo cannot trace out of {name} (or into a torch.compiler.disable'd helper)"
     if library.startswith(_STAND_IN) and not recompile:  # nothing of Dynamo's to change: keep Dynamo out of it
         fix = (

@@ -57,7 +57,7 @@ def settled(
             every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
             fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix if dim not in before else fix.split(";")[0] + _AFTER_PINS)
-            c = _together(c, [o for o in causes if o.kind == "size" and o is not c], dims)
+            c = _together(c, [o for o in causes if o.kind == "size"], dims)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)

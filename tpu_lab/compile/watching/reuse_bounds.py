@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import CARRIED, bare
-from tpu_lab.compile.causes.guard_members import EACH_SET, member_said
+from tpu_lab.compile.causes.guard_members import EACH_SET, MEMBERS_FIX, member_said
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.causes.size_uses import size_in_source
@@ -106,15 +106,14 @@ def _members_held(c: RowCause, made: str, found: list[tuple[str, str]], places: 
     held_in = [w.split()[0] for w in said if " not in " not in w]
     held_out = [w.split()[0] for w in said if " not in " in w]
     has = "; ".join(
-        filter(None, [f"{', '.join(held_in)} in {name}" * bool(held_in), f"{', '.join(held_out)} not" * bool(held_out)])
+        [f"{', '.join(held_in)} in {name}"] * bool(held_in) + [f"{', '.join(held_out)} not"] * bool(held_out)
     )
     words = re.sub(
         r"Dynamo made (.+?) dynamic, so later values reuse this graph",
         rf"Dynamo made \1 dynamic, but the graph holds which values {name} has ({has}){where}: {EACH_SET}",
         c.words,
     )
-    fix = f"expected once per set of values {name} holds: keep the sets few, or raise torch._dynamo.config.recompile_limit to the number you use"
-    return dataclasses.replace(c, words=words, fix=fix, kind="members")
+    return dataclasses.replace(c, words=words, fix=MEMBERS_FIX.format(name), kind="members")
 
 
 def _branched_too(c: RowCause, conditions: Mapping[str, list[tuple[str, str]]], places: Mapping[str, str]) -> RowCause:
