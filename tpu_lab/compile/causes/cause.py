@@ -139,6 +139,7 @@ KIND_LABELS = {
     "stride": "a tensor's memory layout changed",
     "offset": "a tensor's storage offset changed (a view vs a tensor of its own)",
     "rank": "a tensor's number of dimensions changed",
+    "rewritten": "a tensor the module's own forward rewrites changed",
     "dtype": "a dtype changed",
     "device": "a device changed",
     "requires_grad": "requires_grad changed",

@@ -30,6 +30,7 @@ from tpu_lab.compile.causes.instances import whose_graph
 from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged, per_sample_list
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
+from tpu_lab.compile.causes.rewritten_state import rewritten_joined
 from tpu_lab.compile.sources.dynamo_limit import RAISES_FULLGRAPH
 from tpu_lab.compile.sources.frames import RESUME, Capture, renamed
 from tpu_lab.compile.sources.packages import USER, package_of
@@ -105,6 +106,7 @@ def causes_of(
     pipeline: bool = False,
     baked: Mapping[str, tuple[str, str]] | None = None,
     compared: Sequence[tuple[str, str]] = (),
+    rewritten: Sequence[tuple[str, str]] = (),
 ) -> list[Cause]:
     """Why a compile happened: the guards that failed against the compiled graph closest to the new
     inputs. Dynamo checks every graph it holds; a guard failing only against a far graph (a dtype
@@ -114,7 +116,8 @@ def causes_of(
     ``dynamic``: Python numbers (by Dynamo's source) that automatic dynamic shapes made symbolic in the
     new graph; ``limit``: the recompile limit, for numbers whose every value is a graph; ``pipeline``: called
     from inside a transformers pipeline; ``baked``: numbers made dynamic that the new graph pins, each with (the guard, Dynamo's comment on it);
-    ``compared``: graphs compiled for another instance or callable (``Capture.compared``), said where picked."""
+    ``compared``: graphs compiled for another instance or callable (``Capture.compared``), said where picked;
+    ``rewritten``: tensors the module's own forward rewrites (``Capture.rewritten``), each with where."""
     failures = guard_words.parse(reasons)
     if not failures:
         return []
@@ -128,23 +131,28 @@ def causes_of(
         changes = frozenset((local_name(m["name"]), m["a"], m["b"]) for m in sizes if m and m["what"] == "size")
         how = {"tpu": tpu, "static": static, "cache": cache, "pinned": pinned, "caller": caller, "inputs": now}
         found = [(f, _in_words(f, **how, pipeline=pipeline, changes=changes)) for f in failures if f.graph == graph]
-        per_graph[graph] = [
-            dataclasses.replace(
-                c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
-            )
-            for c in calling_style(
-                per_sample_list(
-                    followers_joined(
-                        one_dict_change(
-                            none_not_shorter(
-                                merged([_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)])
-                            )
-                        )
-                    ),
-                    now,
+        per_graph[graph] = rewritten_joined(
+            [
+                dataclasses.replace(
+                    c, words=closures_unnamed(renamed(c.words, names)), fix=renamed(c.fix, names), flag=_flag(c, names)
                 )
-            )
-        ]
+                for c in calling_style(
+                    per_sample_list(
+                        followers_joined(
+                            one_dict_change(
+                                none_not_shorter(
+                                    merged(
+                                        [_next_values(f, c, dynamic, limit, baked or {}, now) for f, c in _grad(found)]
+                                    )
+                                )
+                            )
+                        ),
+                        now,
+                    )
+                )
+            ],
+            dict(rewritten),
+        )
     for causes in per_graph.values():  # the note on automatic dynamic shapes, said once per compile
         said = [i for i, c in enumerate(causes) if STATIC_WORDS in c.words]
         for i in said[1:]:
@@ -268,6 +276,7 @@ def capture_causes(
         pipeline=capture.pipeline,
         baked=baked,
         compared=capture.compared,
+        rewritten=capture.rewritten,
     )
     package = package_of(capture.function.filename) if capture.function.filename else USER
     found = _read_by_library(found, package, calling_library(capture.callers))

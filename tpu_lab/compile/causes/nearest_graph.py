@@ -110,6 +110,8 @@ def _change(c: Cause) -> tuple[str, str]:
     ``n[1]`` of ``n=[1, 4]``: one change, nearer than a graph for an int ``n``)."""
     if c.kind in _BOUNDS:
         return ("bound", "")
+    if c.kind == "rewritten":  # what the module's own code wrote into its tensors: one change, however many
+        return ("rewritten", "")
     if c.kind.startswith("value") and (m := re.match(r"Python \w+ ([\w.]+)\[\d+\] changed", c.words)):
         return ("items", m[1])
     return (c.kind, re.sub(r"^[\w.\[\]'\"]+", "", c.words))

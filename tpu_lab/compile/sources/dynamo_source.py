@@ -44,6 +44,7 @@ from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
 from tpu_lab.compile.sources.resume_code import carried_names
+from tpu_lab.compile.sources.self_writes import rewritten
 from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
 
 LIMIT_TRIGGER = (
@@ -246,6 +247,7 @@ def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str,
         all_dynamic=dynamic_from_the_start(),
         hooks=wrappers.module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
         callers=stack_place.callers(sys._getframe(2)) if frame is not None and heard else (),
+        rewritten=rewritten(frame, reasons) if frame is not None and heard and reasons else (),
     )
 
 

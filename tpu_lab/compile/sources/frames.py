@@ -158,6 +158,8 @@ class Capture(NamedTuple):
     """The compiled frame's globals, where Dynamo installs the compiled graph (``__compiled_fn_*``)."""
     pins: tuple[Any, ...] = ()
     """The sizes the compile fixed to one value, with the line that did it (``dynamo_pins.Pin``), once it ended."""
+    rewritten: tuple[tuple[str, str], ...] = ()
+    """(tensor, where) of the failed guards' tensors that the module's own forward rewrites (``self_writes``)."""
 
     @property
     def shown(self) -> Signature:

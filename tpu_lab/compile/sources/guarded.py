@@ -31,7 +31,7 @@ def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
             source = m and (m["a"] or m["b"] or m["e"] or m["f"])
             if source and source not in out:
                 try:
-                    value = _value_at(source, frame)
+                    value = value_at(source, frame)
                 except Exception:
                     continue  # a source this reader does not follow: the words say less, never wrong
                 if type(value) in (list, tuple):  # its length: what a length guard checks
@@ -53,7 +53,7 @@ def guarded_nones(frame: Any, reasons: Sequence[str]) -> list[str]:
             m = _GUARDED.search(guard.strip())
             source = m and next((s for s in m.group("a", "b", "c", "d") if s), None)
             try:
-                if source and _value_at(source, frame) is None:
+                if source and value_at(source, frame) is None:
                     name = re.sub(r"[LG]\['(\w+)'\]", r"\1", source)
                     out.append(local_name(name) if re.match(r"fn\b", name) else name)  # a module's: self[1].momentum
             except Exception:
@@ -64,12 +64,12 @@ def guarded_nones(frame: Any, reasons: Sequence[str]) -> list[str]:
 def none_at(name: str, values: dict[str, Any]) -> bool:
     """Whether the input (or its part, ``settings.top_k``) ``name`` is None in a call's ``values``."""
     try:
-        return _value_at(name, SimpleNamespace(f_locals=values, f_globals={})) is None
+        return value_at(name, SimpleNamespace(f_locals=values, f_globals={})) is None
     except Exception:
         return False
 
 
-def _value_at(source: str, frame: Any) -> Any:
+def value_at(source: str, frame: Any) -> Any:
     root = re.match(r"([LG])\['(\w+)'\]|(\w+)", source)
     if root is None:
         raise LookupError(source)

@@ -5,6 +5,7 @@ there), even by a cause told before a later graph found the comparison."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first c
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
 _MARK = re.compile(
-    r"to skip even this one: mark the dimension dynamic before the first call \([^()]*\([^()]*\)\), or pad to a few sizes"
+    r"to skip even this one: mark the dimension dynamic before the first call \((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
 )
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
@@ -92,9 +93,40 @@ def bounded(
             if any(_ONE_RANGE.fullmatch(w) and "from your line" in condition_place(g, places) for w, g in found):
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
                 fix = fix.replace(ON_TPU, "")  # the fix pads already
+            elif failed := next((w for w, _ in found if _holds_at(w, _first_sizes(causes)) is False), None):
+                fix = re.sub(_MARK, _MARK_TOO_LATE.format(failed), fix, count=1)
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
     return out
+
+
+_MARK_TOO_LATE = (
+    "marking it dynamic before the first call would not skip this one: the graph holds {0}, which the first "
+    "call's sizes fail, so those sizes get a graph of their own either way; pad to a few sizes to bound them"
+)
+
+
+def _first_sizes(causes: Iterable[RowCause]) -> dict[str, int]:
+    """The sizes before a change, as the causes tell them (``im dimension 2 changed 64 -> 96``), by the names
+    Dynamo's conditions use (``im.size()[2]``)."""
+    told = " ".join(c.words for c in causes)
+    return {f"{n}.size()[{d}]": int(a) for n, d, a in re.findall(r"([\w.\[\]']+) dimension (\d+) changed (\d+) ->", told)}
+
+
+def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
+    """Whether ``condition`` (``3*im.size()[2]*im.size()[3] > 20480``) holds at ``sizes``; None where a name
+    in it has no size there, or it is not plain arithmetic."""
+    text = re.sub(r"[\w.\[\]']+\.size\(\)\[\d+\]", lambda m: str(sizes.get(m[0], m[0])), condition)
+    if not re.fullmatch(r"[\d\s()+\-*/%<>=!]+", text) or not re.search(r"[<>]|==|!=", text):
+        return None
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+    allowed = (ast.Expression, ast.Compare, ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop, ast.cmpop)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
+        return None
+    return bool(eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}}))  # numbers and comparisons only
 
 
 def _members_held(c: RowCause, made: str, found: list[tuple[str, str]], places: Mapping[str, str]) -> RowCause:

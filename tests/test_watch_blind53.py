@@ -1,0 +1,86 @@
+"""tl.watch() checked blind, fifty-third round and round 52's leftovers: a cache the module's own forward
+rewrites (YOLOv5's detection grid per level, rebuilt when the feature map's size changes). Each is checked
+against Dynamo's own account, with the printed fixes applied."""
+
+from pathlib import Path
+
+import torch
+from _dynamo_oracle import watched_clean
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class Detect(torch.nn.Module):  # ultralytics/yolov5 models/yolo.py, trimmed: one grid per level, cached
+    def __init__(self, dynamic=False):
+        super().__init__()
+        self.m = torch.nn.ModuleList(torch.nn.Conv2d(c, 6, 1) for c in (4, 8))
+        self.grid = [torch.empty(0) for _ in range(2)]
+        self.dynamic = dynamic
+
+    def forward(self, x):
+        z = []
+        for i in range(2):
+            y = self.m[i](x[i])
+            ny, nx = y.shape[2:]
+            if self.dynamic or self.grid[i].shape[2:4] != y.shape[2:4]:
+                self.grid[i] = self._make_grid(nx, ny)
+            z.append((y.sigmoid()[:, :2] * 2 + self.grid[i]).flatten(1))
+        return torch.cat(z, 1)
+
+    def _make_grid(self, nx, ny):
+        yv, xv = torch.meshgrid(torch.arange(ny), torch.arange(nx), indexing="ij")
+        return torch.stack((xv, yv), 0).unsqueeze(0).float()
+
+
+class Net(torch.nn.Module):
+    def __init__(self, dynamic=False):
+        super().__init__()
+        self.b1 = torch.nn.Conv2d(3, 4, 3, stride=8, padding=1)
+        self.b2 = torch.nn.Conv2d(4, 8, 3, stride=2, padding=1)
+        self.detect = Detect(dynamic)
+
+    def forward(self, im):
+        p3 = self.b1(im)
+        return self.detect([p3, self.b2(p3)])
+
+
+def _sizes(net):
+    f = torch.compile(net.eval(), backend="aot_eager")
+    with torch.no_grad():
+        return watched(lambda: [f(torch.randn(1, 3, s, s)) for s in (64, 64, 96, 64, 128)])
+
+
+def test_a_cache_the_modules_forward_rewrites_is_named_with_its_line_and_computing_it_each_call_saves_compiles():
+    table = _sizes(Net())
+    told = [c for r in table.rows for c in r.causes if c.kind == "rewritten"]
+    assert told, [c.words for r in table.rows for c in r.causes]
+    line = next(
+        i for i, s in enumerate(Path(__file__).read_text().splitlines(), 1) if "self.grid[i] = self._make_grid" in s
+    )
+    assert all(
+        f"Detect.forward (test_watch_blind53.py:{line}: self.grid[i] = self._make_grid(nx, ny))" in c.words
+        for c in told
+    )
+    assert all("compute it inside the call from the input every time" in c.fix for c in told)
+    said = [c for r in table.rows for c in r.causes]
+    assert not any("final rank" in c.fix or "have 5 dimensions" in c.words for c in said), said
+    # the graph held for 64 px is told stale (the grid rewritten at 96 px), never the placeholder's rank again
+    assert sum(c.count for c in told) == table.total_compiles - 2, (told, table.total_compiles)
+    torch._dynamo.reset()
+    assert _sizes(Net(dynamic=True)).total_compiles < table.total_compiles  # the fix: the grid built every call
+
+
+def test_a_mark_before_the_first_call_is_not_offered_where_the_first_sizes_fail_a_condition_inside_torch():
+    table = _sizes(Net())
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "size" and "Dynamo made im dim" in c.fix]
+    assert fixes and all("mark_dynamic" not in f and "would not skip this one" in f for f in fixes), fixes
+    torch._dynamo.reset()
+    marked = torch.compile(Net().eval(), backend="aot_eager")  # the mark, applied: it saves nothing
+    with torch.no_grad():
+        first = torch.randn(1, 3, 64, 64)
+        torch._dynamo.maybe_mark_dynamic(first, 2)
+        torch._dynamo.maybe_mark_dynamic(first, 3)
+        again = watched(lambda: [marked(first), marked(torch.randn(1, 3, 96, 96))])
+    assert again.total_compiles == 2

@@ -1,0 +1,51 @@
+"""A tensor the module keeps and its own forward rewrites (YOLOv5's grid per level, rebuilt when the feature
+map's size changes): every graph checks it as it was when the graph compiled, so each rewrite compiles again,
+and a graph compiled for earlier inputs no longer matches once the code rebuilt the tensor for others. The
+placeholder's rank, each size it went through: one change, told as one cause with the line that writes it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from tpu_lab.compile.causes.cause import Cause, local_name
+
+_GUARD = re.compile(
+    r"tensor '(?P<name>.+?)' (?:(?:size|stride) mismatch at index (?P<i>\d+)|(?P<what>rank|dtype|device) mismatch)"
+    r"\. expected (?P<a>[^,]+), actual (?P<b>.+)"
+)
+_KINDS = ("size", "rank", "stride", "dtype", "device")
+
+REWRITTEN_FIX = (
+    "expected while the code rewrites it; to compile once per input shape, compute it inside the call from the "
+    "input every time instead of keeping it on the module (inside the graph it costs little), or build it "
+    "outside the compiled function and pass it in"
+)
+
+
+def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[Cause]:
+    """``causes`` with those whose every tensor is one the module's own code rewrites (``rewritten``: tensor ->
+    where, ``Capture.rewritten``) joined into one cause, in the first one's place."""
+    mine = [c for c in causes if c.kind in _KINDS and (names := _named(c)) and all(n in rewritten for n in names)]
+    if not mine:
+        return causes
+    names = list(dict.fromkeys(n for c in mine for n in _named(c)))
+    changes: dict[str, list[str]] = {}
+    for c in mine:
+        for m in _GUARD.finditer(c.guard):
+            what = f"dimension {m['i']}" if m["i"] else {"rank": "dimensions"}.get(m["what"], m["what"])
+            changes.setdefault(what, []).append(f"{m['a']} -> {m['b'].strip()}")
+    told = "; ".join(f"{what}: {', '.join(dict.fromkeys(seen))}" for what, seen in changes.items())
+    them = "it" if len(names) == 1 else "them"
+    writers = " and ".join(dict.fromkeys(rewritten[n] for n in names))
+    words = (
+        f"{', '.join(names)} changed ({told}): {writers} rewrites {them} itself, so each graph holds {them} as "
+        "they were when it compiled"
+    ).replace("holds it as they were", "holds it as it was")
+    joined = Cause("rewritten", words, "\n".join(c.guard for c in mine), REWRITTEN_FIX)
+    gone = {id(c) for c in mine[1:]}
+    return [joined if c is mine[0] else c for c in causes if id(c) not in gone]
+
+
+def _named(cause: Cause) -> list[str]:
+    return [local_name(m["name"]) for m in _GUARD.finditer(cause.guard)]

@@ -1,0 +1,95 @@
+"""Tensors a failed guard checks that the module's own code rewrites: YOLOv5's ``Detect.forward`` keeps a grid
+per level on the module and rebuilds it when the feature map's size changes, so every graph holds the grid
+it read, and a graph for an earlier image size no longer matches once the code rewrote it. Read from the
+class's source (its ``forward`` and the methods forward calls), per compile, never per call."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import linecache
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tpu_lab.compile.causes.cause import local_name
+from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.sources.guarded import value_at
+
+_TENSOR = re.compile(r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch")
+_OWNED = re.compile(r"(?P<owner>.+?)\.(?P<attr>\w+)(?P<items>(?:\[\d+\]|\['[^']*'\])*)")
+
+
+def rewritten(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(the tensor as the causes name it, ``Detect.forward (yolo.py:27: self.grid[i] = ...)``) for each tensor
+    a failed guard checks that is an attribute (or an item of one) of an object whose class's ``forward``, or
+    a method it calls, assigns that attribute: a cache the compiled code itself rewrites."""
+    out: dict[str, str] = {}
+    for reason in reasons:
+        for m in _TENSOR.finditer(reason):
+            name = local_name(m["s"])
+            if name in out or not name.startswith("self"):
+                continue
+            parts = _OWNED.fullmatch(m["s"])
+            # a parameter is no cache; a buffer grown as needed has its own fix (build it once at full size)
+            if parts is None or parts["attr"] in ("_parameters", "_modules", "_buffers"):
+                continue
+            attr = parts["attr"]
+            try:
+                owner = value_at(parts["owner"], frame)
+            except Exception:
+                continue  # a source this reader does not follow: the words say less, never wrong
+            if place := _writer(type(owner), attr):
+                out[name] = place
+    return tuple(out.items())
+
+
+def _writer(cls: type, attr: str) -> str:
+    """Where ``cls``'s forward (or a method forward calls on self) assigns ``self.<attr>`` or an item of it:
+    ``Detect.forward (yolo.py:27: self.grid[i], ... = ...)``; '' where none does (set in __init__ only, or by
+    code outside the class) or the source cannot be read."""
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] in ("torch", "builtins"):
+            continue
+        try:
+            file = inspect.getsourcefile(klass) or ""
+        except TypeError:
+            continue
+        tree = parsed_file(file) or ast.Module(body=[], type_ignores=[])
+        body = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == klass.__name__), None)
+        methods = {n.name: n for n in body.body if isinstance(n, ast.FunctionDef)} if body else {}
+        if "forward" not in methods:
+            continue
+        called = {
+            n.func.attr
+            for n in ast.walk(methods["forward"])
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_self(n.func.value)
+        }
+        for method in ["forward", *sorted(called & methods.keys() - {"forward", "__init__"})]:
+            for node in ast.walk(methods[method]):
+                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns(node, attr):
+                    code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
+                    code = code.splitlines()[0] if code else ""
+                    return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{node.lineno}: {code.strip()})"
+    return ""
+
+
+def _assigns(node: ast.Assign | ast.AugAssign | ast.AnnAssign, attr: str) -> bool:
+    """Whether the statement assigns ``self.<attr>`` or an item of it (``self.grid[i], self.anchor_grid[i] = ...``)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    for t in (s for target in targets for s in _stores(target)):
+        held = t.value if isinstance(t, ast.Subscript) else t
+        if isinstance(held, ast.Attribute) and held.attr == attr and _is_self(held.value):
+            return True
+    return False
+
+
+def _stores(target: ast.expr) -> list[ast.expr]:
+    """The expressions a target assigns: itself, or each item of a tuple or list of targets."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [s for e in target.elts for s in _stores(e)]
+    return [target]
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
