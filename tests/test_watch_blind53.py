@@ -84,3 +84,34 @@ def test_a_mark_before_the_first_call_is_not_offered_where_the_first_sizes_fail_
         torch._dynamo.maybe_mark_dynamic(first, 3)
         again = watched(lambda: [marked(first), marked(torch.randn(1, 3, 96, 96))])
     assert again.total_compiles == 2
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu())
+
+
+def test_a_hook_library_replacing_forward_is_named_and_popping_the_leftover_forward_saves_a_compile():
+    from accelerate.hooks import ModelHook, add_hook_to_module, remove_hook_from_module
+
+    def run(model, pop):
+        f, x = torch.compile(model, backend="aot_eager"), torch.randn(4, 8)
+        with torch.no_grad():
+            f(x)
+            add_hook_to_module(model.fc2, ModelHook())  # accelerate's hooks API, after the compile
+            f(x)
+            remove_hook_from_module(model.fc2)
+            if pop:  # the printed fix, applied
+                model.fc2.__dict__.pop("forward", None)
+            f(x)
+
+    table = watched(lambda: run(MLP(), pop=False))
+    told = [c for r in table.rows for c in r.causes if "forward was set on the instance" in c.words]
+    assert told and all("<your MLP module>.fc2.__dict__.pop('forward', None)" in c.fix for c in told), told
+    assert not any("a setting the code reads" in c.words for r in table.rows for c in r.causes)
+    torch._dynamo.reset()
+    assert watched(lambda: run(MLP(), pop=True)).total_compiles < table.total_compiles

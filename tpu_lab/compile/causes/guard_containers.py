@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name, shown_as_module
+from tpu_lab.compile.causes.guard_hooks import forward_replaced
 from tpu_lab.compile.causes.guard_loops import iterator_words
 from tpu_lab.compile.causes.library_memos import memo_words
 
@@ -169,6 +170,8 @@ def container_words(
             return Cause("dict_keys", words, g, _PER_OBJECT_FIX)  # parametrize.cached(): (id(module), 'weight')
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
+        if replaced := forward_replaced(g, name, m["key"], (inputs or {}).get("self", "")):
+            return replaced
         if _on_module(name, inputs) and now == "gained" and re.fullmatch(r"'[A-Za-z_]\w*'", m["key"]):  # a setting
             words = f"dict {name} gained the key {m['key']}{_SETTING}"
             return Cause("dict_keys", words, g, _SETTING_FIX)

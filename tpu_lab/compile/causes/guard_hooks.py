@@ -28,3 +28,28 @@ def hook_words(g: str) -> Cause | None:
         g,
         "register hooks once, before the first compiled call",
     )
+
+
+def forward_replaced(g: str, name: str, key: str, owner: str = "") -> Cause | None:
+    """A module's instance dict gained ``forward`` (``not ___dict_contains('forward', self.fc2.__dict__)``): a
+    hook library set a forward of its own on the instance (accelerate's ``add_hook_to_module``), or left one
+    behind when the hook was removed (a bound method), and the graph was compiled with none there. ``owner``:
+    how the inputs show ``self`` (``MLP (eval)``), so the fix names a module the user holds. None for others."""
+    if key != "'forward'" or not name.endswith(".__dict__") or "not " not in g:
+        return None
+    module = name.removesuffix(".__dict__")
+    held = (
+        module.replace("self", f"<your {owner.split()[0]} module>", 1)
+        if owner and module.startswith("self.")
+        else module
+    )
+    return Cause(
+        "hooks",
+        f"{module}.forward was set on the instance (absent when this graph was compiled): a hook library replaced "
+        "the module's forward (accelerate's add_hook_to_module does so), or left a copy of it on the instance "
+        "when the hook was removed",
+        g,
+        "expected once per change; add such hooks before the first compiled call, and after removing one, drop "
+        f"the instance's own forward ({held}.__dict__.pop('forward', None)): the module then runs its class's "
+        "forward, and the graph compiled before the hook serves its calls again",
+    )
