@@ -115,3 +115,23 @@ def test_a_hook_library_replacing_forward_is_named_and_popping_the_leftover_forw
     assert not any("a setting the code reads" in c.words for r in table.rows for c in r.causes)
     torch._dynamo.reset()
     assert watched(lambda: run(MLP(), pop=True)).total_compiles < table.total_compiles
+
+
+def test_the_deterministic_switch_and_its_warn_only_are_told_apart():
+    f = torch.compile(lambda x: x * 2, backend="eager")
+
+    def run():
+        try:
+            f(torch.ones(2))
+            torch.use_deterministic_algorithms(True)
+            f(torch.ones(2))
+            torch.use_deterministic_algorithms(True, warn_only=True)  # only warn_only changes
+            f(torch.ones(2))
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    said = [c.words for r in watched(run).rows for c in r.causes]
+    assert said[1:] == [
+        "torch.use_deterministic_algorithms() was switched",
+        "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)",
+    ], said

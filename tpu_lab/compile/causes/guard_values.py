@@ -24,6 +24,10 @@ _STATE = {
         "torch's thread count changed (torch.set_num_threads; torch.utils.benchmark.Timer sets it)",
         "set the thread count once before compiling (Timer(..., num_threads=torch.get_num_threads()))",
     ),
+    "deterministic_algorithms_warn_only": (  # before its prefix: matched by the start of Dynamo's name
+        "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)",
+        _ONCE,
+    ),
     "deterministic_algorithms": (
         "torch.use_deterministic_algorithms() was switched",
         _ONCE,
