@@ -135,3 +135,20 @@ def test_the_deterministic_switch_and_its_warn_only_are_told_apart():
         "torch.use_deterministic_algorithms() was switched",
         "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)",
     ], said
+
+
+def mixup(x, alpha):  # mixup's weight drawn from torch.distributions.Beta inside the compiled step
+    lam = torch.distributions.Beta(alpha, alpha).sample()
+    return lam * x + (1 - lam) * x.flip(0)
+
+
+def test_a_float_a_torch_python_api_also_takes_as_a_tensor_is_told_to_be_passed_as_one_and_that_keeps_one_graph():
+    alphas = (0.2, 0.2, 0.4, 1.0)
+    f = torch.compile(mixup, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(8, 3), a) for a in alphas])
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind not in ("first",)]
+    assert table.total_compiles > 1 and fixes, fixes
+    assert all("pass it as a 0-d tensor" in x and "would not do" not in x for x in fixes), fixes
+    torch._dynamo.reset()
+    g = torch.compile(mixup, backend="aot_eager")  # the fix, applied
+    assert watched(lambda: [g(torch.randn(8, 3), torch.tensor(a)) for a in alphas]).total_compiles == 1

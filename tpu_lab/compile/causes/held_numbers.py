@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import re
 
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
@@ -200,12 +201,32 @@ def tensor_taken(who: str, name: str, place: str) -> bool:
         spots = [(i, "") for i, a in enumerate(call.args) if uses.search(ast.unparse(a))]
         spots += [(-1, k.arg or "") for k in call.keywords if uses.search(ast.unparse(k.value))]
         for i, key in spots:
+            if op is None and _annotated_tensor(who, i, key):  # a Python API: torch.distributions.Beta's floats
+                return True
             kinds = {
                 str(a.type) for sc in schemas for j, a in enumerate(sc.arguments) if (a.name == key if key else j == i)
             }
             if "Tensor" in kinds and kinds - {"Tensor"}:
                 return True
     return False
+
+
+def _annotated_tensor(who: str, i: int, key: str) -> bool:
+    """Whether the torch Python API ``who`` (``torch.distributions.Beta``, a class or function, not an aten op)
+    annotates its argument at position ``i`` (or keyword ``key``) as taking a Tensor beside a number
+    (``concentration1: Union[Tensor, float]``)."""
+    import torch
+
+    obj: object = torch
+    for part in who.replace("F.", "torch.nn.functional.", 1).split(".")[1:]:
+        obj = getattr(obj, part, None)
+    try:
+        params = list(inspect.signature(obj).parameters.values()) if callable(obj) else []  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    param = next((p for p in params if p.name == key), None) if key else params[i] if i < len(params) else None
+    told = str(param.annotation) if param is not None else ""
+    return "Tensor" in told and bool(re.search(r"float|int|Number", told))
 
 
 def number_use(name: str, code: str) -> str:
