@@ -152,3 +152,79 @@ def test_a_float_a_torch_python_api_also_takes_as_a_tensor_is_told_to_be_passed_
     torch._dynamo.reset()
     g = torch.compile(mixup, backend="aot_eager")  # the fix, applied
     assert watched(lambda: [g(torch.randn(8, 3), torch.tensor(a)) for a in alphas]).total_compiles == 1
+
+
+def solve(f, x, max_iter=6, tol=1e-3):  # Anderson-style solver of the Deep Implicit Layers tutorial, trimmed
+    res = []
+    for _k in range(max_iter):
+        y = f(x)
+        res.append((y - x).norm().item() / (1e-5 + y.norm().item()))
+        if res[-1] < tol:
+            break
+        x = y
+    return x
+
+
+def test_a_number_read_back_into_a_list_a_branch_then_tests_is_never_told_capture_scalar_outputs():
+    f = torch.compile(solve, backend="aot_eager")
+    table = watched(lambda: f(lambda v: 0.5 * v + 1, torch.randn(4)))
+    item = [b for b in table.breaks if "item()" in b.words]
+    assert item and all("decides Python control flow" in b.fix for b in item), [b.fix for b in item]
+    assert not any("capture_scalar_outputs = True" in b.fix for b in item)
+    torch._dynamo.reset()
+    torch._dynamo.config.capture_scalar_outputs = True  # Dynamo's own hint, applied: the break only moves
+    try:
+        moved = watched(lambda: torch.compile(solve, backend="aot_eager")(lambda v: 0.5 * v + 1, torch.randn(4)))
+    finally:
+        torch._dynamo.config.capture_scalar_outputs = False
+    assert moved.breaks and not any("item()" in b.words for b in moved.breaks), [b.words for b in moved.breaks]
+
+
+class Ohem(torch.nn.Module):  # BiSeNet's OhemCELoss, trimmed: keep at least n_min of the hardest pixels
+    def forward(self, loss, n_min: int):
+        hard = loss[loss > 0.5]
+        if hard.numel() < n_min:
+            hard, _ = loss.topk(n_min)
+        return hard.mean()
+
+
+def test_a_check_of_a_rule_on_a_masked_size_is_told_to_be_made_branchless_never_to_be_removed():
+    f = torch.compile(Ohem(), backend="aot_eager")
+    table = watched(lambda: [f(torch.rand(64), 8) for _ in range(2)])
+    masked = [b for b in table.breaks if "boolean mask" in b.words]
+    assert masked, [b.words for b in table.breaks]
+    assert all("without a Python branch" in b.fix and "remove the check" not in b.fix for b in masked), masked
+
+
+def masked_kspace(kspace, seed):  # fastMRI's mask drawn under a temporary seed, with torch.random.fork_rng
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        mask = torch.rand(kspace.shape[-1]) < 0.3
+    return kspace * mask
+
+
+def test_a_break_inside_a_library_context_manager_names_the_with_block_to_move_out():
+    f = torch.compile(masked_kspace, backend="aot_eager")
+    table = watched(lambda: f(torch.randn(2, 8), 3))
+    inside = [b for b in table.breaks if "library code" in b.words]
+    assert inside and all("move the with block (with torch.random.fork_rng():)" in b.fix for b in inside), inside
+
+
+def hooked(x, w):  # a DEQ's backward hook solving with autograd.grad (the tutorial's, trimmed)
+    z = x * w
+    z0 = z.detach().requires_grad_()
+    f0 = (z0 * 2).sum()
+
+    def hook(grad):
+        return torch.autograd.grad(f0, z0, retain_graph=True)[0] + grad
+
+    z.register_hook(hook)
+    return z
+
+
+def test_a_frame_that_fails_at_every_call_is_said_to_be_tried_again_each_time():
+    f, w = torch.compile(hooked, backend="aot_eager"), torch.randn(3, requires_grad=True)
+    table = watched(lambda: [f(torch.randn(3), w).sum().backward() for _ in range(3)])
+    (row,) = [r for r in table.rows if r.failed]
+    assert row.failed == 3, row
+    assert all("tries to compile it again at each call and fails each time" in c.words for c in row.causes), row.causes

@@ -79,10 +79,11 @@ def _feeds_branch(code: str, file: str, line: int) -> bool:
 def _later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, str]:
     """(line, code) of the first later if/while of ``code``'s block that tests the name ``code`` assigns, or
     (``follow``) a name later assigned from it; (0, '') where there is none."""
-    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", code)
+    # what the line assigns, or the list it grows (``res.append(x.item())``, then ``if res[-1] < tol:``)
+    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)|\s*([A-Za-z_]\w*)\.(?:append|extend|insert)\(", code)
     if not (target and file and line):
         return 0, ""
-    tracked, indent = {target[1]}, len(code) - len(code.lstrip())
+    tracked, indent = {target[1] or target[2]}, len(code) - len(code.lstrip())
     for n in range(line + 1, line + 30):
         text = linecache.getline(file, n)
         if text.strip() and len(text) - len(text.lstrip()) < indent:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from tpu_lab.compile.causes import library_breaks as lib
 from tpu_lab.compile.causes.branch_origin import (
     CHECK_FIX,
     CONTROL_FIX,
@@ -26,7 +27,6 @@ from tpu_lab.compile.causes.branch_origin import (
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
-from tpu_lab.compile.causes.library_breaks import avoided_by_argument, backend_context, config_switch, setting_behind
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
@@ -89,9 +89,7 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
     backend = re.fullmatch(r"backend='([^']+)' raised:", first)
     if backend and (after := [line for line in lines[lines.index(first) + 1 :] if line]):
         first = f"the {backend[1]} backend raised {after[0]}"  # its error is on the next line
-    explanation = next(
-        (line.split("Explanation:", 1)[1].strip() for line in lines if line.startswith("Explanation:")), ""
-    )
+    explanation = next((ln.split("Explanation:", 1)[1].strip() for ln in lines if ln.startswith("Explanation:")), "")
     hints = [line.split("Hint:", 1)[1].strip() for line in lines if line.startswith("Hint:")]
     return first, explanation, hints
 
@@ -256,7 +254,7 @@ def _break_words(
         cause = dataclasses.replace(cause, words=cause.words.replace(dense[0], said))
     for said, fix in (("does not support sparse Tensors", SPARSE_FIX), ("`Tensor.backward()`", TRAINING_STEP_FIX)):
         cause = dataclasses.replace(cause, fix=fix) if said in cause.words else cause  # Dynamo's hints do not help
-    cause = dataclasses.replace(cause, fix=switch) if (switch := backend_context(code)) else cause  # its own line
+    cause = dataclasses.replace(cause, fix=switch) if (switch := lib.backend_context(code)) else cause  # its own line
     if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
         cause = dataclasses.replace(
             cause,
@@ -311,7 +309,7 @@ def _break_words(
         if cause.words.startswith("User-inserted graph break"):  # the library's own call, never the user's
             return dataclasses.replace(cause, words=own, fix=fix)
     else:
-        fix = "it is in library code: call it outside the compiled function, or accept the break"
+        fix = f"it is in library code: {lib.outside_fix(code)}"
         # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
         configs = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
@@ -323,8 +321,9 @@ def _break_words(
             fix = f"{configs[0]}; or {fix.removeprefix('it is in library code: ')}"
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
-        special = avoided_by_argument(library) or config_switch(library, cause.words) or backend_context(code)
+        special = lib.avoided_by_argument(library) or lib.config_switch(library, cause.words)
+        special = special or lib.backend_context(code)
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
-        setting, behind = setting_behind(library, code) if generic and not special else ("", "")  # its default
+        setting, behind = lib.setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix
     return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code{setting})", fix=fix)

@@ -15,6 +15,7 @@ from tpu_lab.compile.causes.own_graph import STRING_FIX
 from tpu_lab.compile.sources.value_text import shown_float
 
 _ONCE = "set it once, before the first compiled call"
+_WARN_ONLY = "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)"
 _STATE = {
     "grad_mode": (
         "grad mode changed (torch.no_grad(), inference_mode or enable_grad around the call)",
@@ -24,14 +25,8 @@ _STATE = {
         "torch's thread count changed (torch.set_num_threads; torch.utils.benchmark.Timer sets it)",
         "set the thread count once before compiling (Timer(..., num_threads=torch.get_num_threads()))",
     ),
-    "deterministic_algorithms_warn_only": (  # before its prefix: matched by the start of Dynamo's name
-        "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)",
-        _ONCE,
-    ),
-    "deterministic_algorithms": (
-        "torch.use_deterministic_algorithms() was switched",
-        _ONCE,
-    ),
+    "deterministic_algorithms_warn_only": (_WARN_ONLY, _ONCE),  # before its prefix: a name matches by its start
+    "deterministic_algorithms": ("torch.use_deterministic_algorithms() was switched", _ONCE),
     "cuda_matmul_precision": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),
     "allow_tf32": ("the float32 matmul precision changed (torch.set_float32_matmul_precision)", _ONCE),  # torch 2.13
     "allow_fp16_reduce": ("fp16 reduced-precision reductions were switched (torch.backends.cuda.matmul)", _ONCE),

@@ -7,6 +7,7 @@ branch there, so the setting only moves the break). Text in, a fix out."""
 from __future__ import annotations
 
 import ast
+import builtins
 import linecache
 import re
 from typing import Any
@@ -215,3 +216,21 @@ LIBRARY_COMPILED = (  # torch.compile(swa_model.update_parameters): nothing to e
     "none that makes it compile: {name} is {package}'s code, which Dynamo gives up on, so it runs eagerly as if "
     "uncompiled; drop the torch.compile around it and compile your own code (the model, your step) instead"
 )
+
+
+def outside_fix(code: str) -> str:
+    """The generic fix for a break inside library code, naming the call on the user's line that reached it
+    where the line makes one call; a ``with`` line's context manager (``torch.random.fork_rng()``) moves out
+    with its block."""
+    callees = [c for c in re.findall(r"([A-Za-z_][\w.]*)\s*\(", code.strip()) if not hasattr(builtins, c)]
+    if code.strip().startswith(("with ", "async with ")) and callees:
+        return (
+            f"move the with block ({code.strip()}) out of the compiled function (do its work before the call and "
+            "pass in what it makes), or accept the break"
+        )
+    if len(callees) != 1:  # which of several calls reached the library is not known: none is named
+        return "call it outside the compiled function, or accept the break"
+    return (
+        f"call {callees[0]}(...) outside the compiled function (before the call, passing in what it returns), or "
+        "accept the break"
+    )

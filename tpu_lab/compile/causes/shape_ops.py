@@ -57,6 +57,11 @@ def _later_check(code: str, at: tuple[str, int], ranged: bool = False) -> tuple[
     return 0, ""
 
 
+_EMPTY = re.compile(  # a check for an empty result: a size against 0 (or 1), or its truth
+    r"[=!<>]=?\s*[01]\b(?!\.)|\b0\s*[=!<>]|^(?:el)?if\s+(?:not\s+)?(?:len\()?[\w.\[\]]+(?:\.numel\(\)|\))?\s*:"
+)
+
+
 def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), library: str = "") -> Cause:
     """``cause`` (a break's, from Dynamo's text) with a data-dependent-shape operator named and fixed;
     ``code``: the user's line it broke at, ``at``: its file and line, ``library``: file:line of the library
@@ -82,6 +87,13 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
             f"({ranged[1]}) takes its size as a Python int in range(), where the setting gains nothing: the graph "
             "breaks there again, or (torch 2.15) the compile fails and the call raises; torch.arange in place of "
             "range there also stops each new size compiling a graph of its own"
+        )
+    elif (checked := _later_check(code, at))[0] and not _EMPTY.search(checked[1]):  # a rule on the size (OHEM's n_min)
+        fix = (
+            f"{fixed_size(name, library)}; or set {CAPTURE} before the first call, which traces it, and write the check "
+            f"at line {checked[0]} ({checked[1]}) without a Python branch (its rule on the size as tensors: "
+            "torch.maximum, torch.where, a mask over sorted values): kept as a branch on that size, it stops the "
+            "trace again there (data-dependent branching)"
         )
     elif (checked := _later_check(code, at))[0]:  # the hint traces the op, then that branch stops the trace
         fix = (

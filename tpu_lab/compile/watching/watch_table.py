@@ -39,6 +39,12 @@ class RowCause:
     """The guard as the user's code names things (``pixel_values``, not ``args[0]``); ``guard`` keeps Dynamo's text."""
 
 
+_EAGER = "; it runs eagerly on every call"  # a frame given up on that fails again: Dynamo did not skip it
+_TRIED = (
+    "; Dynamo tries to compile it again at each call and fails each time: every call pays for a try, then runs eagerly"
+)
+
+
 @dataclass
 class WatchRow:
     """One compiled function with one input signature (a watch keeps these, never a per-call history)."""
@@ -69,9 +75,11 @@ class WatchRow:
     """Inputs made dynamic by automatic dynamic shapes (e.g. ``x dim 0``)."""
 
     def add(self, cause: RowCause) -> None:
+        again = cause.words.replace(_EAGER, _TRIED) if cause.kind == "failed" else cause.words
         for c in self.causes:
-            if c.words == cause.words:
+            if c.words in (cause.words, again):
                 c.count += cause.count
+                c.words = again
                 return
         self.causes.append(cause)
 
