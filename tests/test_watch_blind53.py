@@ -1,11 +1,16 @@
-"""tl.watch() checked blind, fifty-third round and round 52's leftovers: a cache the module's own forward
-rewrites (YOLOv5's detection grid per level, rebuilt when the feature map's size changes). Each is checked
+"""tl.watch() checked blind, fifty-third round, with rounds 51 and 52's leftovers: a cache the module's own
+forward rewrites (YOLOv5's detection grid), a hook library replacing forward, warn_only, a float a torch Python
+API also takes as a tensor (mixup's Beta), a number read back into a list a branch tests (an Anderson solver), a
+rule on a masked size (OHEM), a break inside fork_rng, and a frame Dynamo fails on at every call. Each is checked
 against Dynamo's own account, with the printed fixes applied."""
 
 from pathlib import Path
 
+import pytest
 import torch
 from _dynamo_oracle import watched_clean
+
+_OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
 
 
 def watched(run):
@@ -203,6 +208,7 @@ def masked_kspace(kspace, seed):  # fastMRI's mask drawn under a temporary seed,
     return kspace * mask
 
 
+@pytest.mark.skipif(_OLD_DYNAMO, reason="torch 2.13's Dynamo breaks on entering fork_rng, not inside torch/random.py")
 def test_a_break_inside_a_library_context_manager_names_the_with_block_to_move_out():
     f = torch.compile(masked_kspace, backend="aot_eager")
     table = watched(lambda: f(torch.randn(2, 8), 3))
@@ -222,6 +228,7 @@ def hooked(x, w):  # a DEQ's backward hook solving with autograd.grad (the tutor
     return z
 
 
+@pytest.mark.skipif(_OLD_DYNAMO, reason="torch 2.13's Dynamo breaks before the hook and compiles the rest")
 def test_a_frame_that_fails_at_every_call_is_said_to_be_tried_again_each_time():
     f, w = torch.compile(hooked, backend="aot_eager"), torch.randn(3, requires_grad=True)
     table = watched(lambda: [f(torch.randn(3), w).sum().backward() for _ in range(3)])

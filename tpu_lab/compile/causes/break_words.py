@@ -63,10 +63,8 @@ def clean(text: str) -> str:
 
 
 _SOURCELESS = re.compile(r"SourcelessBuilder\.create does not know how to wrap (\w+)")
-_SOURCELESS_WORDS = (
-    r"Dynamo cannot trace the \1 it meets inside a value made outside the compiled code (a generator such as "
-    r"model.parameters() passed in): it has no input path to guard it by"
-)
+_PASSED = " it meets inside a value made outside the compiled code (a generator such as model.parameters() passed in)"
+_SOURCELESS_WORDS = rf"Dynamo cannot trace the \1{_PASSED}: it has no input path to guard it by"
 _DENSE = re.compile(r"Operator `aten\._local_scalar_dense\.default` has a non-Tensor output[^,;]*?Tensor inputs")
 _FX_DUMP = re.compile(r"FakeTensor|\bargs=\(|\bkwargs=\{|\btarget=")
 _SETTING = re.compile(r"(?:^|(?<=\. ))(Set torch\.[\w.]+\s*=\s*\w+[^.]*)\.?")
@@ -326,4 +324,5 @@ def _break_words(
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
         setting, behind = lib.setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix
-    return dataclasses.replace(cause, words=f"{cause.words} (inside {library}, library code{setting})", fix=fix)
+    words = cause.words.replace(_PASSED, " that library code makes")  # deepcopy's OrderedDict iterator: not passed in
+    return dataclasses.replace(cause, words=f"{words} (inside {library}, library code{setting})", fix=fix)

@@ -27,8 +27,13 @@ def alias_words(g: str, inputs: Mapping[str, str]) -> Cause | None:
             "aliasing",
             f"{passed} is no longer {own} itself: the graph was compiled with the module's own parameter passed in",
             g,
-            "expected once; to keep one graph, pass copies from the first call on (dict((k, v.clone()) for k, v in "
-            "model.named_parameters())), so no call passes the module's own tensors",
+            "expected once; to keep one graph, pass copies from the first call on ("
+            + (
+                f"{{k: v.clone() for k, v in {d[1]}.items()}} where you build {d[1]}"
+                if (d := re.match(r"(\w+)\[", passed))
+                else "dict((k, v.clone()) for k, v in model.named_parameters())"
+            )
+            + "), so no call passes the module's own tensors",
         )
     a, b = local_name(m["a"]), local_name(m["b"])
     thing = "tensor" if all(_is_tensor(inputs.get(local_name(x), "")) for x in (m["a"], m["b"])) else "object"

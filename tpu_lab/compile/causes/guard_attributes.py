@@ -13,6 +13,15 @@ _HASATTR = re.compile(r"^(?P<not>not )?hasattr\((?P<name>.+), '(?P<attr>\w+)'\)$
 def attribute_words(g: str, line: str) -> Cause | None:
     """``g``: Dynamo's failed guard; ``line``: where the code checks it, in words (`` by your code at f.py:20
     (if not hasattr(self.weight, 'org'):)``). None for any other guard."""
+    if moved := re.fullmatch(r"KeyError on (self(?:\.\w+)*\.\w+)", g.strip()):  # its own dict no longer holds it
+        return Cause(
+            "attribute",
+            f"{local_name(moved[1])} is no longer in its object's own attributes, where the graph read it (a module, "
+            "parameter or buffer assigned to a module's attribute is kept in its _modules, _parameters or _buffers)",
+            g,
+            "expected once: give it its final kind before the first compiled call (assign the module in __init__, "
+            "or build it once before compiling)",
+        )
     m = _HASATTR.match(g.strip())
     if m is None:
         return None

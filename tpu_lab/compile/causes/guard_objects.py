@@ -115,6 +115,8 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 "value compiles each path as a graph of its own (an int in its place would too); where values "
                 "change often, compute each choice as tensor math and select with a tensor (torch.where)",
             )
+        if (inputs or {}).get(name) == "type":  # a class passed (copy's __newobj__(cls)): its graph is the class's
+            return Cause("identity", f"{name} is another class now: each class is a graph of its own", g, _CLASS_FIX)
         held = (inputs or {}).get(name.removesuffix(".func"), "") if name.endswith(".func") else ""
         if held.startswith("partial("):  # functools.partial: Dynamo guards the function it wraps
             return Cause(
@@ -136,6 +138,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
     return None
 
 
+_CLASS_FIX = "expected once per class; pass one class, or build the objects outside the compiled function"
 _FN_FIX = "expected once per function; pass the same one every call where you can"
 
 

@@ -166,6 +166,8 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
         if m := re.fullmatch(r"(\d+)\*([\w.\[\]()]+) (>=|>) (\d+)", said):  # 32*L_Q >= 2 as L_Q >= 1
             bound = -(-int(m[4]) // int(m[1])) if m[3] == ">=" else int(m[4]) // int(m[1]) + 1
             said = f"{m[2]} >= {bound}"
+        if re.fullmatch(r"\S+\.size\(\)\[\d+\] >= 0", said):  # every size holds it: no bound to tell
+            continue
         subjects = [f"{local_name(m['source'])} dim {m['dim']}" for m in _SIZE.finditer(text)]
         subjects += [m["name"] + m["attrs"] for m in _NUMBER.finditer(text)]
         for s in dict.fromkeys(renamed(s, names) for s in subjects):

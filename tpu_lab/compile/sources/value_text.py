@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 from typing import Any
 
 from tpu_lab.compile.sources.tensor_text import layout_of, numpy_text, tensor_text
@@ -72,3 +73,12 @@ def describe(value: Any) -> str:
                 return type(value).__name__
         return f"{type(value).__name__} len={size}"
     return type(value).__name__
+
+
+def other_number(value: str, now: str) -> bool:
+    """Whether ``now`` (an input's description: ``int -1``) is a number other than ``value`` (``0.25``): the
+    value changed, whatever its type did."""
+    try:
+        return bool(re.fullmatch(r"(?:int|float) \S+", now)) and float(now.split()[1]) != float(value)
+    except ValueError:
+        return False

@@ -31,7 +31,9 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         args = values.get("args")
         if first is None and isinstance(args, tuple) and args:
             first = args[0]
-        if isinstance(first, torch.nn.Module):
+        # a wrapper whose closure holds another function (@singleton on a method) wraps that one, not forward
+        wrapped = [inspect.unwrap(f) for n in code.co_freevars if inspect.isfunction(f := values.get(n))]
+        if isinstance(first, torch.nn.Module) and all(w is inspect.unwrap(type(first).forward) for w in wrapped):
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:  # a decorator's wrapper is a frame of its own beside the forward's (via)
                 via = "" if code is fwd or code.co_name.startswith("tpu_lab_forward_") else decorator_name(code, values)

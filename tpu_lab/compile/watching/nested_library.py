@@ -28,9 +28,12 @@ def said_at_the_call(
     keys = list(keys)
     outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
     for key, row in zip(keys, rows, strict=True):
-        if not is_library(key.filename) or key.name.startswith(RESUME) or not caller_of.get(key):
+        stdlib = package_of(key.filename) == "stdlib"  # copy's __newobj__ under a deepcopy: Python's own machinery
+        if not is_library(key.filename) or key.name.startswith(RESUME) or not (caller_of.get(key) or stdlib):
             continue
-        outer = next((o for o in outers if o != key and key in under.get(code_of.get(o), ())), None)
+        around = [o for o in outers if o != key and key in under.get(code_of.get(o), ())]
+        # the innermost of them: the one the others' calls reached (the user's helper, not the forward around it)
+        outer = max(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around), default=None)
         if outer is not None:
             fix = _fix(key, outer)
             row.causes = [
@@ -42,7 +45,7 @@ def said_at_the_call(
 
 
 def _fix(key: FunctionKey, outer: FunctionKey) -> str:
-    package = package_of(key.filename)
+    package = {"stdlib": "Python's standard library"}.get(package_of(key.filename), package_of(key.filename))
     caller = outer.label.split(" after the graph break")[0] if outer.name.startswith(RESUME) else outer.name
     return (
         f"nothing of yours to change here: {key.name} is {package} code that {caller} called in a part Dynamo "

@@ -110,7 +110,9 @@ def _first_sizes(causes: Iterable[RowCause]) -> dict[str, int]:
     """The sizes before a change, as the causes tell them (``im dimension 2 changed 64 -> 96``), by the names
     Dynamo's conditions use (``im.size()[2]``)."""
     told = " ".join(c.words for c in causes)
-    return {f"{n}.size()[{d}]": int(a) for n, d, a in re.findall(r"([\w.\[\]']+) dimension (\d+) changed (\d+) ->", told)}
+    return {
+        f"{n}.size()[{d}]": int(a) for n, d, a in re.findall(r"([\w.\[\]']+) dimension (\d+) changed (\d+) ->", told)
+    }
 
 
 def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
@@ -210,5 +212,8 @@ def _plain(condition: str, subject: str) -> str:
     Dynamo's sympy text as Python reads it (``(1 + (((-1) + n) // 2)) != 32`` -> ``1 + ((n - 1) // 2) != 32``)."""
     if not _SYMBOLIC.search(condition):
         parts = re.split(r"( (?:!=|==|<=|>=|<|>) )", re.sub(r"\(\(-1\) \+ ((?:[^()]|\(\))+)\)", r"(\1 - 1)", condition))
-        return "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
+        said = "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
+        if m := re.fullmatch(r"(\S+) ([-+]) (\d+) (!=|==|[<>]=?) (-?\d+)", said):  # L - 1 != 1 as L != 2
+            said = f"{m[1]} {m[4]} {int(m[5]) + int(m[3]) * (1 if m[2] == '-' else -1)}"
+        return said
     return f"the range the graph computed for {subject} (from arithmetic on sizes)"

@@ -1,0 +1,122 @@
+"""tl.watch() checked blind, fifty-fourth round: a number whose value and type changed at once (torchvision's
+focal loss with alpha=-1), a target encoder deep-copied lazily inside forward behind a caching decorator
+(BYOL), a dict of a few parameters passed to functional_call (ANIL), and the conditions a dynamic graph holds
+that every size meets. Each is checked against Dynamo's own account, with the printed fixes applied."""
+
+import copy
+import functools
+
+import torch
+import torch.nn.functional as F
+from _dynamo_oracle import watched_clean
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+def focal(inputs, targets, alpha: float = 0.25):  # torchvision.ops.sigmoid_focal_loss, trimmed
+    loss = F.binary_cross_entropy_with_logits(inputs, targets, reduction="none")
+    if alpha >= 0:
+        loss = (alpha * targets + (1 - alpha) * (1 - targets)) * loss
+    return loss.mean()
+
+
+def test_a_number_whose_value_changed_with_its_type_is_told_by_its_value_never_as_a_type_change():
+    f = torch.compile(focal, backend="aot_eager")
+    x, t = torch.randn(8, 3), (torch.rand(8, 3) > 0.5).float()
+    said = [c for r in watched(lambda: [f(x, t), f(x, t, alpha=-1)]).rows for c in r.causes]
+    assert said[1:] and all(c.kind != "type" and "each type is its own graph" not in c.words for c in said), said
+    assert any("alpha" in c.words and "if alpha >= 0:" in c.words for c in said[1:]), said
+
+
+def singleton(cache_key):  # lucidrains/byol-pytorch's caching decorator
+    def inner_fn(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            instance = getattr(self, cache_key)
+            if instance is not None:
+                return instance
+            instance = fn(self, *args, **kwargs)
+            setattr(self, cache_key, instance)
+            return instance
+
+        return wrapper
+
+    return inner_fn
+
+
+class BYOL(torch.nn.Module):  # the target encoder made lazily inside forward, as byol-pytorch does
+    def __init__(self):
+        super().__init__()
+        self.online = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+        self.target_encoder = None
+
+    @singleton("target_encoder")
+    def _get_target_encoder(self):
+        return copy.deepcopy(self.online)
+
+    def forward(self, x):
+        with torch.no_grad():
+            target = self._get_target_encoder()(x)
+        return (self.online(x) - target).pow(2).mean()
+
+
+def test_a_deepcopy_inside_forward_is_told_to_move_out_never_to_reuse_an_instance_of_its_classes():
+    f = torch.compile(BYOL(), backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(4, 8)).backward() for _ in range(2)])
+    rows = {r.function.split(" (")[0] for r in table.rows}
+    assert "BYOL._get_target_encoder via @singleton" in rows and "BYOL.forward via @singleton" not in rows, rows
+    newobj = [c for r in table.rows if r.function.startswith("__newobj__") for c in r.causes if c.count]
+    assert newobj and all(c.fix.startswith("nothing of yours to change here") for c in newobj if c.guard), newobj
+    assert any("is another class now" in c.words for c in newobj), newobj
+    said = [c.words for r in table.rows for c in r.causes] + [b.words for b in table.breaks]
+    assert not any("not translated" in w or "passed in)" in w for w in said), said
+    copied = [b for b in table.breaks if "copy.py" in b.words]
+    assert copied and all("call copy.deepcopy(...) outside the compiled function" in b.fix for b in copied), copied
+    torch._dynamo.reset()
+    ready = BYOL()
+    ready._get_target_encoder()  # the fix, applied: the copy made before compiling
+    g = torch.compile(ready, backend="aot_eager")
+    fixed = watched(lambda: [g(torch.randn(4, 8)).backward() for _ in range(2)])
+    assert not fixed.breaks and fixed.total_compiles < table.total_compiles
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.body(x).relu())
+
+
+@torch.compile(backend="aot_eager")
+def task_loss(model, params, x):  # the torch.func docs' functional_call, compiled
+    return torch.func.functional_call(model, params, (x,)).sum()
+
+
+def test_the_copies_told_for_functional_call_are_of_the_dict_passed_not_of_every_parameter():
+    model = Net()
+
+    def adapt():  # ANIL: the inner loop adapts the head only
+        params = {n: p for n, p in model.named_parameters() if n.startswith("head.")}
+        for _ in range(2):
+            grads = torch.autograd.grad(task_loss(model, params, torch.randn(3, 4)), list(params.values()))
+            params = {n: p - 0.1 * g for (n, p), g in zip(params.items(), grads, strict=True)}
+
+    said = [c for r in watched(adapt).rows for c in r.causes if c.kind == "aliasing"]
+    assert said and all("{k: v.clone() for k, v in params.items()} where you build params" in c.fix for c in said)
+
+
+def fir(u, k):  # an FFT convolution (S4D's kernel applied by rfft), trimmed
+    n = u.shape[-1]
+    return torch.fft.irfft(torch.fft.rfft(u, n=2 * n) * torch.fft.rfft(k, n=2 * n), n=2 * n)[..., :n]
+
+
+def test_conditions_every_size_meets_are_not_told_and_offsets_are_folded():
+    f = torch.compile(fir, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(2, L), torch.randn(L)) for L in (16, 24, 40)])
+    told = " ".join(c.fix for r in table.rows for c in r.causes)
+    assert "reuse this graph while" in told, told
+    assert ">= 0 hold" not in told and not any(f" - 1 {op} " in told for op in ("!=", "==")), told
