@@ -194,7 +194,8 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             continue
         if raw in slots and (isinstance(value, type) or inspect.isroutine(value)):  # a callable the line calls
             # int(...), len(...): never another one; contextlib's: Dynamo's stand-in for a context it rebuilds
-            if getattr(value, "__module__", None) not in ("builtins", "contextlib"):  # (record_function's)
+            entered = isinstance(value, type) and hasattr(value, "__enter__")  # a with block re-entered after it
+            if getattr(value, "__module__", None) not in ("builtins", "contextlib") and not entered:
                 out.append((name, "class" if isinstance(value, type) else "function"))
             continue
         # a piece of a message the line builds (f"..."), or of an index (x[:, :n]'s `:`), carried over the
