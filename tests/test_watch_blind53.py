@@ -235,3 +235,23 @@ def test_a_frame_that_fails_at_every_call_is_said_to_be_tried_again_each_time():
     (row,) = [r for r in table.rows if r.failed]
     assert row.failed == 3, row
     assert all("tries to compile it again at each call and fails each time" in c.words for c in row.causes), row.causes
+
+
+def graph_readout(x, num_nodes):  # torch_geometric's batch vector, then a global add pool, trimmed
+    batch = torch.repeat_interleave(torch.arange(num_nodes.numel()), num_nodes)
+    return torch.zeros(num_nodes.numel(), x.size(1)).index_add(0, batch, x)
+
+
+def with_output_size(x, num_nodes):  # the printed fix, applied
+    batch = torch.repeat_interleave(torch.arange(num_nodes.numel()), num_nodes, output_size=x.size(0))
+    return torch.zeros(num_nodes.numel(), x.size(1)).index_add(0, batch, x)
+
+
+def test_repeat_interleaves_break_is_told_its_own_output_size_argument_and_that_removes_it():
+    nodes = torch.tensor([3, 2, 4])
+    table = watched(lambda: torch.compile(graph_readout, backend="aot_eager")(torch.randn(9, 4), nodes))
+    told = [b for b in table.breaks if "repeat_interleave" in b.words]
+    assert told and all("output_size=" in b.fix for b in told), [b.fix for b in table.breaks]
+    torch._dynamo.reset()
+    fixed = watched(lambda: torch.compile(with_output_size, backend="aot_eager")(torch.randn(9, 4), nodes))
+    assert not any("repeat_interleave" in b.words for b in fixed.breaks), [b.words for b in fixed.breaks]

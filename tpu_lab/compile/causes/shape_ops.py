@@ -22,6 +22,7 @@ _FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
     "bincount": "F.one_hot(x, num_classes).sum(0) in place of bincount, whose length follows the largest value",
     "unique": "torch.bincount(x, minlength=n) > 0, or a one-hot sum, in place of unique",
     "nonzero": "a mask and torch.where in place of nonzero or indexing by a mask",
+    "repeat_interleave": "its own output_size= argument, the total where a size you hold gives it (x.size(0))",
 }
 
 
