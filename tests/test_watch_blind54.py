@@ -120,3 +120,31 @@ def test_conditions_every_size_meets_are_not_told_and_offsets_are_folded():
     told = " ".join(c.fix for r in table.rows for c in r.causes)
     assert "reuse this graph while" in told, told
     assert ">= 0 hold" not in told and not any(f" - 1 {op} " in told for op in ("!=", "==")), told
+
+
+def random_masking(x, mask_ratio):  # MAE's random masking (facebookresearch/mae models_mae.py), trimmed
+    n, length, d = x.shape
+    len_keep = int(length * (1 - mask_ratio))
+    ids_keep = torch.argsort(torch.rand(n, length), dim=1)[:, :len_keep]
+    return torch.gather(x, 1, ids_keep.unsqueeze(-1).repeat(1, 1, d))
+
+
+def masking_kept(x, len_keep):  # the printed fix, applied: the kept count computed outside, passed as an int
+    n, length, d = x.shape
+    ids_keep = torch.argsort(torch.rand(n, length), dim=1)[:, :len_keep]
+    return torch.gather(x, 1, ids_keep.unsqueeze(-1).repeat(1, 1, d))
+
+
+def test_a_ratio_made_into_a_slice_length_is_told_to_pass_that_length_as_an_int_which_keeps_fewer_graphs():
+    ratios, x = (0.75, 0.5, 0.6, 0.7, 0.4), torch.randn(2, 16, 4)
+    f = torch.compile(random_masking, backend="aot_eager")
+    table = watched(lambda: [f(x, r) for r in ratios])
+    told = [c for r in table.rows for c in r.causes if c.count and "mask_ratio" in c.words]
+    assert told and all(
+        "compute len_keep outside the compiled function and pass it in as a Python int" in c.fix for c in told
+    )
+    assert not any("pass it in as a tensor" in c.fix for c in told), told
+    torch._dynamo.reset()
+    g = torch.compile(masking_kept, backend="aot_eager")
+    kept = watched(lambda: [g(x, int(16 * (1 - r))) for r in ratios])
+    assert kept.total_compiles < table.total_compiles, (kept.total_compiles, table.total_compiles)

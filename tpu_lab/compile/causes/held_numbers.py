@@ -73,6 +73,9 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             use = f"it is a key of the dict {keyed[1]}" if keyed else use
             cast = re.search(rf"\b(float|int)\({re.escape(name)}\)", place)  # ctx.gamma = float(gamma)
             use = f"it is turned into a Python number by {cast[0]}" if cast and not (indexed or keyed) else use
+            int_of = r"(?:int|round|math\.floor|math\.ceil)"  # len_keep = int(L * (1 - mask_ratio)): a size made of it
+            made = re.search(rf"(\w+)\s*=\s*({int_of})\((.*)", place)
+            made = made if made and re.search(rf"(?<![\w.]){re.escape(name)}\b", made[3]) else None
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
                 f"still compiles a graph of its own{at_most}"
@@ -91,6 +94,10 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
                 f"as the line is: {cast[0]} reads a tensor back (a graph break), so pass a tensor only where that line "
                 f"keeps it one (drop {cast[1]}(); a custom autograd.Function saves it with ctx.save_for_backward)"
                 if cast
+                else f"compute {made[1]} outside the compiled function and pass it in as a Python int: Dynamo makes an "
+                "int argument dynamic, so one graph serves its values (0 and 1 apart); a tensor in place of "
+                f"{name} would not do, as {made[2]}() reads it back (a graph break)"
+                if made
                 else held_fix(name)
             )
             return dataclasses.replace(cause, words=start + words, fix=fix)
