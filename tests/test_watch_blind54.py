@@ -148,3 +148,26 @@ def test_a_ratio_made_into_a_slice_length_is_told_to_pass_that_length_as_an_int_
     g = torch.compile(masking_kept, backend="aot_eager")
     kept = watched(lambda: [g(x, int(16 * (1 - r))) for r in ratios])
     assert kept.total_compiles < table.total_compiles, (kept.total_compiles, table.total_compiles)
+
+
+class AverageMeter:  # pytorch/examples imagenet/main.py, trimmed
+    def __init__(self):
+        self.sum, self.count = 0, 0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+        self.count += n
+
+
+def test_a_bound_method_carried_over_a_break_names_its_object_never_the_value_beside_it():
+    losses = AverageMeter()
+
+    @torch.compile(backend="aot_eager")
+    def val_step(x):
+        loss = x.pow(2).mean()
+        losses.update(loss.item(), x.size(0))  # the .item() break leaves losses.update on the stack
+        return loss * x.size(0)
+
+    table = watched(lambda: [val_step(torch.randn(4, 3)) for _ in range(3)])
+    said = " ".join(c.words for r in table.rows for c in r.causes)
+    assert "losses.sum" in said and "__self__" not in said and "loss.item()." not in said, said

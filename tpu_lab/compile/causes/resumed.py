@@ -176,6 +176,7 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
             words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
+        words, fix = (re.sub(r"\.\w+\.__self__\b", "", t) for t in (words, fix))  # losses.update.__self__: losses
         out.append(dataclasses.replace(c, words=words, fix=drawn_outside(fix)))
     return out
 

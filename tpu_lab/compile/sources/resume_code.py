@@ -106,7 +106,9 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     pending = _pending(line, call)
     for i, (_, name) in enumerate(slots[:-1]):
         value = values.get(name)
-        if isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
+        if inspect.ismethod(value) and len(pending) == len(slots) - 1:  # losses.update: its object is guarded too
+            out[name] = short_call(pending[i])
+        elif isinstance(value, type) or inspect.isroutine(value):  # torch.where's qualname is _VariableFunctions...
             out[name] = getattr(value, "__qualname__" if isinstance(value, type) else "__name__", "")
         elif len(pending) == len(slots) - 1:  # what the line had evaluated when the call broke, in order
             out[name] = short_call(pending[i])
@@ -138,7 +140,8 @@ def carried_names(frame: Any) -> tuple[tuple[str, str], ...]:
     if not frame.f_code.co_name.startswith(RESUME):
         return ()
     slots = carried_slots(frame.f_code, frame.f_locals)
-    return tuple((raw, user) for raw, user in slots.items() if not callable(frame.f_locals.get(raw)))
+    kept = lambda v: not callable(v) or inspect.ismethod(v)  # noqa: E731  (a bound method's object: its state)
+    return tuple((raw, user) for raw, user in slots.items() if kept(frame.f_locals.get(raw)))
 
 
 def _pending(line: str, call: str) -> list[str]:
