@@ -171,3 +171,20 @@ def test_a_bound_method_carried_over_a_break_names_its_object_never_the_value_be
     table = watched(lambda: [val_step(torch.randn(4, 3)) for _ in range(3)])
     said = " ".join(c.words for r in table.rows for c in r.causes)
     assert "losses.sum" in said and "__self__" not in said and "loss.item()." not in said, said
+
+
+def routing(u):  # a CapsNet's dynamic routing, as old tutorials write it: logits in a legacy Variable
+    logits = torch.autograd.Variable(torch.zeros(*u.size()[:2]))
+    return (logits.softmax(1)[..., None] * u).sum(1)
+
+
+def test_a_legacy_variable_wrapper_is_named_and_told_to_be_deleted_which_removes_the_break():
+    table = watched(lambda: torch.compile(routing, backend="aot_eager")(torch.randn(4, 3, 2)))
+    told = [b for b in table.breaks if "torch.autograd.Variable" in b.words]
+    assert told and all(b.fix.startswith("delete the Variable(...) wrapper") for b in told), table.breaks
+    assert not any("_LegacyVariableBase" in b.words for b in table.breaks)
+    torch._dynamo.reset()
+    without = torch.compile(
+        lambda u: (torch.zeros(*u.size()[:2]).softmax(1)[..., None] * u).sum(1), backend="aot_eager"
+    )
+    assert not watched(lambda: without(torch.randn(4, 3, 2))).breaks

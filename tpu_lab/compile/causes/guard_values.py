@@ -12,7 +12,7 @@ from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
 from tpu_lab.compile.causes.numpy_values import numpy_scalar_words
 from tpu_lab.compile.causes.own_graph import STRING_FIX
-from tpu_lab.compile.sources.value_text import other_number, shown_float
+from tpu_lab.compile.sources.value_text import shown_float
 
 _ONCE = "set it once, before the first compiled call"
 _WARN_ONLY = "torch.use_deterministic_algorithms(warn_only=...) was switched (a nondeterministic op warns or raises)"
@@ -97,8 +97,8 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
     became = now.split()[0] if now else kind
     if became.startswith("np.") and kind in ("int", "float"):  # np.maximum's np.float64 in place of a float
         return numpy_scalar_words(name, kind, value, now, g)
-    typed = (became.isidentifier() or _TENSOR_NOW.match(became)) and not other_number(value, now)  # not -1 after 0.25
-    if became != kind and kind in ("int", "float") and typed:  # the type alone; a value baked in is the graph's own
+    if became != kind and kind in ("int", "float") and (became.isidentifier() or _TENSOR_NOW.match(became)):
+        # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
         if became == "None":
             return Cause(
                 "type", f"{name} is now None, was the {kind} {value} (each case is its own graph)", g, none_fix(name)

@@ -36,6 +36,7 @@ from tpu_lab.compile.causes.guard_values import (
 )
 from tpu_lab.compile.causes.held_numbers import tuple_words
 from tpu_lab.compile.sources.packages import USER, package_of
+from tpu_lab.compile.sources.value_text import other_number
 
 _ID = re.compile(r"^(?P<id>\d+/\d+): ", re.M)
 _PLACE = re.compile(r"(?P<file>[^\s(]+\.py):(?P<line>\d+) in ")  # the path as Dynamo shortens it
@@ -48,8 +49,7 @@ _DTYPE = re.compile(r"tensor '(?P<name>.+?)' dtype mismatch\. expected (?P<a>\w+
 _GRAD = re.compile(r"tensor '(?P<name>.+?)' requires_grad mismatch\. expected requires_grad=(?P<a>\d)")
 _DEVICE = re.compile(r"tensor '(?P<name>.+?)' device mismatch.*?expected \w*\(?(?P<a>\w+).*?actual \w*\(?(?P<b>\w+)")
 _KEYS = re.compile(
-    r"tensor '(?P<name>.+?)' dispatch key set mismatch\. expected DispatchKeySet\((?P<a>[^)]*)\), "
-    r"actual DispatchKeySet\((?P<b>[^)]*)\)"
+    r"tensor '(?P<name>.+?)' dispatch key set mismatch\. expected DispatchKeySet\((?P<a>[^)]*)\), actual DispatchKeySet\((?P<b>[^)]*)\)"
 )
 # torch 2.13: "to be a tensor type, ' but found <class 'C'>"; 2.14: "to be <class 'torch.Tensor'>, but found ..."
 _TYPE = re.compile(
@@ -310,6 +310,7 @@ def words(
     if m:
         now = (inputs or {}).get(n := local_name(m["name"]), "")  # shown by its items now: a sequence
         now = now or ("sequence" if any(k.startswith(f"{n}[") for k in inputs or {}) else "")
+        now = "" if re.match(r"\s*(?:el)?if\b|\s*while\b", f.code or "") and other_number(m["value"], now) else now
         return value_words(m["name"], m["value"], g, tpu or static, now, caller)
     return tuple_words(g) or Cause("verbatim", f"Dynamo's guard, not translated: {local_name(g)}", g, VERBATIM_FIX)
 

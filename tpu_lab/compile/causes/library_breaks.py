@@ -24,6 +24,10 @@ _AVOIDED = {  # torch's function the break is in -> the argument that skips its 
 }
 
 
+LEGACY = "a no-op wrapper since torch 0.4: Variable(t) returns t itself"
+LEGACY_FIX = "delete the Variable(...) wrapper and use the tensor itself: nothing changes but the break, which goes"
+
+
 def avoided_by_argument(library: str) -> str:
     """The fix for a break at ``library`` (``torch/nn/modules/transformer.py:1249``, as a break names its
     place) where it is inside a torch function an argument of the user's call skips; '' elsewhere."""
