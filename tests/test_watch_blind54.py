@@ -188,3 +188,32 @@ def test_a_legacy_variable_wrapper_is_named_and_told_to_be_deleted_which_removes
         lambda u: (torch.zeros(*u.size()[:2]).softmax(1)[..., None] * u).sum(1), backend="aot_eager"
     )
     assert not watched(lambda: without(torch.randn(4, 3, 2))).breaks
+
+
+class ActNorm(torch.nn.Module):  # a normalizing flow's ActNorm (Glow): data-dependent init on the first batch
+    def __init__(self):
+        super().__init__()
+        self.s, self.t = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(2))
+        self.data_dep_init_done = False
+
+    def forward(self, x):
+        if not self.data_dep_init_done:
+            self.s.data, self.t.data = 1 / (x.std(0) + 1e-6), -x.mean(0) / (x.std(0) + 1e-6)
+            self.data_dep_init_done = True
+        return x * self.s + self.t
+
+
+def test_an_init_flag_the_forward_sets_is_told_so_and_running_the_first_batch_uncompiled_saves_compiles():
+    def train(model, first_uncompiled):
+        if first_uncompiled:  # the printed fix, applied
+            model(torch.randn(16, 2))
+        f = torch.compile(model, backend="aot_eager")
+        for _ in range(3):
+            f(torch.randn(16, 2)).sum().backward()
+
+    table = watched(lambda: train(ActNorm(), False))
+    told = [c for r in table.rows for c in r.causes if c.kind == "flag"]
+    assert told and all("ActNorm.forward" in c.words and "sets it itself" in c.words for c in told), told
+    assert all("run one batch through the uncompiled model before compiling" in c.fix for c in told), told
+    torch._dynamo.reset()
+    assert watched(lambda: train(ActNorm(), True)).total_compiles < table.total_compiles

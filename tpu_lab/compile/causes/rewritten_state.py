@@ -5,6 +5,7 @@ placeholder's rank, each size it went through: one change, told as one cause wit
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -26,6 +27,7 @@ REWRITTEN_FIX = (
 def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[Cause]:
     """``causes`` with those whose every tensor is one the module's own code rewrites (``rewritten``: tensor ->
     where, ``Capture.rewritten``) joined into one cause, in the first one's place."""
+    causes = [_set_by_forward(c, rewritten) for c in causes]
     mine = [c for c in causes if c.kind in _KINDS and (names := _named(c)) and all(n in rewritten for n in names)]
     if not mine:
         return causes
@@ -49,3 +51,21 @@ def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[
 
 def _named(cause: Cause) -> list[str]:
     return [local_name(m["name"]) for m in _GUARD.finditer(cause.guard)]
+
+
+_FLAG = re.compile(r"^(\S+) == (?:True|False)$", re.M)
+FLAG_SET_FIX = (
+    "expected once: the module's forward sets it on its first call (a data-dependent init); run one batch through "
+    "the uncompiled model before compiling, so every graph is compiled with it set"
+)
+
+
+def _set_by_forward(cause: Cause, rewritten: Mapping[str, str]) -> Cause:
+    """A flag the module's own forward sets (ActNorm's ``self.data_dep_init_done = True`` on its first batch):
+    said with the line that sets it, and fixed by running that first call uncompiled."""
+    names = [local_name(m[1]) for m in _FLAG.finditer(cause.guard)]
+    if cause.kind != "flag" or not names or not all(n in rewritten for n in names):
+        return cause
+    writers = " and ".join(dict.fromkeys(rewritten[n] for n in names))
+    them = "it" if len(set(names)) == 1 else "them"
+    return dataclasses.replace(cause, words=f"{cause.words}; {writers} sets {them} itself", fix=FLAG_SET_FIX)

@@ -16,21 +16,25 @@ from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.source_file import parsed_file
 from tpu_lab.compile.sources.guarded import value_at
 
-_TENSOR = re.compile(r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch")
+_TENSOR = re.compile(  # a tensor's guard, or a flag's (ActNorm's data_dep_init_done == False)
+    r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch|(?:^|: )(?P<v>(?:L\['self'\]|self)\S*) == (?:True|False)\b",
+    re.M,
+)
 _OWNED = re.compile(r"(?P<owner>.+?)\.(?P<attr>\w+)(?P<items>(?:\[\d+\]|\['[^']*'\])*)")
 
 
 def rewritten(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
     """(the tensor as the causes name it, ``Detect.forward (yolo.py:27: self.grid[i] = ...)``) for each tensor
-    a failed guard checks that is an attribute (or an item of one) of an object whose class's ``forward``, or
-    a method it calls, assigns that attribute: a cache the compiled code itself rewrites."""
+    (or flag) a failed guard checks that is an attribute (or an item of one) of an object whose class's
+    ``forward``, or a method it calls, assigns that attribute: a cache (or an init flag) the code rewrites."""
     out: dict[str, str] = {}
     for reason in reasons:
         for m in _TENSOR.finditer(reason):
-            name = local_name(m["s"])
+            source = m["s"] or m["v"]
+            name = local_name(source)
             if name in out or not name.startswith("self"):
                 continue
-            parts = _OWNED.fullmatch(m["s"])
+            parts = _OWNED.fullmatch(source)
             # a parameter is no cache; a buffer grown as needed has its own fix (build it once at full size)
             if parts is None or parts["attr"] in ("_parameters", "_modules", "_buffers"):
                 continue
