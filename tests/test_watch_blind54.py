@@ -217,3 +217,24 @@ def test_an_init_flag_the_forward_sets_is_told_so_and_running_the_first_batch_un
     assert all("run one batch through the uncompiled model before compiling" in c.fix for c in told), told
     torch._dynamo.reset()
     assert watched(lambda: train(ActNorm(), True)).total_compiles < table.total_compiles
+
+
+def test_two_models_of_different_depth_through_one_compiled_function_are_two_configurations_not_layers():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def tiny(n_layer):
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=8, n_layer=n_layer, n_head=2)).eval()
+
+    draft, target = tiny(1), tiny(2)  # speculative decoding's draft and target models
+
+    @torch.compile(backend="aot_eager")
+    def logits_of(model, ids):
+        return model(ids).logits[:, -1]
+
+    ids = torch.randint(0, 32, (1, 5))
+    with torch.no_grad():
+        table = watched(lambda: [logits_of(draft, ids), logits_of(target, ids)])
+    fixes = [c.fix for r in table.rows for c in r.causes if c.count and c.kind == "value"]
+    assert fixes and any(f.startswith("expected once per configuration: each") for f in fixes), fixes
+    assert not any("a layer compiled on its own" in f for f in fixes), fixes

@@ -248,8 +248,9 @@ def _compared(condition: str) -> list[str]:
 
 
 RANDOM_LOOP_FIX = (
-    "make the branch branchless (keep = torch.rand(()) >= p, then h = torch.where(keep, layer(h), h): one graph, "
-    "every layer computed), or compile the loop's body (each layer) and keep the loop and its draws eager; "
+    "make the branch branchless (keep = torch.rand(()) >= p, then torch.where(keep, a, b) with both sides "
+    "computed: LayerDrop's h = torch.where(keep, layer(h), h), teacher forcing's torch.where(keep, target[t], "
+    "predicted)): one graph; or compile the loop's body and keep the loop and its draws eager; "
     "passing the draws in as arguments makes each combination of sides over the loop a graph of its own, soon "
     "past the recompile limit"
 )

@@ -159,6 +159,8 @@ def module_int_fix(name: str) -> str:
     """An nn.Module's int attribute that changed: Dynamo's setting to make it dynamic (where the installed
     Dynamo has it), else a few values; a tensor only where the number scales tensors (a Python number may be
     needed: a triu diagonal, a group count)."""
+    if ".config." in name:  # a model config's int (n_layer): another configuration, no module's own int
+        return f"expected once per configuration: each model whose {name} differs is a graph of its own"
     import torch._dynamo.config as config
 
     few = f"keep {name} to a few values, or raise torch._dynamo.config.recompile_limit to the number you use"

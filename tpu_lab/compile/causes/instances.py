@@ -51,6 +51,9 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
             else c
             for c in out
         ]
+    if ".config." in own[0].words:  # a model of another configuration (a draft and a target model): not a layer
+        fix = f"expected once per configuration: each {cls} whose config differs (its depth, its sizes) is a graph of its own"
+        return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
     fix = (
         f"none per instance, but each {cls} (a layer compiled on its own) is a graph of its own, up to the recompile "
         f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
