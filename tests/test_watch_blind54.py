@@ -238,3 +238,27 @@ def test_two_models_of_different_depth_through_one_compiled_function_are_two_con
     fixes = [c.fix for r in table.rows for c in r.causes if c.count and c.kind == "value"]
     assert fixes and any(f.startswith("expected once per configuration: each") for f in fixes), fixes
     assert not any("a layer compiled on its own" in f for f in fixes), fixes
+
+
+class Block(torch.nn.Module):  # a transformer block on nn.MultiheadAttention with a padding mask
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, attn_mask, key_padding_mask):
+        return self.attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False)[0]
+
+
+def test_a_break_at_a_library_warning_quotes_it_and_doing_what_it_says_removes_the_break():
+    x, pad = torch.randn(2, 5, 8), torch.zeros(2, 5, dtype=torch.bool)
+    causal = torch.triu(torch.full((5, 5), float("-inf")), 1)  # a float mask beside a bool padding mask
+    f = torch.compile(Block().eval(), backend="aot_eager")
+    with torch.no_grad():
+        table = watched(lambda: f(x, causal, pad))
+    warned = [b for b in table.breaks if "warn" in b.words]
+    assert warned and all("Use same type for both instead." in b.fix for b in warned), [b.fix for b in table.breaks]
+    torch._dynamo.reset()
+    g = torch.compile(Block().eval(), backend="aot_eager")
+    with torch.no_grad():  # the fix, applied: both masks float
+        fixed = watched(lambda: g(x, causal, torch.zeros(2, 5)))
+    assert not any("warn" in b.words for b in fixed.breaks), [b.words for b in fixed.breaks]

@@ -12,6 +12,7 @@ import linecache
 import re
 from typing import Any
 
+from tpu_lab.compile.causes.guard_places import statement_at
 from tpu_lab.compile.causes.source_file import parsed_file
 from tpu_lab.compile.sources.packages import torch_folder, unshortened
 
@@ -238,3 +239,40 @@ def outside_fix(code: str) -> str:
         f"call {callees[0]}(...) outside the compiled function (before the call, passing in what it returns), or "
         "accept the break"
     )
+
+
+def warned_fix(library: str, code: str) -> str:
+    """The fix for a break at a ``warnings.warn`` inside library code (``library``: its file:line): the warning's
+    own text names what the call did to reach it (``Support for mismatched key_padding_mask and attn_mask is
+    deprecated. Use same type for both instead.``), so changing that on the user's line removes the break;
+    '' where that line warns nothing readable, or where Dynamo can move the call past the graph (no keyword, no
+    Warning class: reorderable_logging_functions is the fix there)."""
+    path, _, line = library.rpartition(":")
+    full = unshortened(path)
+    text = statement_at(linecache.getline(full, int(line)), f"{full}:{line}", 2000) if full and line.isdigit() else ""
+    try:
+        call = ast.parse(text).body[0] if "warn(" in text else None
+    except SyntaxError:
+        return ""
+    value = call.value if isinstance(call, ast.Expr) else None
+    message = value.args[0] if isinstance(value, ast.Call) and value.args else None
+    if isinstance(value, ast.Call) and not value.keywords and len(value.args) < 2:  # Dynamo can move it: its fix
+        return ""
+    if isinstance(message, ast.JoinedStr):  # an f-string: its fixed text, the values by name
+        said = "".join(
+            str(p.value) if isinstance(p, ast.Constant) else "{" + _formatted(p) + "}" for p in message.values
+        )
+    else:
+        said = message.value if isinstance(message, ast.Constant) and isinstance(message.value, str) else ""
+    if not said:
+        return ""
+    how = outside_fix(code)
+    return (
+        f"the break is a warning the library gives here ({said.strip()!r}): change what it names in your call and "
+        f"the library no longer warns, nor breaks the graph; or {how}"
+    )
+
+
+def _formatted(part: ast.expr) -> str:
+    """An f-string's value part as the code writes it (``mask_name``)."""
+    return ast.unparse(part.value) if isinstance(part, ast.FormattedValue) else ast.unparse(part)
