@@ -262,3 +262,17 @@ def test_a_break_at_a_library_warning_quotes_it_and_doing_what_it_says_removes_t
     with torch.no_grad():  # the fix, applied: both masks float
         fixed = watched(lambda: g(x, causal, torch.zeros(2, 5)))
     assert not any("warn" in b.words for b in fixed.breaks), [b.words for b in fixed.breaks]
+
+
+def test_a_number_stored_on_an_object_is_told_to_stay_out_of_compiled_state_never_math_exp():
+    meter = AverageMeter()
+
+    @torch.compile(backend="aot_eager")
+    def step(x):
+        loss = x.pow(2).mean()
+        meter.update(loss.item())
+        return loss * 2
+
+    table = watched(lambda: [step(torch.randn(4)) for _ in range(3)])
+    fixes = [c.fix for r in table.rows for c in r.causes if c.count and c.kind == "value"]
+    assert fixes and all("a number kept on an object the compiled code updates" in f and "math.exp" not in f for f in fixes), fixes

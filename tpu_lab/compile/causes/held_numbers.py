@@ -75,6 +75,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             use = f"it is turned into a Python number by {cast[0]}" if cast and not (indexed or keyed) else use
             int_of = r"(?:int|round|math\.floor|math\.ceil)"  # len_keep = int(L * (1 - mask_ratio)): a size made of it
             made = re.search(rf"(\w+)\s*=\s*({int_of})\((.*)", place)
+            stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or ("." in name and not place)  # self.sum += v
             made = made if made and re.search(rf"(?<![\w.]){re.escape(name)}\b", made[3]) else None
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
@@ -98,6 +99,10 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
                 "int argument dynamic, so one graph serves its values (0 and 1 apart); a tensor in place of "
                 f"{name} would not do, as {made[2]}() reads it back (a graph break)"
                 if made
+                else f"keep {name} out of the compiled function's Python state: a number kept on an object the "
+                "compiled code updates (an average meter's self.sum) is fixed into the graph, each value a graph; update that object outside the "
+                f"compiled function, or keep {name.removesuffix('.item()')} a tensor (no .item())"
+                if stored
                 else held_fix(name)
             )
             return dataclasses.replace(cause, words=start + words, fix=fix)
