@@ -275,4 +275,6 @@ def test_a_number_stored_on_an_object_is_told_to_stay_out_of_compiled_state_neve
 
     table = watched(lambda: [step(torch.randn(4)) for _ in range(3)])
     fixes = [c.fix for r in table.rows for c in r.causes if c.count and c.kind == "value"]
-    assert fixes and all("a number kept on an object the compiled code updates" in f and "math.exp" not in f for f in fixes), fixes
+    assert fixes and all(
+        "a number kept on an object the compiled code updates" in f and "math.exp" not in f for f in fixes
+    ), fixes

@@ -97,6 +97,7 @@ def _op_fix(shown: str, name: str) -> str:
 
 _RANGE = re.compile(r"^for\b.+?\bin\s+range\(")
 _SUBSCRIPT = re.compile(r"[\w)\]]\s*\[[^\]]*[A-Za-z_]")  # x[start:end], self.experts[e]
+_SIZED_BY = re.compile(r"\b(torch\.(?:arange|zeros|ones|empty|full|rand|randn|linspace))\((?![\d\s.,-]*\))")
 _EXPLICIT = re.compile(r"\.(?:item|tolist)\(")  # reads the value itself: logging, bookkeeping
 
 
@@ -109,7 +110,14 @@ def python_int_fix(code: str) -> str:
             "range() needs a Python int: pass the count as an int, not a tensor (Dynamo unrolls the loop, so each "
             "count is a graph of its own: keep to a few counts, or run the largest and mask the extra steps)"
         )
-    if _SUBSCRIPT.search(code) and not _EXPLICIT.search(code):
+    if (made := _SIZED_BY.search(code)) and not (_SUBSCRIPT.search(code) or _EXPLICIT.search(code)):  # a size
+        return (
+            f"{made[1]}'s size is set by a tensor's value here, so Dynamo reads it back: compute the bounds as Python "
+            "ints outside the compiled function and pass them in (Dynamo makes an int argument dynamic), or build "
+            "at a fixed size and mask (torch.arange(n) with n from a shape); capture_scalar_outputs would make it a "
+            "size known only at run time, which the code after it may not accept (the compile then raises)"
+        )
+    if (_SUBSCRIPT.search(code) or "slice(" in code) and not _EXPLICIT.search(code):
         return (
             "an element of a tensor is used here where Python needs an int (an index, a slice bound of a list, an "
             "op's int argument), so it is read back with .item(): index with the tensor itself (x[:, idx], "
