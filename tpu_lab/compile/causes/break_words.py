@@ -203,7 +203,7 @@ def _break_words(
         hints = [_on_the_line(h, code) for h in hints]
         fix = "; ".join(h for h in usable_hints(hints, said)[:2] if h) or (
             NUMPY_FIX.format(random=", torch.distributions for random draws" if "random" in inner.lower() else "")
-            if "torch._numpy" in inner
+            if "torch._numpy" in inner or "numpy.* functions as methods" in inner  # np.subtract.outer: a ufunc's method
             else ""
         )
         made = _CONSTRUCTED.search(inner)
@@ -277,7 +277,7 @@ def _break_words(
     scalar = re.search(
         r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|operator `range` with argument types \['Tensor", reason
     )
-    if ours and scalar and (counted := python_int_fix(code)):  # range(a tensor), a list sliced by one
+    if ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
     elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
         cause = dataclasses.replace(cause, fix=CONTROL_FIX)  # capture_scalar_outputs only moves the break there

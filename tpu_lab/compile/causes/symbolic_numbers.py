@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.numpy_values import CALLS_NUMPY, NUMPY_ON_NUMBERS, NUMPY_ON_NUMBERS_FIX
 
 _GUARD = "Could not guard on data-dependent expression"
@@ -101,10 +102,12 @@ _SIZED_BY = re.compile(r"\b(torch\.(?:arange|zeros|ones|empty|full|rand|randn|li
 _EXPLICIT = re.compile(r"\.(?:item|tolist)\(")  # reads the value itself: logging, bookkeeping
 
 
-def python_int_fix(code: str) -> str:
+def python_int_fix(code: str, file: str = "", line: int = 0) -> str:
     """The fix where a tensor stands where Python needs an int on the user's line, so Dynamo reads it back
     (``.item()``) and breaks the graph: a ``range()`` count in a loop header, an index or slice bound of a
     list; '' for any other line (or one that reads the value itself)."""
+    if re.match(r"while\b(?!.*\b(?:range|len)\()", enclosing_loop(file, line)[1]):  # greedy NMS's while over data
+        return ""  # the loop itself follows the data: control flow, the fix of its own (CONTROL_FIX)
     if _RANGE.match(code.strip()):
         return (
             "range() needs a Python int: pass the count as an int, not a tensor (Dynamo unrolls the loop, so each "
