@@ -65,3 +65,52 @@ def test_a_numpy_ufunc_method_break_is_told_to_be_computed_outside():
     table = watched(lambda: torch.compile(ramps, backend="aot_eager")(8))
     ufunc = [b for b in table.breaks if "numpy.* functions as methods" in b.words]
     assert ufunc and all(b.fix.startswith("compute it outside the compiled function") for b in ufunc), table.breaks
+
+
+def banned(scores, pairs):  # transformers v3's banned-words mask, built with the legacy sparse constructor
+    idx = torch.LongTensor(pairs)
+    mask = torch.sparse.LongTensor(idx.t(), torch.ones(len(pairs), dtype=torch.long), scores.size()).to_dense().bool()
+    return scores.masked_fill(mask, float("-inf"))
+
+
+def banned_dense(scores, pairs):  # the printed fix, applied: built with torch ops Dynamo traces
+    idx = torch.tensor(pairs, dtype=torch.long)
+    return scores.index_put((idx[:, 0], idx[:, 1]), torch.tensor(float("-inf")))
+
+
+def test_a_legacy_typed_constructor_is_named_and_torch_ops_in_its_place_remove_the_break():
+    scores, pairs = torch.randn(2, 10), [[0, 1], [1, 4]]
+    table = watched(lambda: torch.compile(banned, backend="aot_eager")(scores, pairs))
+    told = [b for b in table.breaks if "legacy typed-tensor constructor" in b.words]
+    assert told and all("torch.tensor(data, dtype=...)" in b.fix for b in told), [b.words for b in table.breaks]
+    torch._dynamo.reset()
+    assert not watched(lambda: torch.compile(banned_dense, backend="aot_eager")(scores, pairs)).breaks
+
+
+def n_step_target(rewards, bootstrap, gamma=0.99):  # an n-step return over a Python list of rewards
+    g = bootstrap
+    for r in reversed(rewards):
+        g = r + gamma * g
+    return g
+
+
+def n_step_padded(rewards, mask, bootstrap, gamma=0.99):  # the printed fix, applied: one padded tensor, a mask
+    discounts = gamma ** torch.arange(rewards.numel(), dtype=torch.float32)
+    n = mask.sum()
+    return (rewards * mask * discounts).sum() + gamma**n * bootstrap
+
+
+def test_a_list_of_numbers_whose_length_varies_is_told_to_be_one_padded_tensor_never_a_code_path():
+    lists = [[1.0, 0.5, 0.2], [0.3, 0.1], [1.0], [0.2, 0.2, 0.2, 0.2], [0.5, 0.5, 0.5, 0.5, 0.5]]
+    f = torch.compile(n_step_target, backend="aot_eager")
+    table = watched(lambda: [f(r, torch.tensor(2.0)) for r in lists])
+    told = [c for r in table.rows for c in r.causes if c.kind == "length"]
+    assert not any("which heads run" in c.fix for c in told), told
+    told = [c for c in told if "grows at every compile" not in c.words]  # 4 then 5: a growth, its own fix
+    assert told and all("pass the numbers as one tensor padded" in c.fix for c in told), told
+    torch._dynamo.reset()
+    g = torch.compile(n_step_padded, backend="aot_eager")
+    padded = [
+        (torch.tensor(r + [0.0] * (5 - len(r))), torch.tensor([1.0] * len(r) + [0.0] * (5 - len(r)))) for r in lists
+    ]
+    assert watched(lambda: [g(r, m, torch.tensor(2.0)) for r, m in padded]).total_compiles == 1

@@ -59,7 +59,7 @@ def clean(text: str) -> str:
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
     text = _SOURCELESS.sub(_SOURCELESS_WORDS, text)  # Dynamo's builder for objects it has no input path to
-    text = text.replace("<unknown module>._LegacyVariableBase.__new__", f"torch.autograd.Variable ({lib.LEGACY})")
+    text = lib.legacy_said(text)  # Variable(t), torch.LongTensor(...): legacy constructors, by the names the user wrote
     return text.strip().rstrip(".")
 
 
@@ -234,7 +234,7 @@ def _break_words(
             f"call it outside the compiled function where you can (before or after it): Dynamo {how} and runs it "
             "eagerly, between two graphs; else accept the break"
         )
-        fix = lib.LEGACY_FIX if lib.LEGACY in cause.words else fix  # Variable(t) returns t: delete the wrapper
+        fix = lib.legacy_fix(cause.words) or fix  # Variable(t) returns t: delete the wrapper
         if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
             fix = TRAINING_STEP_FIX
         if "lr_scheduler.py" in cause.words:  # the scheduler's counting wrapper around optimizer.step()

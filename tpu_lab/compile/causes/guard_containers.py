@@ -158,7 +158,7 @@ def container_words(
             g,
             _not_passed_fix(local_name(m["name"]))
             if m["name"].startswith("G[") or _on_module(local_name(m["name"]), inputs)
-            else _OPTIONS_FIX
+            else (_NUMBERS_FIX if _numbers(local_name(m["name"]), inputs) else _OPTIONS_FIX)
             if _options(local_name(m["name"]), inputs)
             else LENGTH_FIX,
         )
@@ -203,6 +203,11 @@ _OPTIONS_FIX = (
     "expected once per length: items that are not tensors (names, numbers, flags) pick a code path (which heads run), each "
     "length and each value a graph of its own; if they vary per call, pass a fixed set and a mask tensor of which apply"
 )
+_NUMBERS_FIX = (  # n-step rewards: numbers read item by item, no code path
+    "each length is a graph of its own: a list of Python numbers is read item by item into the graph (its values "
+    "too, until Dynamo makes them dynamic); where the length varies per call, pass the numbers as one tensor padded "
+    "to a fixed length, with a mask tensor of which apply"
+)
 
 
 def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
@@ -212,6 +217,12 @@ def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
     if not items:
         return re.fullmatch(r"(?:list|tuple) len=\d+", (inputs or {}).get(name, "")) is not None
     return all(d.split(" ", 1)[0] in ("str", "int", "float", "bool") or d.startswith("'") for d in items)
+
+
+def _numbers(name: str, inputs: Mapping[str, str] | None) -> bool:
+    """A container whose items, as the inputs show them, are all Python numbers (rewards, not task names)."""
+    items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
+    return bool(items) and all(d.split(" ", 1)[0] in ("int", "float") for d in items)
 
 
 def _on_module(name: str, inputs: Mapping[str, str] | None) -> bool:

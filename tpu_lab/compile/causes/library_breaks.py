@@ -27,6 +27,23 @@ _AVOIDED = {  # torch's function the break is in -> the argument that skips its 
 
 LEGACY = "a no-op wrapper since torch 0.4: Variable(t) returns t itself"
 LEGACY_FIX = "delete the Variable(...) wrapper and use the tensor itself: nothing changes but the break, which goes"
+_TYPED = "a legacy typed-tensor constructor"
+_TYPED_FIX = (
+    "build it with torch.tensor(data, dtype=...) or torch.zeros(size, dtype=...) (a sparse one with "
+    "torch.sparse_coo_tensor), which Dynamo traces, in place of the legacy constructor"
+)
+
+
+def legacy_said(text: str) -> str:
+    """Dynamo's name for a legacy constructor's C code (``<unknown module>._LegacyVariableBase.__new__``,
+    ``<unknown module>.LongTensor.__new__``) as the call the user wrote."""
+    text = text.replace("<unknown module>._LegacyVariableBase.__new__", f"torch.autograd.Variable ({LEGACY})")
+    return re.sub(r"<unknown module>\.(\w+Tensor)\.__new__", rf"torch.\1 ({_TYPED})", text)
+
+
+def legacy_fix(words: str) -> str:
+    """The fix for a legacy constructor's break, '' for any other."""
+    return LEGACY_FIX if LEGACY in words else _TYPED_FIX if _TYPED in words else ""
 
 
 def avoided_by_argument(library: str) -> str:
