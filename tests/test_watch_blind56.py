@@ -114,3 +114,14 @@ def test_a_list_of_numbers_whose_length_varies_is_told_to_be_one_padded_tensor_n
         (torch.tensor(r + [0.0] * (5 - len(r))), torch.tensor([1.0] * len(r) + [0.0] * (5 - len(r)))) for r in lists
     ]
     assert watched(lambda: [g(r, m, torch.tensor(2.0)) for r, m in padded]).total_compiles == 1
+
+
+def test_eager_mode_qat_breaks_are_told_as_skipped_on_purpose_never_to_move_torchs_own_calls():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    model.train()
+    model.qconfig = torch.ao.quantization.get_default_qat_qconfig("fbgemm")  # the eager-mode QAT tutorial's steps
+    qat = torch.ao.quantization.prepare_qat(model)
+    table = watched(lambda: torch.compile(qat, backend="aot_eager")(torch.randn(2, 4)).sum().backward())
+    inside = [b for b in table.breaks if "torch/ao/" in b.words]
+    assert inside and all(b.fix.startswith("eager-mode quantization modules") for b in inside), table.breaks
+    assert not any("weight_fake_quant" in b.fix for b in table.breaks)

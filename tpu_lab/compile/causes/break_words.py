@@ -309,7 +309,7 @@ def _break_words(
         if cause.words.startswith("User-inserted graph break"):  # the library's own call, never the user's
             return dataclasses.replace(cause, words=own, fix=fix)
     else:
-        fix = f"it is in library code: {lib.outside_fix(code)}"
+        fix = f"it is in library code: {lib.outside_fix(code, at[0])}"
         # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
         said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
         configs = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
@@ -322,7 +322,7 @@ def _break_words(
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
         special = lib.avoided_by_argument(library) or lib.config_switch(library, cause.words)
-        special = special or lib.backend_context(code) or lib.warned_fix(library, code)
+        special = special or lib.backend_context(code) or lib.warned_fix(library, code) or lib.ao_fix(library)
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
         setting, behind = lib.setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix

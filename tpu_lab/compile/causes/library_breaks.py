@@ -14,7 +14,7 @@ from typing import Any
 
 from tpu_lab.compile.causes.guard_places import statement_at
 from tpu_lab.compile.causes.source_file import parsed_file
-from tpu_lab.compile.sources.packages import torch_folder, unshortened
+from tpu_lab.compile.sources.packages import is_library, torch_folder, unshortened
 
 _AVOIDED = {  # torch's function the break is in -> the argument that skips its read of tensor data
     "_detect_is_causal_mask": (
@@ -70,6 +70,18 @@ def backend_context(code: str) -> str:
     return (
         f"enter `with {m[1]}(...)` around your call of the compiled function, not inside it: Dynamo cannot trace "
         "switching torch's backend settings, so it breaks the graph there"
+    )
+
+
+def ao_fix(library: str) -> str:
+    """The fix for a break inside torch's eager-mode quantization (``torch/ao/...``: QAT's fake-quant modules and
+    observers, which Dynamo skips on purpose); '' elsewhere."""
+    if not re.match(r"torch/ao/(?:nn|quantization)/", library):
+        return ""
+    return (
+        "eager-mode quantization modules (fake-quant, observers) are skipped by Dynamo on purpose, so little of the "
+        "model compiles: train QAT uncompiled, or use PT2E quantization (the torchao package's prepare_qat_pt2e on "
+        "an exported model), which compiles"
     )
 
 
@@ -240,10 +252,11 @@ LIBRARY_COMPILED = (  # torch.compile(swa_model.update_parameters): nothing to e
 )
 
 
-def outside_fix(code: str) -> str:
+def outside_fix(code: str, file: str = "") -> str:
     """The generic fix for a break inside library code, naming the call on the user's line that reached it
     where the line makes one call; a ``with`` line's context manager (``torch.random.fork_rng()``) moves out
     with its block."""
+    code = "" if file and is_library(file) else code  # a line of torch's own (QAT's conv_fused): nothing to move
     callees = [c for c in re.findall(r"([A-Za-z_][\w.]*)\s*\(", code.strip()) if not hasattr(builtins, c)]
     if code.strip().startswith(("with ", "async with ")) and callees:
         return (
