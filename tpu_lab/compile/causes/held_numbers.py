@@ -75,7 +75,8 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             use = f"it is turned into a Python number by {cast[0]}" if cast and not (indexed or keyed) else use
             int_of = r"(?:int|round|math\.floor|math\.ceil)"  # len_keep = int(L * (1 - mask_ratio)): a size made of it
             made = re.search(rf"(\w+)\s*=\s*({int_of})\((.*)", place)
-            stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or ("." in name and not place)  # self.sum += v
+            kept = "." in name and not name.startswith("self.") and not place  # meter.sum: an object's own number
+            stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or kept  # self.sum += val * n
             made = made if made and re.search(rf"(?<![\w.]){re.escape(name)}\b", made[3]) else None
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "

@@ -119,7 +119,8 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     if found is None:
         return None
     _heard.remove(found)
-    inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else list(checkpoint)  # the compiled frame down
+    repeat = [f.name for f in found.stack] == [""]  # a repeat is logged at the break's own place: that place
+    inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else found.stack if repeat else list(checkpoint)
     return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
 
 
