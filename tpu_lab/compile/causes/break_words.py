@@ -322,7 +322,7 @@ def _break_words(
         fix = cause.fix if "ignore_logging_functions.add(" in cause.fix else fix  # names the logger already
         fix = cause.fix if SHAPED.search(inner) else fix  # its own fix weighs Dynamo's capture hint already
         special = lib.avoided_by_argument(library) or lib.config_switch(library, cause.words)
-        special = special or lib.backend_context(code) or lib.warned_fix(library, code) or lib.ao_fix(library)
+        special = special or lib.backend_context(code) or lib.warned_fix(library, code, at[0]) or lib.ao_fix(library)
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
         setting, behind = lib.setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix

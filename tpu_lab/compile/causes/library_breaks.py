@@ -271,7 +271,7 @@ def outside_fix(code: str, file: str = "") -> str:
     )
 
 
-def warned_fix(library: str, code: str) -> str:
+def warned_fix(library: str, code: str, file: str = "") -> str:
     """The fix for a break at a ``warnings.warn`` inside library code (``library``: its file:line): the warning's
     own text names what the call did to reach it (``Support for mismatched key_padding_mask and attn_mask is
     deprecated. Use same type for both instead.``), so changing that on the user's line removes the break;
@@ -296,7 +296,7 @@ def warned_fix(library: str, code: str) -> str:
         said = message.value if isinstance(message, ast.Constant) and isinstance(message.value, str) else ""
     if not said:
         return ""
-    how = outside_fix(code)
+    how = outside_fix(code, file)  # the user's line's call, never one on torch's own line
     return (
         f"the break is a warning the library gives here ({said.strip()!r}): change what it names in your call and "
         f"the library no longer warns, nor breaks the graph; or {how}"

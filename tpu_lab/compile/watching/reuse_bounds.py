@@ -64,7 +64,7 @@ def bounded(
     """Causes saying later sizes or values reuse this graph, qualified where the graph's own ``guards`` hold
     a condition on what was made dynamic (``alpha <= 0.0`` from ``if alpha > 0:``; ``x.size()[0] <= 15``
     from torch's conv): they reuse it only while that holds. ``places``: Dynamo's comment per guard."""
-    conditions = held(guards, names)
+    conditions, first = held(guards, names), _first_sizes(causes)  # the sizes before each change, read once
     out = []
     for c in causes:
         made = re.search(
@@ -93,7 +93,7 @@ def bounded(
             if any(_ONE_RANGE.fullmatch(w) and "from your line" in condition_place(g, places) for w, g in found):
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
                 fix = fix.replace(ON_TPU, "")  # the fix pads already
-            elif failed := next((w for w, _ in found if _holds_at(w, _first_sizes(causes)) is False), None):
+            elif failed := next((w for w, _ in found if _holds_at(w, first) is False), None):
                 fix = re.sub(_MARK, _MARK_TOO_LATE.format(failed), fix, count=1)
             c = dataclasses.replace(c, words=words, fix=fix)
         out.append(c)
