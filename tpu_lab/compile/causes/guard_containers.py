@@ -7,9 +7,10 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import Cause, Failure, local_name, shown_as_module
+from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_hooks import forward_replaced
 from tpu_lab.compile.causes.guard_loops import iterator_words
+from tpu_lab.compile.causes.length_fixes import LENGTH_FIX, global_dict, length_fix, not_passed_fix, on_module
 from tpu_lab.compile.causes.library_memos import memo_words
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
@@ -18,6 +19,7 @@ _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key
 _CONTAINS = re.compile(r"(?:___dict_contains|___key_in)\((?P<key>.+), (?P<name>[LG]\[.+?\](?:\S*?)|[\w.\[\]']+)\)")
 _NOT = re.compile(r"^not (?P<name>[\w\[\]'.]+)$")
 _MISSING = re.compile(r"^KeyError on (?P<name>.+?)\[(?P<key>'[^']*'|\d+)\]$")  # the key the graph read is gone
+_PARAMETER_LIST = re.compile(r"^(?P<name>.+)\._size == (?P<n>\d+)$")  # nn.ParameterList keeps its length in _size
 
 
 def container_words(
@@ -67,12 +69,12 @@ def container_words(
             return memo
         if re.search(r"(^|\.)state$", name):  # an optimizer's per-parameter state, empty before its first step
             return Cause("optimizer_state", _STATE_CREATED, g, _STATE_FIX)
-        if _global_dict(m["name"], inputs):
+        if global_dict(m["name"], inputs):
             return Cause(
                 "length",
                 f"{name}{GLOBAL_DICT} holds items now; the graph was compiled while it was empty",
                 g,
-                _not_passed_fix(name),
+                not_passed_fix(name),
             )
         what = "positional arguments were passed" if name == "args" else f"{name} holds items now"
         return Cause(
@@ -81,9 +83,19 @@ def container_words(
             g,
             "call it the same way every time"
             if name == "args"
-            else _not_passed_fix(name)
-            if m["name"].startswith("G[") or _on_module(name, inputs)
+            else not_passed_fix(name)
+            if m["name"].startswith("G[") or on_module(name, inputs)
             else LENGTH_FIX,
+        )
+    if (m := _PARAMETER_LIST.match(g)) and any("nn/modules/container.py" in w for _, w in f.also):  # len() in torch
+        return Cause(
+            "length",
+            f"the length of {local_name(m['name'])} (an nn.ParameterList) changed (was {m['n']}): each parameter in it "
+            "is an input of the graph, so each length compiles a graph of its own",
+            g,
+            "expected once per length (a prompt or adapter appended per task is a graph per task): raise "
+            "torch._dynamo.config.recompile_limit above the number of lengths you use, or create them all up front "
+            "and weigh the ones not yet in use by zero (a mask tensor), so one graph serves every length",
         )
     m = _LEN.match(g)
     if m and (memo := memo_words(local_name(m["name"]), g, m["n"])):  # einops' _type2backend, grown in a compile
@@ -131,7 +143,7 @@ def container_words(
             g,
             "expected once per model depth; add or remove layers before the first compiled call",
         )
-    if m and "!=" in g and not _global_dict(m["name"], inputs):  # Dynamo words a dict's length with !=
+    if m and "!=" in g and not global_dict(m["name"], inputs):  # Dynamo words a dict's length with !=
         name = local_name(m["name"])
         keys = [n[len(name) + 1 : -1] for n in (inputs or {}) if n.startswith(f"{name}[")]
         return Cause(
@@ -154,13 +166,9 @@ def container_words(
         shorter = f", now {held[1]}" if held and int(held[1]) < int(m["n"]) else ""  # never read as growing
         return Cause(
             "length",
-            f"{local_name(m['name'])}{GLOBAL_DICT if _global_dict(m['name'], inputs) else ''} has a different length (was {m['n']}{shorter})",
+            f"{local_name(m['name'])}{GLOBAL_DICT if global_dict(m['name'], inputs) else ''} has a different length (was {m['n']}{shorter})",
             g,
-            _not_passed_fix(local_name(m["name"]))
-            if m["name"].startswith("G[") or _on_module(local_name(m["name"]), inputs)
-            else (_NUMBERS_FIX if _numbers(local_name(m["name"]), inputs) else _OPTIONS_FIX)
-            if _options(local_name(m["name"]), inputs)
-            else LENGTH_FIX,
+            length_fix(m["name"], f, inputs),
         )
     if m := _CONTAINS.search(g):  # "not ___dict_contains(k, d)": k was absent when compiled
         now = "gained" if g.lstrip().startswith("not ") else "lost"
@@ -172,10 +180,10 @@ def container_words(
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         if replaced := forward_replaced(g, name, m["key"], (inputs or {}).get("self", "")):
             return replaced
-        if _on_module(name, inputs) and now == "gained" and re.fullmatch(r"'[A-Za-z_]\w*'", m["key"]):  # a setting
+        if on_module(name, inputs) and now == "gained" and re.fullmatch(r"'[A-Za-z_]\w*'", m["key"]):  # a setting
             words = f"dict {name} gained the key {m['key']}{_SETTING}"
             return Cause("dict_keys", words, g, _SETTING_FIX)
-        if _on_module(name, inputs) and now == "gained":  # a module's own cache, never passed in
+        if on_module(name, inputs) and now == "gained":  # a module's own cache, never passed in
             return Cause("dict_keys", f"dict {name} gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         flag = (inputs or {}).get(f"{name}[{m['key']}]") in ("True", "False")  # a flag passed only sometimes
         fix = (
@@ -199,43 +207,6 @@ def container_words(
 GLOBAL_DICT = " (a global dict)"
 
 
-_OPTIONS_FIX = (
-    "expected once per length: items that are not tensors (names, numbers, flags) pick a code path (which heads run), each "
-    "length and each value a graph of its own; if they vary per call, pass a fixed set and a mask tensor of which apply"
-)
-_NUMBERS_FIX = (  # n-step rewards: numbers read item by item, no code path
-    "each length is a graph of its own: a list of Python numbers is read item by item into the graph (its values "
-    "too, until Dynamo makes them dynamic); where the length varies per call, pass the numbers as one tensor padded "
-    "to a fixed length, with a mask tensor of which apply"
-)
-
-
-def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
-    """A container of Python strings or numbers, not tensors (task names): its items shown as such, or, where
-    none is shown (the inputs spell out only tensors and numbers), the container alone by its length."""
-    items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
-    if not items:
-        return re.fullmatch(r"(?:list|tuple) len=\d+", (inputs or {}).get(name, "")) is not None
-    return all(d.split(" ", 1)[0] in ("str", "int", "float", "bool") or d.startswith("'") for d in items)
-
-
-def _numbers(name: str, inputs: Mapping[str, str] | None) -> bool:
-    """A container whose items, as the inputs show them, are all Python numbers (rewards, not task names)."""
-    items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
-    return bool(items) and all(d.split(" ", 1)[0] in ("int", "float") for d in items)
-
-
-def _on_module(name: str, inputs: Mapping[str, str] | None) -> bool:
-    """A container held on a module (``self.cache``, or ``s.cache`` where forward names its module ``s``)."""
-    owner, dot, _ = name.partition(".")
-    return bool(dot) and (owner == "self" or shown_as_module((inputs or {}).get(owner, "")))
-
-
-def _global_dict(source: str, inputs: Mapping[str, str] | None) -> bool:
-    """A dict the compiled code reads from the module's globals (``G['_rope_cache']``), as it is now."""
-    return source.startswith("G[") and (inputs or {}).get(local_name(source)) == "dict"
-
-
 CACHE = "a cache filled on a miss"
 CACHE_WORDS = (
     f" (absent when this graph was compiled): {CACHE} gains one key per new size, and each key "
@@ -255,23 +226,6 @@ CACHE_FIX = (
     "the first compiled call, for every key (no misses then, but each key read is still a graph of its own), or "
     "pad to a few sizes"
 )
-
-
-LENGTH_FIX = (
-    "keep the list/tuple the same length, or pass one stacked tensor; where its tensors differ in size too (a "
-    "list of images), each item is an input of its own whose sizes start static: batch them (pad and stack) "
-    "outside the compiled function and compile what takes the batch"
-)
-
-
-def _not_passed_fix(name: str) -> str:
-    """A container the compiled code reads but is not given (a global log, an attribute): its length is
-    baked into the graph, so the fix is to keep it out, not to pass it differently."""
-    return (
-        f"the compiled code reads {name} without it being passed in, so each length is a graph of its own: "
-        "read it outside the compiled function and pass only what the code needs (or move that part into "
-        "a torch.compiler.disable'd helper)"
-    )
 
 
 def one_dict_change(causes: list[Cause]) -> list[Cause]:

@@ -78,6 +78,7 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             kept = "." in name and not name.startswith("self.") and not place  # meter.sum: an object's own number
             stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or kept  # self.sum += val * n
             made = made if made and re.search(rf"(?<![\w.]){re.escape(name)}\b", made[3]) else None
+            inted = None if made else _int_call(place, int_of, name)  # [max(int(r * (1 - overlap)), 1) ...]
             words = (
                 f"): Dynamo made {name} dynamic, but {use}{place}, which needs one fixed value, so each new value "
                 f"still compiles a graph of its own{at_most}"
@@ -100,6 +101,10 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
                 "int argument dynamic, so one graph serves its values (0 and 1 apart); a tensor in place of "
                 f"{name} would not do, as {made[2]}() reads it back (a graph break)"
                 if made
+                else f"expected once per value of {name}: the line makes a Python int of it ({inted}), a size or a "
+                "count there, so each value is a graph of its own; keep it to a few values (a tensor in its place "
+                f"would not do: {inted.split('(')[0]}() reads it back, a graph break)"
+                if inted
                 else f"keep {name} out of the compiled function's Python state: a number kept on an object the "
                 "compiled code updates (an average meter's self.sum) is fixed into the graph, each value a graph; update that object outside the "
                 f"compiled function, or keep {name.removesuffix('.item()')} a tensor (no .item())"
@@ -128,6 +133,20 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
         f"value still compiles a graph of its own{at_most}"
     )
     return dataclasses.replace(cause, words=start + words, fix=held_fix(name))
+
+
+def _int_call(place: str, int_of: str, name: str) -> str:
+    """The call on ``place`` (``int(r * (1 - overlap))``) that makes a Python int of an expression holding
+    ``name``, brackets balanced; "" where none does."""
+    for m in re.finditer(rf"\b{int_of}\(", place):
+        depth, end = 0, m.end() - 1
+        for end in range(m.end() - 1, len(place)):
+            depth += {"(": 1, ")": -1}.get(place[end], 0)
+            if depth == 0:
+                break
+        if re.search(rf"(?<![\w.]){re.escape(name)}\b", place[m.end() : end]):
+            return place[m.start() : end + 1]
+    return ""
 
 
 def placed(pin: tuple[str, str] | None, f: Failure) -> tuple[str, str] | None:

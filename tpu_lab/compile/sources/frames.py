@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from tpu_lab.compile.sources.packages import short_path
 from tpu_lab.compile.sources.resume_code import RESUME, carried_slots
 from tpu_lab.compile.sources.tensor_text import autocast_modes
-from tpu_lab.compile.sources.value_text import describe, first_tensor
+from tpu_lab.compile.sources.value_text import describe, first_tensor, length_text
 
 MAX_ENTRIES = 12  # inputs described per signature; the rest are summarised in one entry named MORE
 MORE = "..."
@@ -229,7 +229,7 @@ def describe_inputs(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str],
             elif value and code.co_flags & 4 and name == code.co_varnames[code.co_argcount + code.co_kwonlyargcount]:
                 out += [(f"{name}[{i}]", describe(v)) for i, v in enumerate(value)]  # *args: each, to be named
             elif value:
-                out.append((name, f"{type(value).__name__} len={len(value)}"))
+                out.append((name, length_text(value)))
         else:
             out.append((name, describe(value)))
     cut, out = out[MAX_ENTRIES:], out[:MAX_ENTRIES]

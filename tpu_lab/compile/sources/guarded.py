@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from tpu_lab.compile.causes.cause import local_name
-from tpu_lab.compile.sources.value_text import describe
+from tpu_lab.compile.sources.value_text import describe, length_text
 
 _SOURCE = r"(?:[LG]\['\w+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*"
 _SUBJECT = re.compile(
@@ -35,7 +35,7 @@ def subjects(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
                 except Exception:
                     continue  # a source this reader does not follow: the words say less, never wrong
                 if type(value) in (list, tuple):  # its length: what a length guard checks
-                    out[source] = f"{type(value).__name__} len={len(value)}"
+                    out[source] = length_text(value)
                 elif re.fullmatch(r"L\['\w+'\]|\w+", source) is None:  # a plain input is in the signature
                     out[source] = f"str {value[:60]!r}" if isinstance(value, str) else describe(value)
     return tuple(out.items())

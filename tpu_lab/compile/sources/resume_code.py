@@ -87,12 +87,35 @@ def _source_of(ins: Any, file: str, line: int) -> str:
 
 
 def _span(ins: Any, file: str) -> str:
-    """The code ``ins`` runs, as ``file``'s source writes it, where it sits on one line; else ''."""
+    """The code ``ins`` runs, as ``file``'s source writes it (a call over several lines joined into one); else ''."""
     where = ins.positions
-    if where is None or not where.lineno or where.lineno != where.end_lineno or where.col_offset is None:
+    if where is None or not where.lineno or not where.end_lineno or where.col_offset is None:
         return ""
-    line = linecache.getline(file, where.lineno).encode()
-    return line[where.col_offset : where.end_col_offset].decode(errors="replace").strip()
+    lines = [linecache.getline(file, n).encode() for n in range(where.lineno, where.end_lineno + 1)]
+    if len(lines) > 30 or where.end_col_offset is None:
+        return ""
+    lines[-1] = lines[-1][: where.end_col_offset]
+    lines[0] = lines[0][where.col_offset :]  # after the end's cut: on one line both offsets count from its start
+    return " ".join(part.decode(errors="replace").strip() for part in lines).strip()
+
+
+def _statement(file: str, first: int) -> str:
+    """The statement that starts at line ``first`` of ``file``, its lines joined (a call spread over several
+    lines: DINO's ``torch.cumsum(torch.unique_consecutive(...)[1], 0)``); the line alone where none parses."""
+    line = linecache.getline(file, first)
+    joined = line.strip()
+    for n in range(first + 1, first + 30):
+        if joined.endswith(":"):  # a compound statement's header (for, if, with): the line alone, as before
+            break
+        try:
+            ast.parse(joined)
+            return joined
+        except SyntaxError:
+            more = linecache.getline(file, n)
+            if not more:
+                break
+            joined = f"{joined} {more.strip()}"
+    return line
 
 
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
@@ -102,7 +125,7 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     slots = sorted((int(m[1]), n) for n in code.co_varnames[: code.co_argcount] if (m := _STACK.fullmatch(n)))
     out = {}
     before, original = _before_resume(code) if slots else (None, None)  # the instruction the break stopped at
-    line, call = linecache.getline(code.co_filename, code.co_firstlineno), _breaking_call(before, original)
+    line, call = _statement(code.co_filename, code.co_firstlineno), _breaking_call(before, original)
     pending = _pending(line, call)
     for i, (_, name) in enumerate(slots[:-1]):
         value = values.get(name)

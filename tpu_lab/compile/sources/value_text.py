@@ -75,6 +75,13 @@ def describe(value: Any) -> str:
     return type(value).__name__
 
 
+def length_text(value: list | tuple) -> str:
+    """A list or tuple whose items are not shown, by its length (what a length guard checks), and where every
+    item is a dict (state dicts, records) so: then no item is a name or flag picking a code path."""
+    dicts = " of dicts" if value and all(isinstance(v, dict) for v in value) else ""
+    return f"{type(value).__name__} len={len(value)}{dicts}"
+
+
 def other_number(value: str, now: str) -> bool:
     """Whether ``now`` (an input's description: ``int -1``) is a number other than ``value`` (``0.25``): the
     value changed, whatever its type did."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -24,6 +25,7 @@ _MARK = re.compile(
     r"to skip even this one: mark the dimension dynamic before the first call \((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
 )
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
+_COUNT_HELD = re.compile(r"\(?.*\.size\(\)\[\d+\].*? == -?\d+")  # a number computed from a size, held to one value
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
     "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
     "a count), so each value of it is a graph of its own; pad to a few sizes (buckets) to bound them"
@@ -90,7 +92,10 @@ def bounded(
             )
             if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
                 fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
-            if any(_ONE_RANGE.fullmatch(w) and "from your line" in condition_place(g, places) for w, g in found):
+            if any(
+                (_ONE_RANGE.fullmatch(w) or _COUNT_HELD.fullmatch(g)) and "from your line" in condition_place(g, places)
+                for w, g in found
+            ):
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
                 fix = fix.replace(ON_TPU, "")  # the fix pads already
             elif failed := next((w for w, _ in found if _holds_at(w, first) is False), None):
@@ -119,16 +124,26 @@ def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
     """Whether ``condition`` (``3*im.size()[2]*im.size()[3] > 20480``) holds at ``sizes``; None where a name
     in it has no size there, or it is not plain arithmetic."""
     text = re.sub(r"[\w.\[\]']+\.size\(\)\[\d+\]", lambda m: str(sizes.get(m[0], m[0])), condition)
-    if not re.fullmatch(r"[\d\s()+\-*/%<>=!]+", text) or not re.search(r"[<>]|==|!=", text):
+    text = re.sub(r"\b(?:torch\.sym_|math\.)(max|min|ceil|floor|trunc|float)\(", r"\1(", text)  # Dynamo's own
+    if not re.fullmatch(r"[\d\s()+\-*/%<>=!,a-z.]+", text) or not re.search(r"[<>]|==|!=", text):
         return None
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError:
         return None
     allowed = (ast.Expression, ast.Compare, ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop, ast.cmpop)
-    if not all(isinstance(n, allowed) for n in ast.walk(tree)):
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    if not calls <= set(_ARITHMETIC) or not all(
+        isinstance(n, (*allowed, ast.Call, ast.Name, ast.Load)) for n in ast.walk(tree)
+    ):
         return None
-    return bool(eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}}))  # numbers and comparisons only
+    try:  # numbers, comparisons and the arithmetic Dynamo writes only
+        return bool(eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}, **_ARITHMETIC}))
+    except (ArithmeticError, TypeError, ValueError):
+        return None
+
+
+_ARITHMETIC = {"max": max, "min": min, "ceil": math.ceil, "floor": math.floor, "trunc": math.trunc, "float": float}
 
 
 def _members_held(c: RowCause, made: str, found: list[tuple[str, str]], places: Mapping[str, str]) -> RowCause:
@@ -200,7 +215,8 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
         many = f"the {len(every)} conditions it holds on {subject} pass"
         return (many if len(every) > 1 else f"the condition it holds on {subject} passes") + where
     more = f" and {len(every) - 1} more conditions on {subject} pass{where}" if len(every) > 1 else ""
-    return f"{held_to[0]} holds{condition_place(held_to[1], places) if not more else ''}{more}"
+    holds = "" if " stays " in held_to[0] else " holds"
+    return f"{held_to[0]}{holds}{condition_place(held_to[1], places) if not more else ''}{more}"
 
 
 _SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|Min|CeilToInt|FloorToInt)\(")
@@ -216,4 +232,6 @@ def _plain(condition: str, subject: str) -> str:
         if m := re.fullmatch(r"(\S+) ([-+]) (\d+) (!=|==|[<>]=?) (-?\d+)", said):  # L - 1 != 1 as L != 2
             said = f"{m[1]} {m[4]} {int(m[5]) + int(m[3]) * (1 if m[2] == '-' else -1)}"
         return said
+    if m := re.fullmatch(r"\(?(.*?)\)? == (-?\d+)", condition):  # range(math.ceil(...) + 1): a count of it
+        return f"the number your code computes from {subject} stays {m[2]}"
     return f"the range the graph computed for {subject} (from arithmetic on sizes)"

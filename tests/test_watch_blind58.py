@@ -1,0 +1,157 @@
+"""tl.watch() checked blind, fifty-eighth round of fixes (round 57's leftovers): an nn.ParameterList that
+grows by a prompt per task (Progressive Prompts). Checked against Dynamo's own account, with the printed
+fix applied."""
+
+import math
+
+import torch
+from _dynamo_oracle import watched_clean
+from torch import nn
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class Prompted(nn.Module):  # Progressive Prompts, trimmed: one soft prompt appended per task
+    def __init__(self):
+        super().__init__()
+        self.prompts = nn.ParameterList()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(torch.cat([*list(self.prompts)[::-1], x], 0)).sum()
+
+
+class Preallocated(nn.Module):  # the printed fix, applied: every prompt up front, the unused ones weighed by zero
+    def __init__(self, tasks):
+        super().__init__()
+        self.prompts = nn.Parameter(torch.randn(tasks, 2, 4))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x, in_use):
+        return self.head(torch.cat([(self.prompts * in_use[:, None, None]).flatten(0, 1), x], 0)).sum()
+
+
+def test_a_parameter_list_that_grows_is_told_as_its_length_and_the_printed_fix_keeps_one_graph():
+    model, x = Prompted(), torch.randn(3, 4)
+    f = torch.compile(model, backend="aot_eager")
+
+    def tasks():
+        for _ in range(3):
+            model.prompts.append(nn.Parameter(torch.randn(2, 4)))
+            f(x).backward()
+
+    table = watched(tasks)
+    said = " ".join(c.words for r in table.rows for c in r.causes)
+    assert "the length of self.prompts (an nn.ParameterList) changed" in said, said
+    assert "_size" not in said and "int attribute" not in said, said
+    fixes = " ".join(c.fix for r in table.rows for c in r.causes)
+    assert "allow_unspec_int_on_nn_module" not in fixes and "weigh the ones not yet in use by zero" in fixes, fixes
+    torch._dynamo.reset()
+    g = torch.compile(Preallocated(3), backend="aot_eager")
+
+    def masked():
+        for n in range(1, 4):
+            g(x, (torch.arange(3) < n).float()).backward()
+
+    assert sum(r.compiles for r in watched(masked).rows if "backward" not in r.function) == 1
+
+
+def scan_interval(size, roi, overlap):  # MONAI's _get_scan_interval, trimmed
+    return max(int(roi * (1 - overlap)), 1)
+
+
+def windows(x, roi=4, overlap=0.25):  # MONAI's sliding_window_inference over depth, trimmed
+    depth = x.shape[2]
+    step = scan_interval(depth, roi, overlap)
+    n = math.ceil(max(depth - roi, 0) / step) + 1
+    return sum(x[:, :, min(k * step, depth - roi) : min(k * step, depth - roi) + roi].sum() for k in range(n))
+
+
+def test_a_window_count_computed_from_a_size_is_held_to_one_value_and_no_mark_is_offered():
+    f = torch.compile(windows, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(1, 1, d, 2)) for d in (12, 10)] + [f(torch.randn(1, 1, 10, 2), overlap=0.5)])
+    size = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert size and all("stays 3" in c.words + c.fix and "marking it dynamic would not widen" in c.fix for c in size)
+    assert not any("mark the dimension dynamic before the first call" in c.fix for c in size), [c.fix for c in size]
+    value = [c for r in table.rows for c in r.causes if "overlap" in c.words]
+    assert value and all("int(roi * (1 - overlap))" in c.fix and "as a tensor" not in c.fix for c in value)
+    torch._dynamo.reset()  # what the tool said, checked: marked before the first call, 10 still compiles again
+
+    def marked():
+        x = torch.randn(1, 1, 12, 2)
+        torch._dynamo.maybe_mark_dynamic(x, 2)
+        f(x), f(torch.randn(1, 1, 10, 2))
+
+    assert sum(r.compiles for r in watched(marked).rows) == 2
+
+
+def average(state_dicts):  # model soups' uniform average of a list of state dicts
+    return {k: sum(sd[k] for sd in state_dicts) / len(state_dicts) for k in state_dicts[0]}
+
+
+def test_a_list_of_state_dicts_that_changes_length_is_no_list_of_names_picking_a_code_path():
+    f = torch.compile(average, backend="aot_eager")
+    sd = {"w": torch.randn(3), "b": torch.randn(1)}
+    table = watched(lambda: [f([sd, sd]), f([sd, sd, sd])])
+    row = table.rows[-1]
+    assert "list len=3 of dicts" in row.signature, row.signature
+    fixes = " ".join(c.fix for c in row.causes)
+    assert "names, numbers, flags" not in fixes and "the same length" in fixes, fixes
+
+
+class MultiCrop(nn.Module):  # DINO's MultiCropWrapper: the crop groups' bounds from a call spread over lines
+    def forward(self, x):
+        bounds = torch.cumsum(
+            torch.unique_consecutive(
+                torch.tensor([c.shape[-1] for c in x]),
+                return_counts=True,
+            )[1],
+            0,
+        )
+        return bounds.float().sum() + sum(c.sum() for c in x)
+
+
+def test_a_value_carried_over_a_break_on_a_call_spread_over_lines_is_named_by_that_call():
+    f = torch.compile(MultiCrop(), backend="aot_eager")
+    table = watched(lambda: f([torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 2)]))
+    resumed = [r for r in table.rows if "after the graph break" in r.function]
+    assert resumed and "torch.unique_consecutive(...)[1]" in resumed[0].signature, [r.signature for r in resumed]
+    assert "carried value" not in resumed[0].signature
+
+
+class TTA(nn.Module):  # ttach's SegmentationTTAWrapper, trimmed: a loop over the transforms it holds
+    def __init__(self, model, flips):
+        super().__init__()
+        self.model, self.flips = model, flips
+
+    def forward(self, image):
+        out = 0
+        for dims in self.flips:
+            out = out + self.model(image.flip(dims) if dims else image)
+        return out / len(self.flips)
+
+
+def test_a_loop_over_a_list_a_module_holds_is_told_as_a_configuration_and_compiling_the_model_alone_shares_one_graph():
+    net, x = nn.Linear(4, 4), torch.randn(2, 4)
+    tta = TTA(net, [(), (1,), (0,)])
+    f = torch.compile(tta, backend="aot_eager")
+
+    def switched():
+        f(x)
+        tta.flips = [(), (1,)]  # a cheaper TTA at deployment
+        f(x)
+
+    table = watched(switched)
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "length"]
+    assert fixes and all("is unrolled into the graph" in x and "compiler.disable" not in x for x in fixes), fixes
+    torch._dynamo.reset()
+    tta.model, tta.flips = torch.compile(net, backend="aot_eager"), [(), (1,), (0,)]  # the printed fix, applied
+
+    def model_alone():
+        tta(x)
+        tta.flips = [(), (1,)]
+        tta(x)
+
+    assert sum(r.compiles for r in watched(model_alone).rows) == 1
