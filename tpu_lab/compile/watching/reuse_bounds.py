@@ -132,10 +132,11 @@ def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
     except SyntaxError:
         return None
     allowed = (ast.Expression, ast.Compare, ast.BinOp, ast.UnaryOp, ast.Constant, ast.operator, ast.unaryop, ast.cmpop)
-    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    if not calls <= set(_ARITHMETIC) or not all(
-        isinstance(n, (*allowed, ast.Call, ast.Name, ast.Load)) for n in ast.walk(tree)
-    ):
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]  # only the arithmetic's own functions
+    if any(n.id not in _ARITHMETIC or id(n) not in called for n in names):
+        return None
+    if not all(isinstance(n, (*allowed, ast.Call, ast.Name, ast.Load)) for n in ast.walk(tree)):
         return None
     try:  # numbers, comparisons and the arithmetic Dynamo writes only
         return bool(eval(compile(tree, "<condition>", "eval"), {"__builtins__": {}, **_ARITHMETIC}))
