@@ -155,3 +155,107 @@ def test_a_loop_over_a_list_a_module_holds_is_told_as_a_configuration_and_compil
         tta(x)
 
     assert sum(r.compiles for r in watched(model_alone).rows) == 1
+
+
+def test_a_call_that_raises_while_traced_is_told_by_its_exception_and_a_reset_lets_it_compile_again():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def causal(b, h, q, kv):
+        return q >= kv
+
+    class Attn(nn.Module):  # the FlexAttention blog's block, trimmed: no backward on CPU, so training raises
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(8, 24)
+
+        def forward(self, x, mask):
+            q, k, v = self.qkv(x).view(1, 32, 3, 1, 8).permute(2, 0, 3, 1, 4)
+            return flex_attention(q, k, v, block_mask=mask)
+
+    mask = create_block_mask(causal, B=None, H=None, Q_LEN=32, KV_LEN=32, device="cpu")
+    f, x = torch.compile(Attn(), backend="aot_eager"), torch.randn(1, 32, 8)
+
+    def train_then_infer():
+        try:
+            f(x, mask).sum().backward()
+        except NotImplementedError:
+            pass
+        with torch.no_grad():
+            f(x, mask)
+
+    table = watched(train_then_infer)
+    (forward,) = [r for r in table.rows if r.function.startswith("forward (")]
+    assert forward.failed and not forward.compiles
+    said = " ".join(c.words + " " + c.fix for c in forward.causes)
+    assert "raised NotImplementedError(" in said and "torch._dynamo.reset()" in said, said
+    every = [c for r in table.rows for c in r.causes]
+    assert not any("a graph break comes before any work" in c.words for c in every), [c.words for c in every]
+    assert not any("mark_dynamic(args[" in c.fix for c in every), [c.fix for c in every]
+    torch._dynamo.reset()  # the printed fix, applied: no backward on CPU, then a reset
+
+    def infer():
+        with torch.no_grad():
+            f(x, mask)
+
+    again = watched(infer)
+    (forward,) = [r for r in again.rows if r.function.startswith("forward (")]
+    assert forward.compiles >= 1 and not forward.failed
+
+
+class QuantileLoss(nn.Module):  # pytorch-forecasting's QuantileLoss: the quantiles a list attribute
+    def __init__(self, quantiles):
+        super().__init__()
+        self.quantiles = quantiles
+
+    def forward(self, y_pred, target):
+        losses = []
+        for i, q in enumerate(self.quantiles):
+            errors = target - y_pred[..., i]
+            losses.append(torch.max((q - 1) * errors, q * errors).unsqueeze(-1))
+        return torch.cat(losses, dim=-1).mean()
+
+
+class TensorQuantileLoss(nn.Module):  # the printed fix, applied: one tensor, every quantile at once
+    def forward(self, y_pred, target, q):
+        errors = target[..., None] - y_pred
+        return torch.max((q - 1) * errors, q * errors).mean()
+
+
+def test_a_list_of_numbers_a_loop_walks_on_a_module_is_told_to_become_one_tensor_and_that_saves_compiles():
+    crit, y = QuantileLoss([0.1, 0.5, 0.9]), torch.randn(4)
+    f = torch.compile(crit, backend="aot_eager")
+    sweep = ([0.1, 0.5, 0.9], [0.05, 0.1, 0.5, 0.9, 0.95], [0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99])
+
+    def swept():
+        for qs in sweep:
+            crit.quantiles = qs
+            f(torch.randn(4, len(qs)), y)
+
+    table = watched(swept)
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "length"]
+    assert fixes and all("torch.tensor(self.quantiles)" in x for x in fixes), fixes
+    torch._dynamo.reset()
+    g = torch.compile(TensorQuantileLoss(), backend="aot_eager")
+    fixed = watched(lambda: [g(torch.randn(4, len(qs)), y, torch.tensor(qs)) for qs in sweep])
+    assert sum(r.compiles for r in fixed.rows) < sum(r.compiles for r in table.rows)
+
+
+class PerceptualLoss(nn.Module):  # torch-fidelity's and LPIPS' frozen feature extractor, shipped as TorchScript
+    def __init__(self, extractor):
+        super().__init__()
+        self.extractor = extractor
+
+    def forward(self, fake, real):
+        return (self.extractor(fake) - self.extractor(real)).pow(2).mean()
+
+
+def test_a_torchscript_module_called_in_compiled_code_is_named_so_and_the_plain_module_removes_the_breaks():
+    trunk = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    fake, real = torch.randn(1, 3, 8, 8, requires_grad=True), torch.randn(1, 3, 8, 8)
+    f = torch.compile(PerceptualLoss(torch.jit.trace(trunk, real)), backend="aot_eager")
+    table = watched(lambda: f(fake, real).backward())
+    assert table.breaks and all("self.extractor is a TorchScript module" in b.words for b in table.breaks)
+    assert all("use the plain nn.Module" in b.fix for b in table.breaks), [b.fix for b in table.breaks]
+    torch._dynamo.reset()
+    g = torch.compile(PerceptualLoss(trunk), backend="aot_eager")  # the printed fix, applied
+    assert not watched(lambda: g(fake, real).backward()).breaks

@@ -34,6 +34,7 @@ from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, python_result, symbolic_number
+from tpu_lab.compile.causes.whole_breaks import constructor_words, told_whole
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -127,18 +128,6 @@ def _on_the_line(hint: str, code: str) -> str:
     return f"call `{name}` outside the compiled function and pass its result in (Dynamo cannot trace it)"
 
 
-def _constructor_words(qualname: str, code: str) -> tuple[str, str]:
-    """A class Dynamo cannot instantiate (one written in C, numpy's ``RandomState``): words and fix, naming
-    the class as the user's line writes it (``np.random.RandomState``, not ``numpy.random.mtrand...``)."""
-    short = qualname.rsplit(".", 1)[-1]
-    written = re.search(rf"[\w.]*\b{re.escape(short)}\b", code)
-    words = f"Dynamo cannot trace creating a {written[0] if written else qualname}: its constructor is not Python code"
-    fix = f"create the {short} outside the compiled function and pass it (or what you make with it) in"
-    if qualname.startswith("numpy.random"):
-        fix += "; for random numbers inside the graph use torch (torch.rand, with a torch.Generator for a seed)"
-    return words, fix
-
-
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
@@ -152,7 +141,9 @@ def graph_break_words(
 ) -> Cause:
     """A graph break in words (``_break_words``), else, on tpu_lab's own error, Dynamo's first line of it."""
     try:
-        return numpy_on_numbers(_break_words(reason, library, code, at, stopped_at), code)
+        return told_whole(reason, library, code) or numpy_on_numbers(
+            _break_words(reason, library, code, at, stopped_at), code
+        )
     except Exception as e:  # a bug here must not end the user's `with tl.watch()` block
         said = f"{clean(_sections(reason)[0] or reason)} (not put in words: {type(e).__name__}: {str(e)[:120]})"
         return Cause("graph_break", said, reason, "")
@@ -208,7 +199,7 @@ def _break_words(
         )
         made = _CONSTRUCTED.search(inner)
         if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
-            words, fix = _constructor_words(made[1], code)
+            words, fix = constructor_words(made[1], code)
         if re.search(r"builtin operator `print`|reorder a debugging function", inner) and not reorderable(inner):
             fix = LOGGING_FIX  # Dynamo's own hints point at reorderable_logging_functions, which refuses these
         if logged := LOGGER_CALL.search(inner):  # Dynamo's hint says "the exact method" but not which

@@ -312,6 +312,14 @@ def _read_by_library(causes: list[Cause], package: str, caller: str) -> list[Cau
             "at a few graphs",
         )
         if c.fix == RANK_FIX and caller
+        else dataclasses.replace(c, fix=_LIBRARY_SIZES.format(whose=whose, caller=caller))
+        if caller and c.kind == "size" and "mark_dynamic" in c.fix
         else c
         for c in causes
     ]
+
+
+_LIBRARY_SIZES = (  # flex_attention's own helpers, compiled on their own where the user's function ran eagerly
+    "none needed: {whose} own function, which {caller}'s code calls with tensors none of yours to mark; Dynamo "
+    "makes their sizes dynamic, so it settles at a few graphs"
+)

@@ -14,7 +14,7 @@ def length_fix(source: str, f: Failure, inputs: Mapping[str, str] | None) -> str
     """The fix for ``len(source) == n`` failing (``f``), given the new call's ``inputs`` by name."""
     name = local_name(source)
     if _looped(f) and on_module(name, inputs):
-        return _looped_fix(name, f)
+        return _numbers_loop_fix(name, f) if _numbers(name, inputs) else _looped_fix(name, f)
     if source.startswith("G[") or on_module(name, inputs):
         return not_passed_fix(name)
     if _options(name, inputs):
@@ -38,14 +38,16 @@ def _options(name: str, inputs: Mapping[str, str] | None) -> bool:
     none is shown (the inputs spell out only tensors and numbers), the container alone by its length."""
     items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
     if not items:
-        return re.fullmatch(r"(?:list|tuple) len=\d+", (inputs or {}).get(name, "")) is not None
+        return re.fullmatch(r"(?:list|tuple) len=\d+(?: of numbers)?", (inputs or {}).get(name, "")) is not None
     return all(d.split(" ", 1)[0] in ("str", "int", "float", "bool") or d.startswith("'") for d in items)
 
 
 def _numbers(name: str, inputs: Mapping[str, str] | None) -> bool:
     """A container whose items, as the inputs show them, are all Python numbers (rewards, not task names)."""
     items = [d for n, d in (inputs or {}).items() if re.fullmatch(rf"{re.escape(name)}\[\d+\]", n)]
-    return bool(items) and all(d.split(" ", 1)[0] in ("int", "float") for d in items)
+    if not items:  # read off an object: the container alone, with what it holds
+        return (inputs or {}).get(name, "").endswith(" of numbers")
+    return all(d.split(" ", 1)[0] in ("int", "float") for d in items)
 
 
 def on_module(name: str, inputs: Mapping[str, str] | None) -> bool:
@@ -78,6 +80,16 @@ def _looped_fix(name: str, f: Failure) -> str:
         f"expected once per length of {name}: the loop at {f.where.rpartition('/')[2]} ({f.code}) is unrolled into the graph, one "
         "copy of its body per item, so each length is a graph of its own (a configuration); to share one graph "
         "across lengths, compile only what the loop's body calls (the model) and keep the loop in Python"
+    )
+
+
+def _numbers_loop_fix(name: str, f: Failure) -> str:
+    """A list of numbers held on a module (a loss's quantiles) that a loop walks, a graph per length."""
+    return (
+        f"hold the numbers in one tensor (torch.tensor({name}), made once where the list is set) and compute every "
+        f"item at once in place of the loop at {f.where.rpartition('/')[2]} ({f.code}): broadcast over a new "
+        "dimension of that length, so the loop is no longer unrolled into the graph; else one graph per length "
+        "(and per set of values, until Dynamo makes them dynamic) is expected"
     )
 
 

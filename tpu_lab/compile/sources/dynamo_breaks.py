@@ -12,7 +12,7 @@ import logging
 import re
 import traceback
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from tpu_lab.compile.sources import dynamo_source
 from tpu_lab.compile.sources.frames import RESUME
@@ -167,3 +167,16 @@ def _in_full(found: GraphBreak) -> str:
     before = _FULL.get(place, "")
     kind = short.rsplit(" ", 1)[-1]  # the traced value's kind, which the full text's debug context names too
     return before if short and "\n" not in short and kind.endswith(")") and kind in before else found.reason
+
+
+def broke_in(code: Any) -> bool:
+    """Whether a graph break Dynamo logged lately was met while tracing ``code`` (a frame of it on the break's
+    user stack): a graph with no operation then stops at that break, else the function has no tensor work."""
+    if code is None:
+        return False
+    lines = {line for _, _, line in code.co_lines() if line}
+    return any(
+        f.filename == code.co_filename and f.name in (code.co_name, "") and f.lineno in lines
+        for h in _heard
+        for f in h.stack
+    )

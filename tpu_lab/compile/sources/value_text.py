@@ -77,9 +77,10 @@ def describe(value: Any) -> str:
 
 def length_text(value: list | tuple) -> str:
     """A list or tuple whose items are not shown, by its length (what a length guard checks), and where every
-    item is a dict (state dicts, records) so: then no item is a name or flag picking a code path."""
-    dicts = " of dicts" if value and all(isinstance(v, dict) for v in value) else ""
-    return f"{type(value).__name__} len={len(value)}{dicts}"
+    item is a dict (state dicts, records) or a number (quantiles) so: then no item is a name picking a code path."""
+    numbers = value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    kind = " of dicts" if value and all(isinstance(v, dict) for v in value) else " of numbers" if numbers else ""
+    return f"{type(value).__name__} len={len(value)}{kind}"
 
 
 def other_number(value: str, now: str) -> bool:

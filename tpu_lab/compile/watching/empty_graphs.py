@@ -17,8 +17,16 @@ EMPTY_GRAPH = (
 EMPTY_FIX = "fix the graph break it stops at (its fix is with the graph breaks): until then compiling it does nothing"
 
 
-def empty_note() -> RowCause:
-    return RowCause(EMPTY_GRAPH, "", EMPTY_FIX, "empty", 0)
+NO_OPS = (
+    "the graph holds no operation: on these inputs the function does only Python work (checks, bookkeeping), "
+    "with no graph break, so its compiled code runs no tensor op"
+)
+NO_OPS_FIX = "none needed: there is no tensor work here for a graph to speed up"
+
+
+def empty_note(broke: bool = True) -> RowCause:
+    """The note on a graph with no operation: stopped at a graph break (``broke``), or no tensor work at all."""
+    return RowCause(EMPTY_GRAPH, "", EMPTY_FIX, "empty", 0) if broke else RowCause(NO_OPS, "", NO_OPS_FIX, "no_ops", 0)
 
 
 def as_now(causes: list[RowCause], key: FunctionKey, resumed: bool, callees: Iterable[FunctionKey]) -> list[RowCause]:

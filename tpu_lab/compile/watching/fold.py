@@ -30,6 +30,7 @@ from tpu_lab.compile.causes.joined import maybe_marked
 from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
 from tpu_lab.compile.causes.rnn_breaks import packed_rnn
+from tpu_lab.compile.sources.dynamo_breaks import broke_in
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources
 from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, shows, signature_text, with_nones
@@ -180,8 +181,8 @@ class Fold:
         for c in causes:  # one cause counts the compile; the others are said with it (a compile is counted once)
             row.add(c if c is counted or c.kind == "dynamic" else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
-        if record is not None and empty_graph(record) and not any(c.kind == "empty" for c in row.causes):
-            row.add(empty_note())
+        if record is not None and empty_graph(record) and not any(c.kind in ("empty", "no_ops") for c in row.causes):
+            row.add(empty_note(broke_in(cap.code)))
         cached = record is not None and served_from_cache(record)
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))

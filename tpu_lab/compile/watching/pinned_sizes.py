@@ -61,7 +61,12 @@ def settled(
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
-            c = dataclasses.replace(c, fix=f"{fix}; to skip even this one: {rest}")
+            rest = (
+                rest.removeprefix("none needed: ")
+                if rest.startswith("none needed")
+                else f"to skip even this one: {rest}"
+            )
+            c = dataclasses.replace(c, fix=f"{fix}; {rest}")
         elif (d := _dim_of(c)) and (size := _EXPECTED.search(c.guard)) and int(size[1]) in keys:
             c = dataclasses.replace(c, words=with_note(c.words, _KEYED.format(*d)), fix=FIXED_FIX)
             fixed.add(f"{d[0]} dim {d[1]}")

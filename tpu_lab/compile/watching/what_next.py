@@ -99,6 +99,9 @@ _LENGTH = re.compile(r"^(?P<name>.+?) (?:has a different length \(was (?P<n>\d+)
 _GAINED = re.compile(r"^(?:dict )?(\S+?)(?: \(a global dict\))? gained the key ")  # a cache's name
 
 
+_UNROLLED = "unrolled into the graph"  # a loop over a module's list: a configuration, told so, not grown per step
+
+
 def growing(
     causes: list[RowCause], lengths: dict[str, list[int]], limit: int | None, resumed: bool = False
 ) -> list[RowCause]:
@@ -126,7 +129,7 @@ def growing(
             guard = "\n".join(filter(None, [c.guard, same.guard if same else ""]))
             shown = "\n".join(filter(None, [c.shown_guard, same.shown_guard if same else ""]))
             c = dataclasses.replace(c, words=words, guard=guard, shown_guard=shown)
-        elif m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)):
+        elif m and len(seen) >= 2 and all(a < b for a, b in itertools.pairwise(seen)) and _UNROLLED not in c.fix:
             words = f"{m['name']} grows at every compile (was {m['n'] or 0}): each new length compiles a graph of its own{at_most}"
             fix = "keep what grows out of the compiled function (append outside it, or keep a running tensor), or pass a fixed-size tensor"
             if resumed and m["name"] == name and not name.startswith("self."):  # built before the break

@@ -1,0 +1,59 @@
+"""Graph breaks told whole, where Dynamo's own words name its internals: a compile Dynamo gave up on because
+the code it traced raised ("Observed exception", the exception in its debug context), said as that exception
+with the way back to a compiled function once it is fixed (Dynamo skips a function it gave up on); a call of
+a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; a class Dynamo cannot
+instantiate. Pure."""
+
+from __future__ import annotations
+
+import re
+
+from tpu_lab.compile.causes.cause import Cause
+
+_RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
+
+
+def told_whole(reason: str, library: str, code: str) -> Cause | None:
+    """The break in words where it is one of these (``library``: file:line where it broke, when that is library
+    code; ``code``: the user's line); None for any other."""
+    if "_CachedForward.__get__" in reason:  # torch.jit's ScriptModule forward, looked up on the call
+        return _scripted(reason, code)
+    if "Observed exception" not in reason or (m := _RAISED.search(reason)) is None:
+        return None
+    message = m["args"].strip()
+    message = message if len(message) <= 200 else f"{message[:200]}..."
+    inside = f" (inside {library}, library code)" if library else ""
+    words = f"the code raised {m['type']}({message}) while Dynamo traced it{inside}: it raises uncompiled too"
+    fix = (
+        f"fix what raises {m['type']} (its message says what; torch.compiler.set_stance('force_eager') runs the code "
+        "uncompiled to check), then call torch._dynamo.reset(): Dynamo gave up on the function when it raised and "
+        "runs it eagerly from then on, even for calls that would not raise"
+    )
+    return Cause("graph_break", words, reason, fix)
+
+
+def _scripted(reason: str, code: str) -> Cause:
+    called = re.search(r"([A-Za-z_][\w.]*)\(", code.split("=", 1)[-1]) if code else None
+    module = called[1] if called else "the module"
+    words = (
+        f"{module} is a TorchScript module (torch.jit.trace or torch.jit.script, or torch.jit.load), which Dynamo "
+        "does not trace: each call of it breaks the graph and runs as TorchScript"
+    )
+    fix = (
+        f"use the plain nn.Module in place of the TorchScript one for {module} inside compiled code (the module "
+        "before torch.jit.trace or script; for a loaded one, its Python class with the same weights): Dynamo "
+        "compiles it with the rest, gradients included; keep the TorchScript one for export"
+    )
+    return Cause("graph_break", words, reason, fix)
+
+
+def constructor_words(qualname: str, code: str) -> tuple[str, str]:
+    """A class Dynamo cannot instantiate (one written in C, numpy's ``RandomState``): words and fix, naming
+    the class as the user's line writes it (``np.random.RandomState``, not ``numpy.random.mtrand...``)."""
+    short = qualname.rsplit(".", 1)[-1]
+    written = re.search(rf"[\w.]*\b{re.escape(short)}\b", code)
+    words = f"Dynamo cannot trace creating a {written[0] if written else qualname}: its constructor is not Python code"
+    fix = f"create the {short} outside the compiled function and pass it (or what you make with it) in"
+    if qualname.startswith("numpy.random"):
+        fix += "; for random numbers inside the graph use torch (torch.rand, with a torch.Generator for a seed)"
+    return words, fix
