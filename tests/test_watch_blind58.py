@@ -259,3 +259,62 @@ def test_a_torchscript_module_called_in_compiled_code_is_named_so_and_the_plain_
     torch._dynamo.reset()
     g = torch.compile(PerceptualLoss(trunk), backend="aot_eager")  # the printed fix, applied
     assert not watched(lambda: g(fake, real).backward()).breaks
+
+
+def run_cell(cell, x):
+    return cell(x).sum()
+
+
+def test_each_parametrized_model_is_told_as_a_class_of_its_own_and_reusing_one_model_keeps_one_graph():
+    from torch.nn.utils.parametrizations import orthogonal
+
+    f, x = torch.compile(run_cell, backend="aot_eager"), torch.randn(2, 4)
+    a, b = orthogonal(nn.Linear(4, 4)), orthogonal(nn.Linear(4, 4))  # the same settings: nothing replaced
+    table = watched(lambda: [f(a, x), f(b, x)])
+    said = [c for r in table.rows for c in r.causes if c.kind == "type"]
+    assert said and all("gives every module it parametrizes a class of its own" in c.words for c in said), said
+    assert not any("replaced" in c.words for c in said)
+    torch._dynamo.reset()
+
+    def reused():  # the printed fix, applied: one model, the other's weights loaded into it
+        f(a, x)
+        a.load_state_dict(b.state_dict())
+        f(a, x)
+
+    assert sum(r.compiles for r in watched(reused).rows) == 1
+
+
+class TinyLM(nn.Module):  # nanoGPT's generate, trimmed: the whole decoding loop compiled
+    def __init__(self):
+        super().__init__()
+        self.emb, self.head = nn.Embedding(16, 8), nn.Linear(8, 16)
+
+    def forward(self, idx):
+        return self.head(self.emb(idx))
+
+    def generate(self, idx, max_new_tokens, top_k=None):
+        for _ in range(max_new_tokens):
+            logits = self(idx[:, -4:])[:, -1, :]
+            if top_k is not None:
+                logits = logits.masked_fill(logits < torch.topk(logits, top_k).values[:, [-1]], -float("inf"))
+            idx = torch.cat((idx, logits.argmax(-1, keepdim=True)), dim=1)
+        return idx
+
+
+def test_a_loop_count_passed_by_keyword_is_told_as_the_unrolled_loop_and_compiling_the_body_saves_compiles():
+    model, idx = TinyLM().eval(), torch.zeros(1, 4, dtype=torch.long)
+    gen = torch.compile(model.generate, backend="aot_eager")
+    counts = (2, 3, 4)
+    with torch.no_grad():
+        table = watched(lambda: [gen(idx, max_new_tokens=n, top_k=5) for n in counts] + [gen(idx, 2)])
+    said = [c for r in table.rows for c in r.causes if "max_new_tokens" in c.words]
+    assert said and all("which Dynamo unrolls into the graph" in c.words or c.count == 0 for c in said[1:]), said
+    assert all("pass it in as a tensor" not in c.fix for c in said), [c.fix for c in said]
+    nones = [c for r in table.rows for c in r.causes if "is now None" in c.words]
+    assert nones and all("a number saves a compile only where it is the very value" in c.fix for c in nones)
+    torch._dynamo.reset()
+    compiled = TinyLM().eval()
+    compiled.forward = torch.compile(compiled.forward, backend="aot_eager")  # the printed fix: the body alone
+    with torch.no_grad():
+        fixed = watched(lambda: [compiled.generate(idx, max_new_tokens=n, top_k=5) for n in counts])
+    assert sum(r.compiles for r in fixed.rows) < sum(r.compiles for r in table.rows)

@@ -185,6 +185,11 @@ KIND_LABELS = {
 """A short label per guard family, for the summary under a table."""
 
 
+LOOP_COUNT_FIX = (  # a number a loop runs over (for _ in range(n)): Dynamo unrolls the loop, a graph per count
+    "keep {0} to a few values (or run the largest count and mask the extra steps), or compile only the loop's body "
+    "(one step's or one node's work) and keep the loop in Python, so one graph serves every count; a tensor in its "
+    "place would break the graph at range()"
+)
 SPARSE_FIX = (
     "keep the sparse op out of the compiled function: compile the dense layers around it and call it between "
     "them, or pass the matrix dense (.to_dense()) or as an edge list (index_add_, scatter_add)"

@@ -94,6 +94,8 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 g,
                 none_fix(name if now == "None" else ""),
             )
+        if (m["cls"] or "").startswith("torch.nn.utils.parametrize.Parametrized"):  # a class per module
+            return Cause("type", _PARAMETRIZED.format(name), g, _PARAMETRIZED_FIX)
         if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
             now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
         return Cause(
@@ -210,8 +212,10 @@ def none_fix(attribute: str = "") -> str:
     if re.match(r"self[.\[]", attribute):
         return _SET_NONE.format(attribute)
     return (
-        "expected once per case; to keep one graph, pass a value of the same type in place of None, one with the "
-        "same effect (e.g. a limit at its largest), or compile a function of its own for the None case"
+        "expected once per case; to keep one graph, pass a value in place of None with the same effect: a tensor "
+        "(an all-True mask, zeros) serves every call, but a number saves a compile only where it is the very value "
+        "the other calls pass (Dynamo fixes a number into the graph: top_k=16 in place of None is a graph of its "
+        "own beside top_k=5); or compile a function of its own for the None case"
     )
 
 
@@ -274,54 +278,11 @@ def _enum_class(g: str) -> str | None:
     return m["cls"] if m and isinstance(cls, type) and issubclass(cls, enum.Enum) else None
 
 
-_WRAPPER = re.compile(r"_TorchCompile(?:Inductor)?Wrapper(?:\((?P<options>.*?)\))?(?= \(id=)")
-
-
-def _options(text: str | None) -> dict[str, str]:
-    """torch.compile's options as Dynamo describes its wrapper (``compiler='eager', dynamic=None,
-    kwargs={'mode': 'max-autotune'}``), the kwargs dict's entries as options of their own."""
-    import ast
-
-    fields = dict(re.findall(r"(\w+)=('[^']*'|\{.*\}|[^,\s]+)", text or ""))
-    try:
-        extra = ast.literal_eval(fields.pop("kwargs", "{}"))
-    except (ValueError, SyntaxError):
-        extra = {}
-    return fields | ({k: repr(v) for k, v in extra.items()} if isinstance(extra, dict) else {})
-
-
-def backend_words(g: str) -> Cause:
-    """Another torch.compile(...) call on code compiled before: its own backend object. Where Dynamo shows
-    both as torch.compile's wrapper, what differs is the call's options (``dynamic=False`` vs ``True``)."""
-    found = list(_WRAPPER.finditer(g))
-    both = [_options(m["options"]) for m in found]
-    if len(both) == 2 and both[0] != both[1]:
-        a, b = both
-        changed = [
-            f"{k}={b.get(k)}, where the first call " + (f"had {k}={a[k]}" if k in a else f"set no {k}")
-            for k in dict.fromkeys([*a, *b])
-            if a.get(k) != b.get(k)
-        ]
-        return Cause(
-            "backend",
-            f"compiled again by another torch.compile call on the same code, with other options ({', '.join(changed)}): "
-            "each call's graphs are kept apart",
-            g,
-            "compile the function once and reuse that compiled object; each torch.compile(...) with other options "
-            "compiles its own graphs (and counts toward one recompile limit)",
-        )
-    if len(both) == 2:
-        return Cause(
-            "backend",
-            "compiled again by another torch.compile call on the same code"
-            + (" (same options)" if all(m["options"] for m in found) else "")
-            + ": each call's graphs are kept apart",
-            g,
-            "call torch.compile once and reuse the compiled object instead of compiling the function again",
-        )
-    return Cause(
-        "backend",
-        "compiled again with a different backend callable",
-        g,
-        "reuse one backend object (or functools.partial) for every torch.compile call",
-    )
+_PARAMETRIZED = (
+    "{0} is another parametrized module: torch.nn.utils.parametrize gives every module it parametrizes a class "
+    "of its own (orthogonal, weight_norm, spectral_norm), so each new parametrized model is a graph of its own"
+)
+_PARAMETRIZED_FIX = (
+    "expected once per model built: reuse one model (load other weights into it with load_state_dict), or, "
+    "where you build many, raise torch._dynamo.config.recompile_limit to their number"
+)

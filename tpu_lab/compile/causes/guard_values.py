@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import BAKED, CARRIED, VERBATIM_FIX, Cause, local_name
+from tpu_lab.compile.causes.cause import BAKED, CARRIED, LOOP_COUNT_FIX, VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_containers import optimizer_step
 from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
@@ -322,8 +322,6 @@ def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Ca
         f"Python int {name} changed (was {value}): it sets how many times the loop at line {line} runs "
         f"({code.strip()}), which Dynamo unrolls into the graph, so each value is a graph of its own",
         g,
-        f"keep {name} to a few values (or run the largest count and mask the extra steps), or compile only the "
-        "loop's body (one step's or one node's work) and keep the loop in Python, so one graph serves every count; "
-        "a tensor in its place would break the graph at range()",
+        LOOP_COUNT_FIX.format(name),
         where,
     )

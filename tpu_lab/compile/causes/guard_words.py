@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
 from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_attributes import attribute_words
+from tpu_lab.compile.causes.guard_backend import backend_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_hooks import hook_words
 from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words
 from tpu_lab.compile.causes.guard_members import member_words
-from tpu_lab.compile.causes.guard_objects import backend_words, none_words, object_words
+from tpu_lab.compile.causes.guard_objects import none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
@@ -290,8 +291,7 @@ def words(
             "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
             f"or drop it ({DROP_LAST})"
             if library and set(re.findall(r"\.size\(\)\[(\d+)\]", g)) == {"0"}  # only the batch dimension
-            else "expected once per side of that bound; to stay on one side, pad that dimension to sizes on one side "
-            "of it"
+            else "expected once per side of that bound; to stay on one side, pad that dimension to one side of it"
             if library
             else "expected once per side of that branch; if sizes cross it often, pad them to one side "
             "or express the branch with torch.cond",

@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import re
 
-from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import LOOP_COUNT_FIX, Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_places import condition_place, owner, slocs
 from tpu_lab.compile.causes.guard_values import held_fix
 from tpu_lab.compile.sources.packages import USER
@@ -77,6 +77,16 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             made = re.search(rf"(\w+)\s*=\s*({int_of})\((.*)", place)
             kept = "." in name and not name.startswith("self.") and not place  # meter.sum: an object's own number
             stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or kept  # self.sum += val * n
+            spelled = re.escape(re.sub(r"^kwargs\['(\w+)'\]$", r"\1", name))  # a keyword passed: by its name
+            looped = re.search(
+                rf"line (\d+): (for .+ in range\((?:[^()]|\([^()]*\))*?(?<![\w.]){spelled}\b.*)\)$", place
+            )
+            if looped and not (indexed or keyed or cast):  # for _ in range(max_new_tokens): the loop unrolled
+                words = (
+                    f"): it sets how many times the loop at line {looped[1]} runs ({looped[2]}), which Dynamo unrolls "
+                    f"into the graph, so each value is a graph of its own{at_most}"
+                )
+                return dataclasses.replace(cause, words=start + words, fix=LOOP_COUNT_FIX.format(name))
             made = made if made and re.search(rf"(?<![\w.]){re.escape(name)}\b", made[3]) else None
             inted = None if made else _int_call(place, int_of, name)  # [max(int(r * (1 - overlap)), 1) ...]
             words = (
