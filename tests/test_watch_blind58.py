@@ -4,6 +4,7 @@ fix applied."""
 
 import math
 
+import numpy as np
 import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
@@ -318,3 +319,27 @@ def test_a_loop_count_passed_by_keyword_is_told_as_the_unrolled_loop_and_compili
     with torch.no_grad():
         fixed = watched(lambda: [compiled.generate(idx, max_new_tokens=n, top_k=5) for n in counts])
     assert sum(r.compiles for r in fixed.rows) < sum(r.compiles for r in table.rows)
+
+
+SIZES = np.array([4, 3, 5])  # CleanRL's action_space.nvec: a module-level NumPy constant
+
+
+def split_heads(logits):  # CleanRL's Agent.get_action, trimmed: logits split by the NumPy sizes
+    return [part.softmax(-1) for part in torch.split(logits, SIZES.tolist(), dim=1)]
+
+
+SIZE_LIST = SIZES.tolist()  # the printed fix, applied: the list made once, at module level
+
+
+def split_heads_fixed(logits):
+    return [part.softmax(-1) for part in torch.split(logits, SIZE_LIST, dim=1)]
+
+
+def test_a_module_level_numpy_array_read_back_is_named_and_making_the_list_once_removes_the_break():
+    logits = torch.randn(2, 12)
+    table = watched(lambda: torch.compile(split_heads, backend="aot_eager")(logits))
+    read = [b for b in table.breaks if "SIZES" in b.words]
+    assert read and all("SIZES is a NumPy array" in b.words and "sizes_list = SIZES.tolist()" in b.fix for b in read)
+    assert not any("capture_scalar_outputs" in b.fix for b in read)
+    torch._dynamo.reset()
+    assert not watched(lambda: torch.compile(split_heads_fixed, backend="aot_eager")(logits)).breaks

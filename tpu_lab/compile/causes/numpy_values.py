@@ -72,6 +72,20 @@ def numpy_inputs_read_back(cause: Cause, inputs: Sequence[tuple[str, str]]) -> C
     )
 
 
+def global_array_read_back(cause: Cause, arrays: Sequence[str]) -> Cause:
+    """``cause``, a value read back on a line that calls a method of module-level NumPy arrays (``arrays``:
+    ``NVEC.tolist()``), said as those: Dynamo traces a NumPy array as a tensor, so that call reads it back."""
+    names = ", ".join(arrays)
+    return dataclasses.replace(
+        cause,
+        words=f"{names} is a NumPy array, which Dynamo traces as a tensor, so this line reads its values back as "
+        "Python numbers (a graph break)",
+        fix=f"make what the line needs from {names} once, outside the compiled code ({arrays[0].lower()}_list = "
+        f"{arrays[0]}.tolist() at module level, or in __init__), and use that here: a Python list of numbers is a "
+        "constant in the graph",
+    )
+
+
 NUMPY_FIX = (  # NumPy code in the compiled function: Dynamo traces it through torch._numpy
     "compute it outside the compiled function and pass the result in, or use the torch equivalent "
     "(torch ops on tensors{random})"

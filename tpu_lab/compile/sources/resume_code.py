@@ -10,6 +10,7 @@ import dis
 import inspect
 import linecache
 import re
+import sys
 from typing import Any
 
 RESUME = "torch_dynamo_resume_in_"  # Dynamo's name for the part of a function after a graph break
@@ -221,6 +222,10 @@ def _pending(line: str, call: str) -> list[str]:
                 said = lambda k: "" if isinstance(k, ast.Constant) else ast.unparse(k)  # noqa: E731
                 out += [t for k, v in zip(keys[:i], parent.values[:i], strict=True) for t in (said(k), ast.unparse(v))]
                 out.append(said(keys[i]))
+        elif isinstance(parent, _COMPREHENSIONS) and child is parent.generators[0] and sys.version_info < (3, 12):
+            out.append(f"<{type(parent).__name__.lower()}>")  # 3.11 calls a comprehension's own function on it
+        elif isinstance(parent, ast.comprehension) and child is parent.iter:
+            pass  # what it walks is evaluated first
         elif isinstance(parent, (ast.Tuple, ast.List)):
             out += [ast.unparse(e) for e in parent.elts[: [id(e) for e in parent.elts].index(id(child))]]
         elif not isinstance(parent, _NOTHING_PENDING):
@@ -228,6 +233,7 @@ def _pending(line: str, call: str) -> list[str]:
     return out
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 # nothing is left on the stack on the way to these nodes' first (or only) child
 _NOTHING_PENDING: tuple[type[ast.AST], ...] = (ast.Module, ast.Expr, ast.Assign, ast.Return, ast.Attribute)
 _NOTHING_PENDING += (ast.keyword, ast.UnaryOp, ast.Call, ast.BinOp, ast.Subscript, ast.Tuple, ast.List)

@@ -5,18 +5,28 @@ read a number back: Dynamo traces such a scalar as a tensor, so the break is wha
 from __future__ import annotations
 
 import linecache
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.numpy_values import READ_BACK, numpy_inputs_read_back, numpy_read_back
+from tpu_lab.compile.causes.numpy_values import (
+    READ_BACK,
+    global_array_read_back,
+    numpy_inputs_read_back,
+    numpy_read_back,
+)
 from tpu_lab.compile.sources.frames import Capture
 from tpu_lab.compile.sources.packages import unshortened
 
 
 def with_numpy_setting(
-    cause: Cause, library: str, hooks: Mapping[Any, Sequence[Any]], pending: Iterable[Capture] = ()
+    cause: Cause,
+    library: str,
+    hooks: Mapping[Any, Sequence[Any]],
+    pending: Iterable[Capture] = (),
+    at: tuple[str, str] = ("", ""),
 ) -> Cause:
     """``cause`` of a break at ``library`` (torch's file:line) where that line reads a NumPy setting of one of
     the compiled modules (``hooks``: each function's graphs' submodule snapshots; ``pending``: captures not
@@ -24,6 +34,8 @@ def with_numpy_setting(
     if READ_BACK not in cause.words:
         return cause
     pending = list(pending)
+    if arrays := _global_arrays(*at):  # NVEC.tolist() on a module's NumPy constant: read back from a tensor
+        return global_array_read_back(cause, arrays)
     said = numpy_inputs_read_back(cause, [s for c in pending for s in c.shown])  # inputs in hand: CutMix's np.int64
     if said is not cause or not library:
         return said
@@ -60,3 +72,16 @@ def numpy_settings(snapshots: Iterable[Sequence[tuple[str, Any, tuple[int, ...]]
             if seen > _MOST:
                 return found
     return found
+
+
+def _global_arrays(file: str, code: str) -> list[str]:
+    """Names on the user's line (``code``, in ``file``) that the file's module holds as NumPy arrays at module
+    level (CleanRL's ``NVEC = envs.action_space.nvec``), where a method on them reads values back."""
+    np = sys.modules.get("numpy")
+    called = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\.(?:tolist|item|sum|max|min)\(", code)) if np and file else set()
+    if not called:
+        return []
+    module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
+    module = module or sys.modules.get("__main__")
+    held = vars(module) if module is not None else {}
+    return [n for n in sorted(called) if isinstance(held.get(n), np.ndarray)]

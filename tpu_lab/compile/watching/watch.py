@@ -260,7 +260,8 @@ class Watch:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
             cause = as_logged(graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at))
-            self._fold.add_break(with_numpy_setting(cause, b.library, self._fold.hooks, self._pending), where)
+            said = with_numpy_setting(cause, b.library, self._fold.hooks, self._pending, (b.filename, code))
+            self._fold.add_break(said, where)
 
     def _poll_tpu(self) -> list[CompileEvent]:
         if self._tpu is None or self._tpu_before is None:
