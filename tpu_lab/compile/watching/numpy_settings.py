@@ -78,8 +78,8 @@ def _global_arrays(file: str, code: str) -> list[str]:
     """Names on the user's line (``code``, in ``file``) that the file's module holds as NumPy arrays at module
     level (CleanRL's ``NVEC = envs.action_space.nvec``), where a method on them reads values back."""
     np = sys.modules.get("numpy")
-    called = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\.(?:tolist|item|sum|max|min)\(", code)) if np and file else set()
-    if not called:
+    called = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\.(?:tolist|item|sum|max|min)\(", code)) if file else set()
+    if np is None or not called:
         return []
     module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
     module = module or sys.modules.get("__main__")
