@@ -25,7 +25,6 @@ _MARK = re.compile(
     r"to skip even this one: mark the dimension dynamic before the first call \((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
 )
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
-_COUNT_HELD = re.compile(r"\(?.*\.size\(\)\[\d+\].*? == -?\d+")  # a number computed from a size, held to one value
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
     "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
     "a count), so each value of it is a graph of its own; pad to a few sizes (buckets) to bound them"
@@ -93,7 +92,7 @@ def bounded(
             if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
                 fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
             if any(
-                (_ONE_RANGE.fullmatch(w) or _COUNT_HELD.fullmatch(g)) and "from your line" in condition_place(g, places)
+                (_ONE_RANGE.fullmatch(w) or _count_held(g)) and "from your line" in condition_place(g, places)
                 for w, g in found
             ):
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
@@ -221,6 +220,14 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
 
 
 _SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|Min|CeilToInt|FloorToInt)\(")
+
+
+def _count_held(guard: str) -> bool:
+    """A number computed from a size with Dynamo's rounding (``1 + math.ceil(... / 12) == 3``: a window count)
+    held to one value: each count a graph; never a remainder (``x.size()[1] % 2 == 1``), which many sizes meet."""
+    return bool(re.fullmatch(r"\(?.*\.size\(\)\[\d+\].*? == -?\d+", guard.strip())) and bool(
+        _SYMBOLIC.search(guard) and "%" not in guard and "Mod(" not in guard
+    )
 
 
 def _plain(condition: str, subject: str) -> str:
