@@ -343,3 +343,25 @@ def test_a_module_level_numpy_array_read_back_is_named_and_making_the_list_once_
     assert not any("capture_scalar_outputs" in b.fix for b in read)
     torch._dynamo.reset()
     assert not watched(lambda: torch.compile(split_heads_fixed, backend="aot_eager")(logits)).breaks
+
+
+class SGNS(nn.Module):  # pytorch-sgns: negatives drawn by weights, or uniformly where none are given
+    def __init__(self, weights=None):
+        super().__init__()
+        self.emb, self.weights = nn.Embedding(20, 4), weights
+
+    def forward(self, words):
+        if self.weights is not None:
+            negatives = torch.multinomial(self.weights, words.numel(), replacement=True)
+        else:
+            negatives = torch.randint(0, 20, (words.numel(),))
+        return (self.emb(words) * self.emb(negatives).view_as(self.emb(words))).sum()
+
+
+def test_another_instance_built_with_none_is_told_as_its_configuration_never_as_something_set_between_calls():
+    words = torch.randint(0, 20, (6,))
+    weighted, uniform = (torch.compile(m, backend="aot_eager") for m in (SGNS(torch.rand(20)), SGNS()))
+    table = watched(lambda: [weighted(words), uniform(words)])
+    nones = [c for r in table.rows for c in r.causes if c.kind == "none"]
+    assert nones and all("was built so" in c.fix and "to None between calls" not in c.fix for c in nones), nones
+    assert not any("update_bn" in c.fix for c in nones)

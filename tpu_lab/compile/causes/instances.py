@@ -37,6 +37,11 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
         "passed in or not (the code runs over every item); keep the configurations few"
     )
     out = [dataclasses.replace(c, fix=configured) if c.kind == "length" and note in c.words else c for c in out]
+    built = (  # another instance built with None where the graph's held a value (SGNS(weights=None)): its build
+        f"expected once per configuration: this {cls} was built so (None where the graph's {cls} held a value), "
+        "nothing set it between calls; each case is a graph of its own, so keep the configurations few"
+    )
+    out = [dataclasses.replace(c, fix=built) if c.kind == "none" and note in c.words else c for c in out]
     # a module's int attribute that differs per instance (HF's self.layer_idx, each layer compiled on its own):
     # Dynamo keeps it static, so every instance is a graph of its own, whatever else differs; it counts first
     own = [c for c in out if per_instance(c)]
