@@ -313,7 +313,7 @@ def _read_by_library(causes: list[Cause], package: str, caller: str) -> list[Cau
         )
         if c.fix == RANK_FIX and caller
         else dataclasses.replace(c, fix=_LIBRARY_SIZES.format(whose=whose, caller=caller))
-        if caller and c.kind == "size" and "mark_dynamic" in c.fix
+        if caller and c.kind == "size" and "mark_dynamic(" in c.fix
         else c
         for c in causes
     ]
