@@ -365,3 +365,17 @@ def test_another_instance_built_with_none_is_told_as_its_configuration_never_as_
     nones = [c for r in table.rows for c in r.causes if c.kind == "none"]
     assert nones and all("was built so" in c.fix and "to None between calls" not in c.fix for c in nones), nones
     assert not any("update_bn" in c.fix for c in nones)
+
+
+def test_a_numpy_scalar_whose_value_moved_too_is_told_that_float_saves_nothing_and_a_tensor_keeps_one_graph():
+    scale = torch.compile(lambda x, coef: x * coef, backend="aot_eager")  # TRL's adaptive KL coefficient
+    x = torch.randn(4)
+    table = watched(lambda: [scale(x, 0.2), scale(x, np.float64(0.2) * 0.99992)])
+    (cause,) = [c for r in table.rows for c in r.causes if c.kind == "type"]
+    assert "saves no compile here, as the value changed too" in cause.fix, cause.fix
+    torch._dynamo.reset()
+    floats = watched(lambda: [scale(x, 0.2), scale(x, float(np.float64(0.2) * 0.99992))])
+    assert floats.total_compiles == 2  # what the words say: float() alone saves nothing
+    torch._dynamo.reset()
+    tensors = watched(lambda: [scale(x, torch.tensor(0.2)), scale(x, torch.tensor(float(np.float64(0.2) * 0.99992)))])
+    assert tensors.total_compiles == 1

@@ -17,13 +17,22 @@ def numpy_scalar_words(name: str, kind: str, value: str, now: str, g: str) -> Ca
     (``now``: its description, ``np.float64 1.0``)."""
     became, said = now.split()[0], [*now.split(), ""][1]
     same = "the same value" if said == value else f"now {said}"
+    fix = (
+        f"pass a Python number: {kind}(...) around the NumPy value where it is made (np.maximum, np.linspace "
+        "and their like return NumPy scalars)"
+    )
+    if said and said != value:  # the value moved too: a Python number would recompile once all the same
+        fix = (
+            f"expected once: {kind}(...) around the NumPy value keeps one type but saves no compile here, as the "
+            f"value changed too (Dynamo makes a changed {kind} dynamic after one recompile); to keep one graph from "
+            "the first call, hold it as a 0-d tensor (torch.tensor(value)) where the code only does tensor math with it"
+        )
     return Cause(
         "type",
         f"{name} is now a NumPy {became[3:]} ({same}), was the Python {kind} {value}: Dynamo traces a NumPy "
         "scalar as a tensor, so each type is its own graph",
         g,
-        f"pass a Python number: {kind}(...) around the NumPy value where it is made (np.maximum, np.linspace "
-        "and their like return NumPy scalars)",
+        fix,
     )
 
 
