@@ -379,3 +379,31 @@ def test_a_numpy_scalar_whose_value_moved_too_is_told_that_float_saves_nothing_a
     torch._dynamo.reset()
     tensors = watched(lambda: [scale(x, torch.tensor(0.2)), scale(x, torch.tensor(float(np.float64(0.2) * 0.99992)))])
     assert tensors.total_compiles == 1
+
+
+def newton_sqrt(a, tol):  # torch.while_loop as its docstring shows it: a Newton iteration to a tolerance
+    def cond_fn(it, x):
+        return ((x * x - a).abs().max() > tol) & (it < 50)
+
+    def body_fn(it, x):
+        return it + 1, 0.5 * (x + a / x)
+
+    return torch.while_loop(cond_fn, body_fn, (torch.zeros((), dtype=torch.int64), a.clone()))[1]
+
+
+def test_a_float_made_dynamic_that_a_while_loop_cannot_capture_is_told_so_and_a_tensor_tolerance_compiles():
+    f, a = torch.compile(newton_sqrt, backend="aot_eager"), torch.rand(4, 4) + 1
+
+    def tolerances(tols):
+        for tol in tols:
+            try:
+                f(a, tol)
+            except Exception:  # the compile fails, and the call raises
+                pass
+
+    table = watched(lambda: tolerances([1e-4, 1e-6]))
+    failed = [c for r in table.rows for c in r.causes if "SymFloat" in c.words]
+    assert failed and all("pass that float as a 0-d tensor" in c.fix for c in failed), table.to_text()
+    torch._dynamo.reset()
+    fixed = watched(lambda: tolerances([torch.tensor(1e-4), torch.tensor(1e-6)]))
+    assert not any(r.failed for r in fixed.rows) and fixed.total_compiles == 1

@@ -1,8 +1,8 @@
 """Graph breaks told whole, where Dynamo's own words name its internals: a compile Dynamo gave up on because
 the code it traced raised ("Observed exception", the exception in its debug context), said as that exception
 with the way back to a compiled function once it is fixed (Dynamo skips a function it gave up on); a call of
-a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; a class Dynamo cannot
-instantiate. Pure."""
+a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; a float made dynamic that a
+higher-order op cannot capture; a class Dynamo cannot instantiate. Pure."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ import re
 
 from tpu_lab.compile.causes.cause import Cause
 
+_HOP_FLOAT = re.compile(r"can only be of \((?:[^()]|\([^()]*\))*?SymInt'?>?\) but got \((?:[^()]|\([^()]*\))*?SymFloat")
+_HOP_FLOAT_WORDS = (
+    "a Python float that changed, which Dynamo then made dynamic (a SymFloat), reaches a higher-order op "
+    "(torch.while_loop, torch.cond) as a value its functions capture, and such an op takes only tensors and ints"
+)
+_HOP_FLOAT_FIX = (
+    "pass that float as a 0-d tensor (torch.tensor(value)) and use it as a tensor inside the loop's or branch's "
+    "functions, so they capture a tensor; or keep the float one value (each value is then a graph of its own)"
+)
 _RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
 
 
@@ -18,6 +27,8 @@ def told_whole(reason: str, library: str, code: str) -> Cause | None:
     code; ``code``: the user's line); None for any other."""
     if "_CachedForward.__get__" in reason:  # torch.jit's ScriptModule forward, looked up on the call
         return _scripted(reason, code)
+    if _HOP_FLOAT.search(reason):  # tol made dynamic, then captured by torch.while_loop's cond_fn
+        return Cause("graph_break", _HOP_FLOAT_WORDS, reason, _HOP_FLOAT_FIX)
     if "Observed exception" not in reason or (m := _RAISED.search(reason)) is None:
         return None
     message = m["args"].strip()
