@@ -10,7 +10,6 @@ import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
 
-
 _OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
 
 
