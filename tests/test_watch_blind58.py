@@ -1,6 +1,8 @@
-"""tl.watch() checked blind, fifty-eighth round of fixes (round 57's leftovers): an nn.ParameterList that
-grows by a prompt per task (Progressive Prompts). Checked against Dynamo's own account, with the printed
-fix applied."""
+"""tl.watch() checked blind, rounds 57 to 59's fixes: a ParameterList that grows (Progressive Prompts), MONAI's
+window count, model soups' list of state dicts, DINO's multi-line call, a TTA wrapper's transforms, FlexAttention
+raising while traced, pytorch-forecasting's quantiles, TorchScript, orthogonal parametrizations, nanoGPT's generate,
+CleanRL's NumPy sizes, SGNS built without weights, TRL's NumPy KL coefficient and torch.while_loop. Each is checked
+against Dynamo's own account, with the printed fix applied where it is an action."""
 
 import math
 
