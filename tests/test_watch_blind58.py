@@ -413,3 +413,10 @@ def test_a_float_made_dynamic_that_a_while_loop_cannot_capture_is_told_so_and_a_
     torch._dynamo.reset()
     fixed = watched(lambda: tolerances([torch.tensor(1e-4), torch.tensor(1e-6)]))
     assert not any(r.failed for r in fixed.rows) and fixed.total_compiles == 1
+
+
+def test_a_condition_with_the_same_offset_on_both_sides_is_said_without_it():
+    from tpu_lab.compile.watching.reuse_bounds import _plain
+
+    said = _plain("6 + mems[0].size()[0] <= 6 + mems[2].size()[0]", "mems[0] dim 0")  # Transformer-XL's mems
+    assert said == "mems[0].size()[0] <= mems[2].size()[0]"

@@ -239,6 +239,8 @@ def _plain(condition: str, subject: str) -> str:
         said = "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
         if m := re.fullmatch(r"(\S+) ([-+]) (\d+) (!=|==|[<>]=?) (-?\d+)", said):  # L - 1 != 1 as L != 2
             said = f"{m[1]} {m[4]} {int(m[5]) + int(m[3]) * (1 if m[2] == '-' else -1)}"
+        if m := re.fullmatch(r"(\d+) \+ (\S+) (!=|==|[<>]=?) \1 \+ (\S+)", said):  # 6 + a <= 6 + b as a <= b
+            said = f"{m[2]} {m[3]} {m[4]}"
         return said
     if m := re.fullmatch(r"\(?(.*?)\)? == (-?\d+)", condition):  # range(math.ceil(...) + 1): a count of it
         return f"the number your code computes from {subject} stays {m[2]}"
