@@ -420,3 +420,38 @@ def test_a_condition_with_the_same_offset_on_both_sides_is_said_without_it():
 
     said = _plain("6 + mems[0].size()[0] <= 6 + mems[2].size()[0]", "mems[0] dim 0")  # Transformer-XL's mems
     assert said == "mems[0].size()[0] <= mems[2].size()[0]"
+
+
+def periods_of(x, k=2):  # TimesNet's FFT_for_Period, trimmed: periods read from the data with .numpy()
+    amplitude = torch.fft.rfft(x, dim=1).abs().mean(0).mean(-1)
+    amplitude[0] = 0
+    return x.shape[1] // torch.topk(amplitude, k)[1].numpy()
+
+
+def times_block(x, k=2):  # TimesBlock.forward, trimmed: each period pads and folds the series
+    out, period_list = 0, periods_of(x, k)
+    for i in range(k):
+        period = period_list[i]
+        length = x.shape[1]
+        if length % period != 0:
+            length = (length // period + 1) * period
+        folded = torch.cat([x, x.new_zeros(x.shape[0], length - x.shape[1], x.shape[2])], 1)
+        out = out + folded.reshape(x.shape[0], length // period, period, x.shape[2]).mean()
+    return out
+
+
+def fold(x, period: int):  # the printed fix, applied: the period a Python int, the per-size work compiled
+    length = -(-x.shape[1] // period) * period
+    folded = torch.cat([x, x.new_zeros(x.shape[0], length - x.shape[1], x.shape[2])], 1)
+    return folded.reshape(x.shape[0], length // period, period, x.shape[2]).mean()
+
+
+def test_a_branch_on_a_value_that_also_sets_a_size_is_told_no_tensor_form_holds_it_and_ints_outside_compile():
+    x = torch.sin(torch.arange(24.0) / 2).reshape(1, 24, 1).repeat(2, 1, 3)
+    table = watched(lambda: torch.compile(times_block, backend="aot_eager")(x))
+    sized = [b for b in table.breaks if "sets a tensor's size" in b.fix]
+    assert sized and all("no mask, torch.where or torch.cond holds it" in b.fix for b in sized), table.to_text()
+    torch._dynamo.reset()
+    g = torch.compile(fold, backend="aot_eager")
+    fixed = watched(lambda: [g(x, int(p)) for p in periods_of(x).tolist()])
+    assert not fixed.breaks and not any(r.failed for r in fixed.rows)

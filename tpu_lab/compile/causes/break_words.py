@@ -32,7 +32,7 @@ from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
-from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said
+from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said, sizes_set_by
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, python_result, symbolic_number
 from tpu_lab.compile.causes.whole_breaks import constructor_words, told_whole
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
@@ -128,6 +128,11 @@ def _on_the_line(hint: str, code: str) -> str:
     return f"call `{name}` outside the compiled function and pass its result in (Dynamo cannot trace it)"
 
 
+_SIZES_FIX = (  # the value the branch reads sets a tensor's size later: sizes are Python ints in a graph
+    "the value also sets a tensor's size ({0}), and a graph's sizes are Python ints, so no mask, torch.where or "
+    "torch.cond holds it: compute it outside the compiled function as Python ints (.tolist()) and compile only the "
+    "work per size (each value a graph of its own), or leave this part uncompiled"
+)
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
@@ -271,7 +276,8 @@ def _break_words(
     if ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
     elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
-        cause = dataclasses.replace(cause, fix=CONTROL_FIX)  # capture_scalar_outputs only moves the break there
+        sized = sizes_set_by(code, *at)  # TimesNet's period: a size, which no mask or torch.cond can hold
+        cause = dataclasses.replace(cause, fix=_SIZES_FIX.format(sized) if sized else CONTROL_FIX)
     elif ours and scalar and feeds_bookkeeping(code, *at):
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index

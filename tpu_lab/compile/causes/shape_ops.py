@@ -126,3 +126,24 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
     elif public:
         words = words.replace(shaped[0], f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data")
     return dataclasses.replace(cause, words=words, fix=fix)
+
+
+_SIZING = re.compile(r"\.(?:reshape|view|expand|new_zeros|unfold)\(|\btorch\.(?:zeros|ones|empty|full|arange)\(")
+
+
+def sizes_set_by(code: str, file: str, line: int) -> str:
+    """A later line of the block around ``file:line`` (a branch on a value: ``if T % period != 0:``) that sets a
+    tensor's size with a name the branch reads (``out.reshape(B, length // period, period, N)``): "line N (its
+    code)", or ""."""
+    names = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*\()", code)) - {"if", "elif", "while", "not", "and", "or"}
+    head = linecache.getline(file, line) if file else ""
+    indent = len(head) - len(head.lstrip())
+    for n in range(line + 1, line + 40):
+        text = linecache.getline(file, n)
+        if not text:
+            break
+        if text.strip() and len(text) - len(text.lstrip()) < indent:
+            break  # the block around the branch ends
+        if _SIZING.search(text) and any(re.search(rf"(?<![\w.]){re.escape(v)}\b", text) for v in names - {"self"}):
+            return f"line {n} ({text.strip()})"
+    return ""
