@@ -455,3 +455,37 @@ def test_a_branch_on_a_value_that_also_sets_a_size_is_told_no_tensor_form_holds_
     g = torch.compile(fold, backend="aot_eager")
     fixed = watched(lambda: [g(x, int(p)) for p in periods_of(x).tolist()])
     assert not fixed.breaks and not any(r.failed for r in fixed.rows)
+
+
+class Temperature:  # transformers' logits warpers, trimmed: objects the sampling step runs in turn
+    def __init__(self, t):
+        self.t = t
+
+    def __call__(self, scores):
+        return scores / self.t
+
+
+class TopK:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, scores):
+        return scores.masked_fill(scores < scores.topk(self.k).values[:, -1:], -float("inf"))
+
+
+def sample_step(scores, processors):
+    for p in processors:
+        scores = p(scores)
+    return scores.softmax(-1)
+
+
+def test_a_list_of_objects_the_code_runs_is_a_configuration_and_a_changed_class_is_named_by_index():
+    f, scores = torch.compile(sample_step, backend="aot_eager"), torch.randn(2, 8)
+    table = watched(lambda: [f(scores, [Temperature(0.7)]), f(scores, [Temperature(0.7), TopK(3)])])
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "length"]
+    assert fixes and all("the list holds objects the code runs in turn" in x for x in fixes), fixes
+    assert not any("stacked tensor" in x for x in fixes)
+    torch._dynamo.reset()
+    swapped = watched(lambda: [f(scores, [Temperature(0.7), TopK(3)]), f(scores, [Temperature(0.7), Temperature(2.0)])])
+    said = " ".join(c.words for r in swapped.rows for c in r.causes)
+    assert "processors[1] is now a Temperature, was a TopK" in said, said

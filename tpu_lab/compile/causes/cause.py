@@ -87,6 +87,7 @@ def _balanced(text: str) -> bool:
 _DICT_ITEM = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\)")
 _DICT_GET = re.compile(r"dict\.__getitem__\((?P<d>[^,]+?), (?P<k>'[^']*'|\d+)\)")
 _DICT_KEY = re.compile(r"list\(dict\.keys\((?P<d>[^()]+?)\)\)\[(?P<i>\d+)\]")
+_LIST_GET = re.compile(r"(?:list|tuple)\.__getitem__\((?P<d>[^,()]+), (?P<i>\d+)\)")  # a list's item, by index
 _DICT_AT = re.compile(r"(?<![\w.\]'])(?P<d>[\w.\[\]']+?)\[list\(dict\.keys\((?P=d)\)\)\[(?P<i>\d+)\]\]")
 
 
@@ -96,6 +97,7 @@ def _dict_sources(s: str) -> str:
     s = _DICT_ITEM.sub(r"list(\g<d>.values())[\g<i>]", s)
     s = _DICT_AT.sub(r"list(\g<d>.values())[\g<i>]", s)  # d[list(dict.keys(d))[0]]: an optimizer's state
     s = _DICT_GET.sub(r"\g<d>[\g<k>]", s)
+    s = _LIST_GET.sub(r"\g<d>[\g<i>]", s)
     return _DICT_KEY.sub(r"list(\g<d>)[\g<i>]", s)
 
 

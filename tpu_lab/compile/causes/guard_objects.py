@@ -8,7 +8,9 @@ from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, local_name, shown_as_module
 
-_TYPE_ID = re.compile(r"___check_type_id\((?P<name>[^,]+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?")
+_TYPE_ID = re.compile(
+    r"___check_type_id\((?P<name>(?:\w+\.__getitem__\([^()]*\)|[^,()])+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?"
+)
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
 _TORCH_CONSTANT = re.compile(r"^(?P<name>\S+) == torch\.(?P<value>\w+)$")  # a dtype, layout or memory format
 # Dynamo reports a guard whose check raised by the exception's text: an input it compared by value with ==
@@ -84,7 +86,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         )
     if m := _TYPE_ID.search(g):
         name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
-        module = "._modules[" in m["name"] or ".nn.modules." in (m["cls"] or "")
+        module = re.search(r"\._modules\['[^']+'\]$", m["name"]) is not None or ".nn.modules." in (m["cls"] or "")
         now = kind_of((inputs or {}).get(name, ""))
         if "None" in (now, was):  # a value and None: the code's two cases, each its own graph
             was = "None" if was == "NoneType" else _a(was)

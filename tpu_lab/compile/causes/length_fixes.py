@@ -17,11 +17,18 @@ def length_fix(source: str, f: Failure, inputs: Mapping[str, str] | None) -> str
         return _numbers_loop_fix(name, f) if _numbers(name, inputs) else _looped_fix(name, f)
     if source.startswith("G[") or on_module(name, inputs):
         return not_passed_fix(name)
+    if (inputs or {}).get(name, "").endswith(" of objects"):  # logits processors, transforms: a configuration
+        return _OBJECTS_FIX
     if _options(name, inputs):
         return _NUMBERS_FIX if _numbers(name, inputs) else _OPTIONS_FIX
     return LENGTH_FIX
 
 
+_OBJECTS_FIX = (
+    "expected once per configuration: the list holds objects the code runs in turn (logits processors, "
+    "transforms), each unrolled into the graph, so each length and each set of classes is a graph of its own; "
+    "keep the configurations few (or raise torch._dynamo.config.recompile_limit to their number)"
+)
 _OPTIONS_FIX = (
     "expected once per length: items that are not tensors (names, numbers, flags) pick a code path (which heads run), each "
     "length and each value a graph of its own; if they vary per call, pass a fixed set and a mask tensor of which apply"

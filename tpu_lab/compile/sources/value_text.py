@@ -77,9 +77,15 @@ def describe(value: Any) -> str:
 
 def length_text(value: list | tuple) -> str:
     """A list or tuple whose items are not shown, by its length (what a length guard checks), and where every
-    item is a dict (state dicts, records) or a number (quantiles) so: then no item is a name picking a code path."""
+    item is a dict (state dicts, records), a number (quantiles) or an object the code calls (logits processors)
+    so: then no item is a name picking a code path."""
     numbers = value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    import torch
+
+    plain = (str, bytes, bool, int, float, dict, list, tuple, type(None), torch.Tensor, torch.nn.Module)
+    objects = value and all(not isinstance(v, plain) and hasattr(v, "__dict__") for v in value)  # processors
     kind = " of dicts" if value and all(isinstance(v, dict) for v in value) else " of numbers" if numbers else ""
+    kind = kind or (" of objects" if objects else "")
     return f"{type(value).__name__} len={len(value)}{kind}"
 
 
