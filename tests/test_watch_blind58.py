@@ -489,3 +489,34 @@ def test_a_list_of_objects_the_code_runs_is_a_configuration_and_a_changed_class_
     swapped = watched(lambda: [f(scores, [Temperature(0.7), TopK(3)]), f(scores, [Temperature(0.7), Temperature(2.0)])])
     said = " ".join(c.words for r in swapped.rows for c in r.causes)
     assert "processors[1] is now a Temperature, was a TopK" in said, said
+
+
+class CountingSGD(torch.optim.Optimizer):  # LAMB's step, trimmed: a Python int step count it only increments
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                state = self.state[p]
+                if len(state) == 0:
+                    state["step"] = 0
+                state["step"] += 1
+                p.add_(p.grad, alpha=-group["lr"])
+
+
+def test_a_step_count_an_optimizer_only_counts_is_told_to_reuse_the_graph_never_a_graph_per_step():
+    w = nn.Parameter(torch.randn(3))
+    opt = CountingSGD([w])
+    step = torch.compile(opt.step, backend="aot_eager")
+
+    def train():
+        for _ in range(8):
+            w.grad = torch.ones(3)
+            step()
+
+    table = watched(train)
+    counted = [c for r in table.rows for c in r.causes if c.kind == "optimizer_step"]
+    assert counted and all("later steps reuse this graph" in c.words for c in counted), table.to_text()
+    assert sum(r.compiles for r in table.rows) < 8  # what the words say: not a graph per step

@@ -208,6 +208,12 @@ def _next_values(
             "recompiles for a new value; it saves no compile where another change forces one anyway)"
         )
         return name, dataclasses.replace(cause, words=words, fix=fix)
+    if cause.kind == "optimizer_step" and not pin:  # LAMB only counts it: no graph pins it
+        words = (
+            cause.words.split(": this optimizer keeps", 1)[0]
+            + ": Dynamo made it dynamic, so later steps reuse this graph"
+        )
+        return name, dataclasses.replace(cause, words=words, fix="none needed: later steps reuse this graph")
     if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
         m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
         pinned = {local_name(d) for d in baked}  # made dynamic, yet the new graph holds one value (pred == True)
@@ -319,7 +325,5 @@ def _read_by_library(causes: list[Cause], package: str, caller: str) -> list[Cau
     ]
 
 
-_LIBRARY_SIZES = (  # flex_attention's own helpers, compiled on their own where the user's function ran eagerly
-    "none needed: {whose} own function, which {caller}'s code calls with tensors none of yours to mark; Dynamo "
-    "makes their sizes dynamic, so it settles at a few graphs"
-)
+# flex_attention's own helpers, compiled on their own where the user's function ran eagerly
+_LIBRARY_SIZES = "none needed: {whose} own function, called by {caller}'s code with tensors none of yours to mark"
