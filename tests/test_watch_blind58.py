@@ -5,6 +5,7 @@ CleanRL's NumPy sizes, SGNS built without weights, TRL's NumPy KL coefficient an
 against Dynamo's own account, with the printed fix applied where it is an action."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -520,3 +521,26 @@ def test_a_step_count_an_optimizer_only_counts_is_told_to_reuse_the_graph_never_
     counted = [c for r in table.rows for c in r.causes if c.kind == "optimizer_step"]
     assert counted and all("later steps reuse this graph" in c.words for c in counted), table.to_text()
     assert sum(r.compiles for r in table.rows) < 8  # what the words say: not a graph per step
+
+
+def r1_penalty(discriminator, real):  # stylegan2-pytorch's d_r1_loss
+    (grad,) = torch.autograd.grad(discriminator(real).sum(), real, create_graph=True)
+    return grad.pow(2).flatten(1).sum(1).mean()
+
+
+def test_autograd_grad_in_compiled_code_is_told_to_stay_out_never_the_setting_that_makes_the_compile_fail():
+    d = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    real = torch.randn(3, 4, requires_grad=True)
+    table = watched(lambda: torch.compile(r1_penalty, backend="aot_eager")(d, real))
+    grads = [b for b in table.breaks if "torch.autograd.grad" in b.words]
+    assert grads and all("outside the compiled code" in b.fix for b in grads), table.to_text()
+    assert not any(re.search(r"(?<!not )torch\._dynamo\.config\.trace_autograd_ops = True", b.fix) for b in grads)
+    torch._dynamo.reset()
+    compiled_d = torch.compile(d, backend="aot_eager")  # the printed fix, applied: the penalty uncompiled
+
+    def penalty_outside():
+        compiled_d(real.detach()).mean().backward()  # the main loss, compiled
+        r1_penalty(d, real).backward()  # the penalty, with the uncompiled model
+
+    fixed = watched(penalty_outside)
+    assert not fixed.breaks and not any(r.failed for r in fixed.rows)

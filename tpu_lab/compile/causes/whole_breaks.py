@@ -1,7 +1,8 @@
 """Graph breaks told whole, where Dynamo's own words name its internals: a compile Dynamo gave up on because
 the code it traced raised ("Observed exception", the exception in its debug context), said as that exception
 with the way back to a compiled function once it is fixed (Dynamo skips a function it gave up on); a call of
-a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; a float made dynamic that a
+a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; torch.autograd.grad (a gradient
+penalty), whose own setting would make the compile fail; a float made dynamic that a
 higher-order op cannot capture; a class Dynamo cannot instantiate. Pure."""
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ _HOP_FLOAT_FIX = (
     "pass that float as a 0-d tensor (torch.tensor(value)) and use it as a tensor inside the loop's or branch's "
     "functions, so they capture a tensor; or keep the float one value (each value is then a graph of its own)"
 )
+_GRAD_WORDS = (
+    "torch.autograd.grad inside the compiled function (a gradient penalty: R1, WGAN-GP, path length): Dynamo "
+    "does not trace it, so the graph breaks there"
+)
+_GRAD_FIX = (
+    "run the penalty (the model's forward, torch.autograd.grad and the backward through them) with the uncompiled "
+    "model, outside the compiled code, and the compiled one for the main loss: a graph compiled with aot_autograd "
+    "cannot be differentiated twice (create_graph=True, then .backward(), raises); not "
+    "torch._dynamo.config.trace_autograd_ops = True, with which such a compile fails"
+)
 _RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
 
 
@@ -27,6 +38,8 @@ def told_whole(reason: str, library: str, code: str) -> Cause | None:
     code; ``code``: the user's line); None for any other."""
     if "_CachedForward.__get__" in reason:  # torch.jit's ScriptModule forward, looked up on the call
         return _scripted(reason, code)
+    if "torch.autograd.grad" in reason and "trace_autograd_ops" in reason:  # R1, WGAN-GP: a gradient penalty
+        return Cause("graph_break", _GRAD_WORDS, reason, _GRAD_FIX)
     if _HOP_FLOAT.search(reason):  # tol made dynamic, then captured by torch.while_loop's cond_fn
         return Cause("graph_break", _HOP_FLOAT_WORDS, reason, _HOP_FLOAT_FIX)
     if "Observed exception" not in reason or (m := _RAISED.search(reason)) is None:
