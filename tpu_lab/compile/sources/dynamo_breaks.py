@@ -175,8 +175,8 @@ def broke_in(code: Any) -> bool:
     if code is None:
         return False
     lines = {line for _, _, line in code.co_lines() if line}
+    # a resume function (the part after a break) runs the original function's lines, under its name
+    names = {code.co_name, "", code.co_name.removeprefix(RESUME).rsplit("_at_", 1)[0]}
     return any(
-        f.filename == code.co_filename and f.name in (code.co_name, "") and f.lineno in lines
-        for h in _heard
-        for f in h.stack
+        f.filename == code.co_filename and f.name in names and f.lineno in lines for h in _heard for f in h.stack
     )
