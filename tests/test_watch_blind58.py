@@ -544,3 +544,34 @@ def test_autograd_grad_in_compiled_code_is_told_to_stay_out_never_the_setting_th
 
     fixed = watched(penalty_outside)
     assert not fixed.breaks and not any(r.failed for r in fixed.rows)
+
+
+class GrowingRope(nn.Module):  # transformers' LlamaRotaryEmbedding (v4.36): the cos/sin cache regrown in forward
+    def __init__(self, dim=4, cached=8):
+        super().__init__()
+        self.dim = dim
+        self._set_cos_sin_cache(cached)
+
+    def _set_cos_sin_cache(self, seq_len):
+        self.max_seq_len_cached = seq_len
+        freqs = torch.outer(torch.arange(seq_len).float(), torch.ones(self.dim))
+        self.register_buffer("cos_cached", freqs.cos(), persistent=False)
+
+    def forward(self, x):
+        if x.shape[1] > self.max_seq_len_cached:
+            self._set_cos_sin_cache(x.shape[1])
+        return x * self.cos_cached[: x.shape[1]]
+
+
+def test_a_cache_and_its_length_a_method_of_forward_rewrites_are_one_cause_and_building_it_once_saves_compiles():
+    lengths = (6, 12, 16, 10)
+    rope = GrowingRope()
+    f = torch.compile(rope, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(1, n, 4)) for n in lengths])
+    said = [c for r in table.rows for c in r.causes if c.kind == "rewritten"]
+    assert said and all("_set_cos_sin_cache" in c.words and "max_seq_len_cached" in c.words for c in said), said
+    assert not any("allow_unspec_int_on_nn_module" in c.fix for r in table.rows for c in r.causes)
+    torch._dynamo.reset()
+    built = GrowingRope(cached=max(lengths))  # the printed fix, applied: the cache built once at its largest size
+    g = torch.compile(built, backend="aot_eager")
+    assert watched(lambda: [g(torch.randn(1, n, 4)) for n in lengths]).total_compiles < table.total_compiles

@@ -15,12 +15,14 @@ _GUARD = re.compile(
     r"tensor '(?P<name>.+?)' (?:(?:size|stride) mismatch at index (?P<i>\d+)|(?P<what>rank|dtype|device) mismatch)"
     r"\. expected (?P<a>[^,]+), actual (?P<b>.+)"
 )
-_KINDS = ("size", "rank", "stride", "dtype", "device")
+_KINDS = ("size", "rank", "stride", "dtype", "device", "value")
+_INT = re.compile(r"^(?P<name>\S+) == (?P<was>-?\d+)$", re.M)  # an int the module keeps (max_seq_len_cached)
 
 REWRITTEN_FIX = (
     "expected while the code rewrites it; to compile once per input shape, compute it inside the call from the "
     "input every time instead of keeping it on the module (inside the graph it costs little), or build it "
-    "outside the compiled function and pass it in"
+    "outside the compiled function and pass it in (a cache that grows: build it once at the largest size it will "
+    "need, before the first compiled call)"
 )
 
 
@@ -37,9 +39,12 @@ def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[
         for m in _GUARD.finditer(c.guard):
             what = f"dimension {m['i']}" if m["i"] else {"rank": "dimensions"}.get(m["what"], m["what"])
             changes.setdefault(what, []).append(f"{m['a']} -> {m['b'].strip()}")
+        for m in _INT.finditer(c.guard):
+            changes.setdefault(m["name"].rsplit(".", 1)[-1], []).append(f"was {m['was']}")
     told = "; ".join(f"{what}: {', '.join(dict.fromkeys(seen))}" for what, seen in changes.items())
     them = "it" if len(names) == 1 else "them"
-    writers = " and ".join(dict.fromkeys(rewritten[n] for n in names))
+    by_method = {rewritten[n].split(" (", 1)[0]: rewritten[n] for n in reversed(names)}  # one place per method
+    writers = " and ".join(dict.fromkeys(by_method[rewritten[n].split(" (", 1)[0]] for n in names))
     words = (
         f"{', '.join(names)} changed ({told}): {writers} rewrites {them} itself, so each graph holds {them} as "
         "they were when it compiled"
@@ -50,7 +55,8 @@ def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[
 
 
 def _named(cause: Cause) -> list[str]:
-    return [local_name(m["name"]) for m in _GUARD.finditer(cause.guard)]
+    ints = [local_name(m["name"]) for m in _INT.finditer(cause.guard)] if cause.kind == "value" else []
+    return [local_name(m["name"]) for m in _GUARD.finditer(cause.guard)] + ints
 
 
 _FLAG = re.compile(r"^(\S+) == (?:True|False)$", re.M)

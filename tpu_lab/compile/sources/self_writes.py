@@ -17,7 +17,8 @@ from tpu_lab.compile.causes.source_file import parsed_file
 from tpu_lab.compile.sources.guarded import value_at
 
 _TENSOR = re.compile(  # a tensor's guard, or a flag's (ActNorm's data_dep_init_done == False)
-    r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch|(?:^|: )(?P<v>(?:L\['self'\]|self)\S*) == (?:True|False)\b",
+    r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch"
+    r"|(?:^|: )(?P<v>(?:L\['self'\]|self)\S*) == (?:True|False|-?\d+)(?![\w.])",  # a flag, or an int it keeps
     re.M,
 )
 _OWNED = re.compile(r"(?P<owner>.+?)\.(?P<attr>\w+)(?P<items>(?:\[\d+\]|\['[^']*'\])*)")
@@ -35,10 +36,11 @@ def rewritten(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]
             if name in out or not name.startswith("self"):
                 continue
             parts = _OWNED.fullmatch(source)
-            # a parameter is no cache; a buffer grown as needed has its own fix (build it once at full size)
-            if parts is None or parts["attr"] in ("_parameters", "_modules", "_buffers"):
+            buffer = re.fullmatch(r"\['(\w+)'\]", parts["items"]) if parts and parts["attr"] == "_buffers" else None
+            # a parameter is no cache; a buffer counts where the class's code registers it anew (a RoPE cache)
+            if parts is None or (parts["attr"] in ("_parameters", "_modules", "_buffers") and not buffer):
                 continue
-            attr = parts["attr"]
+            attr = buffer[1] if buffer else parts["attr"]
             try:
                 owner = value_at(parts["owner"], frame)
             except Exception:
@@ -71,7 +73,9 @@ def _writer(cls: type, attr: str) -> str:
         }
         for method in ["forward", *sorted(called & methods.keys() - {"forward", "__init__"})]:
             for node in ast.walk(methods[method]):
-                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns(node, attr):
+                if (
+                    isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns(node, attr)
+                ) or _registers(node, attr):
                     code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
                     code = code.splitlines()[0] if code else ""
                     return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{node.lineno}: {code.strip()})"
@@ -86,6 +90,19 @@ def _assigns(node: ast.Assign | ast.AugAssign | ast.AnnAssign, attr: str) -> boo
         if isinstance(held, ast.Attribute) and held.attr == attr and _is_self(held.value):
             return True
     return False
+
+
+def _registers(node: ast.AST, attr: str) -> bool:
+    """Whether ``node`` is ``self.register_buffer("<attr>", ...)``: a buffer set anew (a RoPE cos/sin cache)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "register_buffer"
+        and _is_self(node.func.value)
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == attr
+    )
 
 
 def _stores(target: ast.expr) -> list[ast.expr]:
