@@ -78,7 +78,7 @@ def _writer(cls: type, attr: str) -> str:
                 ) or _registers(node, attr):
                     code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
                     code = code.splitlines()[0] if code else ""
-                    return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, "lineno", 0)}: {code.strip()})"
+                    return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, 'lineno', 0)}: {code.strip()})"
     return ""
 
 
