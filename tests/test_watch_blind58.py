@@ -575,3 +575,12 @@ def test_a_cache_and_its_length_a_method_of_forward_rewrites_are_one_cause_and_b
     built = GrowingRope(cached=max(lengths))  # the printed fix, applied: the cache built once at its largest size
     g = torch.compile(built, backend="aot_eager")
     assert watched(lambda: [g(torch.randn(1, n, 4)) for n in lengths]).total_compiles < table.total_compiles
+
+
+def test_a_long_expression_of_sizes_is_named_by_the_sizes_it_reads_never_quoted_whole():
+    from tpu_lab.compile.causes.cause import held_expr
+
+    swin = "(4*((((L['x'].size()[2] // 4) + ((4 + (-1)*((L['x'].size()[2] // 4) % 4)) % 4)) // 4)))" * 3
+    said = held_expr(swin)  # Swin's padding arithmetic, as Dynamo writes it
+    assert said == "an expression of x.size()[2] too long to quote here", said
+    assert held_expr("L['x'].size()[2] // 4") == "x.size()[2] // 4"

@@ -75,6 +75,16 @@ def bare(expr: str) -> str:
     return expr
 
 
+def held_expr(expr: str) -> str:
+    """A guard's expression as a cause quotes it: whole where short, else by the sizes it reads (Swin's padding
+    arithmetic runs to thousands of characters; Dynamo's guard beside it keeps it whole)."""
+    said = bare(local_name(expr))
+    if len(said) <= 100:
+        return said
+    sizes = " and ".join(sorted(set(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said))))
+    return f"an expression of {sizes or 'sizes'} too long to quote here"
+
+
 def _balanced(text: str) -> bool:
     depth = 0
     for ch in text:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import CARRIED, Cause, bare, local_name
+from tpu_lab.compile.causes.cause import CARRIED, Cause, held_expr, local_name
 
 _BATCHED = ("input_ids", "attention_mask", "position_ids", "cache_position", "inputs_embeds", "labels")
 STATIC_WORDS = (
@@ -294,7 +294,7 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
     if "sym_float(" in m["expr"]:  # a float from a size that an op takes as one value: interpolate's scale_factor
         return Cause(
             "size_value",
-            f"a float computed from a size changed (the graph holds {bare(local_name(m['expr']))} == {m['n']}), "
+            f"a float computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), "
             f"set{line}: torch takes it as one fixed value there (a scale factor), so each size is a graph of its "
             "own, even with dynamic shapes",
             g,
@@ -304,7 +304,7 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
         )
     return Cause(
         "size_value",
-        f"a number computed from a size changed (the graph holds {bare(local_name(m['expr']))} == {m['n']}), set{line}: "
+        f"a number computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "
         "the code uses it as a Python number (how many chunks split() makes, a loop count), so each value "
         "of it is a graph of its own, even with dynamic shapes",
         g,
