@@ -584,3 +584,28 @@ def test_a_long_expression_of_sizes_is_named_by_the_sizes_it_reads_never_quoted_
     said = held_expr(swin)  # Swin's padding arithmetic, as Dynamo writes it
     assert said == "an expression of x.size()[2] too long to quote here", said
     assert held_expr("L['x'].size()[2] // 4") == "x.size()[2] // 4"
+
+
+@pytest.mark.slow
+def test_a_setting_switched_on_a_library_model_is_never_told_to_vanish_with_a_graph_break_fix():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32, embd_pdrop=0.0)
+    model = GPT2LMHeadModel(config).train()  # transformers' docs: gradient_checkpointing_enable() between runs
+    f = torch.compile(model, backend="aot_eager")
+
+    def step():
+        ids = torch.randint(0, 64, (2, 8))
+        f(input_ids=ids, labels=ids).loss.backward()
+
+    def toggled():
+        step()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        step()
+
+    table = watched(toggled)
+    flags = [c for r in table.rows for c in r.causes if c.kind == "flag" and "gradient_checkpointing" in c.words]
+    assert flags and not any("fixing that graph break" in c.fix for c in flags), table.to_text()
+    every = " ".join(c.fix for r in table.rows for c in r.causes)
+    assert "GPT2LMHeadModel.forward is transformers code that GPT2LMHeadModel.forward" not in every

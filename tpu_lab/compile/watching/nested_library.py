@@ -34,11 +34,15 @@ def said_at_the_call(
         around = [o for o in outers if o != key and key in under.get(code_of.get(o), ())]
         # the innermost of them: the one the others' calls reached (the user's helper, not the forward around it)
         outer = max(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around), default=None)
-        if outer is not None:
+        base = outer.label.split(" after the graph break")[0] if outer is not None else ""
+        if outer is not None and key.name not in (base, outer.name):  # a part of itself is no caller
             fix = _fix(key, outer)
             row.causes = [
                 dataclasses.replace(c, fix=fix)
-                if c.guard and c.kind != "limit" and not c.fix.startswith("none needed") and _asks_of_it(c.fix)
+                if c.guard
+                and c.kind not in ("limit", "flag", "training", "global_state")  # a setting: compiled apart anyway
+                and not c.fix.startswith("none needed")
+                and _asks_of_it(c.fix)
                 else c
                 for c in row.causes
             ]
@@ -46,10 +50,12 @@ def said_at_the_call(
 
 def _fix(key: FunctionKey, outer: FunctionKey) -> str:
     package = {"stdlib": "Python's standard library"}.get(package_of(key.filename), package_of(key.filename))
+    package = "generated" if package.startswith("<") else package  # a dataclass's own __init__
     caller = outer.label.split(" after the graph break")[0] if outer.name.startswith(RESUME) else outer.name
     return (
         f"nothing of yours to change here: {key.name} is {package} code that {caller} called in a part Dynamo "
-        f"could not compile, so Dynamo compiled it as a function of its own, with inputs {package} built from "
+        f"could not compile, so Dynamo compiled it as a function of its own, with inputs "
+        f"{'the library' if package == 'generated' else package} built from "
         f"yours; fixing that graph break (see its fix) removes these graphs too"
     )
 
