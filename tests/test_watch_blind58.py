@@ -609,3 +609,41 @@ def test_a_setting_switched_on_a_library_model_is_never_told_to_vanish_with_a_gr
     assert flags and not any("fixing that graph break" in c.fix for c in flags), table.to_text()
     every = " ".join(c.fix for r in table.rows for c in r.causes)
     assert "GPT2LMHeadModel.forward is transformers code that GPT2LMHeadModel.forward" not in every
+
+
+class StepSize(nn.Module):  # LSQ's quantizer: a [1] placeholder scale, replaced by a 0-d Parameter on init_from
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Parameter(torch.ones(1))
+
+    def init_from(self, x):
+        self.s = nn.Parameter(x.abs().mean() * 2)
+
+    def forward(self, x):
+        return torch.round(x / self.s).clamp(-8, 7) * self.s
+
+
+def test_a_parameter_replaced_at_another_rank_is_told_to_be_made_at_its_final_rank_and_that_keeps_one_graph():
+    q, x = StepSize(), torch.randn(4)
+    f = torch.compile(q, backend="aot_eager")
+
+    def replaced():
+        f(x)
+        q.init_from(x)
+        f(x)
+
+    table = watched(replaced)
+    ranks = [c for r in table.rows for c in r.causes if c.kind == "rank"]
+    assert ranks and all("create it at its final rank" in c.fix for c in ranks), table.to_text()
+    assert not any("force_parameter_static_shapes = False lets" in c.fix for c in ranks)
+    torch._dynamo.reset()
+    final = StepSize()
+    final.s = nn.Parameter(torch.ones(()))  # the printed fix, applied: made at its final rank
+    g = torch.compile(final, backend="aot_eager")
+
+    def at_final_rank():
+        g(x)
+        final.s.data.copy_(x.abs().mean() * 2)
+        g(x)
+
+    assert watched(at_final_rank).total_compiles == 1

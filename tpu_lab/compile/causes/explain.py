@@ -12,11 +12,8 @@ from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.call_cases import in_case, keywords_named, torch_function_cause
 from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name, shown_as_module
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
-from tpu_lab.compile.causes.guard_sizes import (
-    RANK_FIX,
-    STATIC_WORDS,
-    without_note,
-)
+from tpu_lab.compile.causes.guard_layouts import RANK_FIX
+from tpu_lab.compile.causes.guard_sizes import STATIC_WORDS, without_note
 from tpu_lab.compile.causes.guard_values import closures_unnamed
 from tpu_lab.compile.causes.held_numbers import (
     held_cause,

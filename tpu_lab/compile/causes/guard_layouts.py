@@ -1,6 +1,6 @@
-"""A tensor's memory layout or storage offset changed: a stride (channels_last, a transposed or sliced view)
-or the offset of a view into a larger tensor, in words, with the layout to keep. Pure: strings in, ``Cause``
-out."""
+"""A tensor's memory layout, rank or storage offset changed: a stride (channels_last, a transposed or sliced
+view), the offset of a view into a larger tensor, or the number of dimensions (with the fix for each kind of
+tensor), in words, with the layout to keep. Pure: strings in, ``Cause`` out."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 import re
 
 from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_sizes import PARAMETER_FIX
 
 _LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")
 
@@ -78,3 +79,25 @@ def offset_words(g: str) -> Cause | None:
         f"pass {name} the same way every call: where it is made as a view, .clone() it (every call then passes a "
         "tensor of its own), or always pass a view",
     )
+
+
+def rank_fix(name: str, parameter: bool) -> str:
+    """The fix for ``name`` having another number of dimensions: a module's own tensor (or parameter) made at
+    another rank, a parameter (static shapes: a graph per shape), or an input."""
+    if name.startswith("self.") and parameter:  # LSQ's step size: a [1] placeholder, then a 0-d Parameter
+        return (
+            f"the module's own parameter {name} was replaced by one of another rank: create it at its final rank "
+            "(torch.ones(()) for a 0-d scale), or replace it before the first compiled call; no setting shares a "
+            "graph across ranks (force_parameter_static_shapes is about sizes)"
+        )
+    if parameter:
+        return PARAMETER_FIX
+    if name.startswith("self."):
+        return (
+            f"the module's own {name} was made at another rank (a placeholder such as torch.empty(0) replaced by the "
+            "real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
+        )
+    return RANK_FIX
+
+
+RANK_FIX = "expected once per rank; reshape inputs to one rank if this keeps changing"

@@ -259,22 +259,6 @@ MODULE_PARAMETER_FIX = (  # the module's own layer replaced by one of another si
 )
 
 
-def rank_fix(name: str, parameter: bool) -> str:
-    """The fix for ``name`` having another number of dimensions: a module's own tensor made at another rank, a
-    parameter (static shapes: a graph per shape), or an input."""
-    if parameter:
-        return PARAMETER_FIX
-    if name.startswith("self."):
-        return (
-            f"the module's own {name} was made at another rank (a placeholder such as torch.empty(0) replaced by the "
-            "real tensor): create it at its final rank (its sizes 0 at first), so only a size changes"
-        )
-    return RANK_FIX
-
-
-RANK_FIX = "expected once per rank; reshape inputs to one rank if this keeps changing"
-
-
 def is_parameter(raw: str, g: str) -> bool:
     """The guard is on a module's parameter (Dynamo says so), not on an input."""
     return "Guard failed on a parameter" in g or "._parameters[" in raw
