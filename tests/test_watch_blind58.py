@@ -421,6 +421,8 @@ def test_a_condition_with_the_same_offset_on_both_sides_is_said_without_it():
 
     said = _plain("6 + mems[0].size()[0] <= 6 + mems[2].size()[0]", "mems[0] dim 0")  # Transformer-XL's mems
     assert said == "mems[0].size()[0] <= mems[2].size()[0]"
+    assert _plain("3*max_num_nodes != 3", "max_num_nodes") == "max_num_nodes != 1"  # PyG's to_dense_batch
+    assert _plain("3*x <= 7", "x") == "3*x <= 7"  # no exact division: said as it is
 
 
 def periods_of(x, k=2):  # TimesNet's FFT_for_Period, trimmed: periods read from the data with .numpy()

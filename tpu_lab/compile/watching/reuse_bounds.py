@@ -241,6 +241,12 @@ def _plain(condition: str, subject: str) -> str:
             said = f"{m[1]} {m[4]} {int(m[5]) + int(m[3]) * (1 if m[2] == '-' else -1)}"
         if m := re.fullmatch(r"(\d+) \+ (\S+) (!=|==|[<>]=?) \1 \+ (\S+)", said):  # 6 + a <= 6 + b as a <= b
             said = f"{m[2]} {m[3]} {m[4]}"
+        if (
+            (m := re.fullmatch(r"(\d+)\*(\S+) (!=|==|[<>]=?) (-?\d+)", said))
+            and int(m[1])
+            and not int(m[4]) % int(m[1])
+        ):
+            said = f"{m[2]} {m[3]} {int(m[4]) // int(m[1])}"  # 3*n != 3 as n != 1
         return said
     if m := re.fullmatch(r"\(?(.*?)\)? == (-?\d+)", condition):  # range(math.ceil(...) + 1): a count of it
         return f"the number your code computes from {subject} stays {m[2]}"
