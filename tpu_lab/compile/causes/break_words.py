@@ -292,8 +292,9 @@ def _break_words(
         words = f"{cause.words.rstrip('.')}, and Dynamo cannot resume after a backend's failure: the code from here on runs eagerly on every call"
         cause = dataclasses.replace(cause, words=words)
     elif stopped_at:  # Dynamo compiled up to its last resumable point and runs the rest eagerly
+        said = cause.words.rstrip(".").removesuffix(", where Dynamo cannot resume")  # a loop's break says it already
         words = (
-            f"{cause.words.rstrip('.')}, where Dynamo cannot resume (it resumes only at a function call, outside a try/with block): it compiles "
+            f"{said}, where Dynamo cannot resume (it resumes only at a function call, outside a try/with block): it compiles "
             f"the function up to line {stopped_at} and the rest runs eagerly on every call"
         )
         cause = dataclasses.replace(cause, words=words)
