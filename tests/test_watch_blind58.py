@@ -611,6 +611,7 @@ def test_a_setting_switched_on_a_library_model_is_never_told_to_vanish_with_a_gr
     assert flags and not any("fixing that graph break" in c.fix for c in flags), table.to_text()
     every = " ".join(c.fix for r in table.rows for c in r.causes)
     assert "GPT2LMHeadModel.forward is transformers code that GPT2LMHeadModel.forward" not in every
+    assert "cannot resume, where Dynamo cannot resume" not in table.to_text()
 
 
 class StepSize(nn.Module):  # LSQ's quantizer: a [1] placeholder scale, replaced by a 0-d Parameter on init_from
