@@ -650,3 +650,24 @@ def test_a_parameter_replaced_at_another_rank_is_told_to_be_made_at_its_final_ra
         g(x)
 
     assert watched(at_final_rank).total_compiles == 1
+
+
+def test_a_closure_variable_inside_a_librarys_arguments_is_named_by_dynamos_hint():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    def sliding(window_size):  # attention-gym's generate_sliding_window: the window held in a closure
+        def mask_mod(b, h, q, kv):
+            return (q >= kv) & (q - kv <= window_size)
+
+        return mask_mod
+
+    q = torch.randn(1, 1, 32, 8)
+    f = torch.compile(flex_attention, backend="aot_eager")
+
+    def windows():
+        with torch.no_grad():
+            for w in (4, 8):
+                f(q, q, q, block_mask=create_block_mask(sliding(w), None, None, 32, 32, device="cpu"))
+
+    said = " ".join(c.words for r in watched(windows).rows for c in r.causes)
+    assert "the closure variable window_size" in said and "__closure__" not in said, said

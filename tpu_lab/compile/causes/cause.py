@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -83,6 +84,16 @@ def held_expr(expr: str) -> str:
         return said
     sizes = " and ".join(sorted(set(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said))))
     return f"an expression of {sizes or 'sizes'} too long to quote here"
+
+
+_HINTED = re.compile(r"(?P<src>\S+\.__closure__\[\d+\]\.cell_contents) [^\n]*\(HINT: guard on \"(?P<name>\w+)\"\)")
+
+
+def hinted_names(reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """Closure variables Dynamo names in a guard's hint (``args[4][16].__closure__[0].cell_contents == 16  # ...
+    (HINT: guard on "window_size")``: a mask_mod's window inside flex_attention's arguments), as (the guard's
+    name for it, the variable's name)."""
+    return tuple(dict.fromkeys((local_name(m["src"]), m["name"]) for r in reasons for m in _HINTED.finditer(r)))
 
 
 def _balanced(text: str) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tpu_lab.compile.causes import guard_words
 from tpu_lab.compile.causes.call_cases import in_case, keywords_named, torch_function_cause
-from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, local_name, shown_as_module
+from tpu_lab.compile.causes.cause import BAKED, VERBATIM_FIX, Cause, Failure, hinted_names, local_name, shown_as_module
 from tpu_lab.compile.causes.guard_containers import none_not_shorter, one_dict_change
 from tpu_lab.compile.causes.guard_layouts import RANK_FIX
 from tpu_lab.compile.causes.guard_sizes import STATIC_WORDS, without_note
@@ -271,7 +271,7 @@ def capture_causes(
         capture.signature,
         tpu=tpu,
         static=capture.static,
-        names=capture.names,
+        names=(*capture.names, *hinted_names(capture.reasons)),
         caller=capture.caller,
         dynamic=dynamic,
         limit=limit,
