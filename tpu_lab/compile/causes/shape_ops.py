@@ -135,7 +135,15 @@ def sizes_set_by(code: str, file: str, line: int) -> str:
     """A later line of the block around ``file:line`` (a branch on a value: ``if T % period != 0:``) that sets a
     tensor's size with a name the branch reads (``out.reshape(B, length // period, period, N)``): "line N (its
     code)", or ""."""
-    names = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*\()", code)) - {"if", "elif", "while", "not", "and", "or"}
+    # bare names only: a number (period), never a tensor the condition reads through a method (x.sum() > 0)
+    names = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*[(.\[])", code)) - {
+        "if",
+        "elif",
+        "while",
+        "not",
+        "and",
+        "or",
+    }
     head = linecache.getline(file, line) if file else ""
     indent = len(head) - len(head.lstrip())
     for n in range(line + 1, line + 40):

@@ -82,6 +82,7 @@ def _global_arrays(file: str, code: str) -> list[str]:
     if np is None or not called:
         return []
     module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == file), None)
-    module = module or sys.modules.get("__main__")
+    if module is None and ("ipykernel" in file or file.startswith("<")):  # a notebook cell: the kernel's globals
+        module = sys.modules.get("__main__")
     held = vars(module) if module is not None else {}
     return [n for n in sorted(called) if isinstance(held.get(n), np.ndarray)]
