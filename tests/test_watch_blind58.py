@@ -671,3 +671,22 @@ def test_a_closure_variable_inside_a_librarys_arguments_is_named_by_dynamos_hint
 
     said = " ".join(c.words for r in watched(windows).rows for c in r.causes)
     assert "the closure variable window_size" in said and "__closure__" not in said, said
+
+
+def advantages(rewards, values, args):  # CleanRL's GAE: a loop over reversed(range(args.num_steps))
+    adv, last = torch.zeros_like(rewards), 0
+    for t in reversed(range(args.num_steps)):
+        last = rewards[t] - values[t] + args.gamma * (values[t] + last)
+        adv[t] = last
+    return adv
+
+
+def test_a_loop_count_read_off_an_args_namespace_in_reversed_range_is_the_unrolled_loop_never_a_tensor():
+    from types import SimpleNamespace
+
+    f = torch.compile(advantages, backend="aot_eager")
+    runs = [(n, torch.randn(8), torch.randn(8)) for n in (4, 6, 8)]
+    table = watched(lambda: [f(r, v, SimpleNamespace(num_steps=n, gamma=0.99)) for n, r, v in runs])
+    said = [c for r in table.rows for c in r.causes if "num_steps" in c.words]
+    assert said and not any("as a tensor" in c.fix for c in said), [c.fix for c in said]
+    assert any("compile only the loop's body" in c.fix for c in said), [c.fix for c in said]

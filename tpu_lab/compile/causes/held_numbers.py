@@ -79,7 +79,8 @@ def held_cause(cause: Cause, name: str, pin: tuple[str, str], at_most: str, *, b
             stored = re.search(r": self\.[\w.]+\s*[-+*/]?=(?!=)", place) or kept  # self.sum += val * n
             spelled = re.escape(re.sub(r"^kwargs\['(\w+)'\]$", r"\1", name))  # a keyword passed: by its name
             looped = re.search(
-                rf"line (\d+): (for .+ in range\((?:[^()]|\([^()]*\))*?(?<![\w.]){spelled}\b.*)\)$", place
+                rf"line (\d+): (for .+ in (?:reversed\()?range\((?:[^()]|\([^()]*\))*?(?<![\w.]){spelled}\b.*)\)$",
+                place,
             )
             if looped and not (indexed or keyed or cast):  # for _ in range(max_new_tokens): the loop unrolled
                 words = (
