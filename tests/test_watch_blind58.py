@@ -606,7 +606,13 @@ def test_a_setting_switched_on_a_library_model_is_never_told_to_vanish_with_a_gr
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         step()
 
-    table = watched(toggled)
+    table, account = watched_clean(toggled)
+    for place in ("modeling_utils.py:", "generic.py:"):  # each break on the library line Dynamo logged it at
+        logged = sum(
+            f"/transformers/{'utils/' if 'generic' in place else ''}{place}" in m for m in account.graph_breaks()
+        )
+        shown = sum(b.count for b in table.breaks if place in b.where)
+        assert shown == logged, (place, shown, logged, table.to_text())
     flags = [c for r in table.rows for c in r.causes if c.kind == "flag" and "gradient_checkpointing" in c.words]
     assert flags and not any("fixing that graph break" in c.fix for c in flags), table.to_text()
     every = " ".join(c.fix for r in table.rows for c in r.causes)

@@ -6,6 +6,7 @@ for it, so nothing more is printed). Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
 import logging
@@ -14,6 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.causes.source_file import parsed_file
 from tpu_lab.compile.sources import dynamo_source
 from tpu_lab.compile.sources.frames import RESUME
 from tpu_lab.compile.sources.listening import outside_dynamo
@@ -33,6 +35,7 @@ class GraphBreak(NamedTuple):
 
 _UNRESUMABLE = "Encountered graph break that we cannot resume from"
 _TRACING = "Encountered graph break when attempting to trace"
+_SKIPPED = "Failed to handle graph break gracefully"
 
 
 class _Heard(NamedTuple):
@@ -109,10 +112,20 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     name = str(point.name)  # a resume function's checkpoint: the function it resumes (Dynamo's log names that)
     name = name[len(RESUME) :].rpartition("_at_")[0] if name.startswith(RESUME) else name
 
-    def at(stack: list[traceback.FrameSummary]) -> int:  # where the checkpoint's frame is in a heard stack
-        return next((i for i, f in enumerate(stack) if f.filename == point.filename and f.name == name), -1)
+    home = _def_of(point.filename, int(point.lineno or 0))  # GPT2Model.forward is no GPT2LMHeadModel.forward
 
-    near = [h for h in _heard if h.at == (index, dynamo_source.resets)]
+    def at(stack: list[traceback.FrameSummary]) -> int:  # where the checkpoint's frame is in a heard stack
+        return next(
+            (
+                i
+                for i, f in enumerate(stack)
+                if f.filename == point.filename and f.name == name and _def_of(f.filename, int(f.lineno or 0)) == home
+            ),
+            -1,
+        )
+
+    # a frame Dynamo skipped whole ("Failed to handle graph break gracefully") logs its own break: never this one
+    near = [h for h in _heard if h.at == (index, dynamo_source.resets) and not h.reason.startswith(_SKIPPED)]
     found = next((h for h in near if h.unresumable and at(h.stack) >= 0), None)
     found = found or next((h for h in reversed(near) if at(h.stack) >= 0), None)
     found = found or next((h for h in reversed(near) if [f.name for f in h.stack] == [""]), None)
@@ -122,6 +135,20 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     repeat = [f.name for f in found.stack] == [""]  # a repeat is logged at the break's own place: that place
     inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else found.stack if repeat else list(checkpoint)
     return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
+
+
+def _def_of(file: str, line: int) -> int:
+    """The line of the innermost function definition around ``file:line`` (0 where the file cannot be read):
+    two functions of one name in one file (each model's ``forward``) told apart."""
+    tree = parsed_file(file)
+    if tree is None:
+        return 0
+    defs = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
+    ]
+    return max(defs, default=0)
 
 
 def graph_break_marker() -> tuple[int, int, int]:
