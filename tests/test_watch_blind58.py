@@ -696,3 +696,18 @@ def test_a_loop_count_read_off_an_args_namespace_in_reversed_range_is_the_unroll
     said = [c for r in table.rows for c in r.causes if "num_steps" in c.words]
     assert said and not any("as a tensor" in c.fix for c in said), [c.fix for c in said]
     assert any("compile only the loop's body" in c.fix for c in said), [c.fix for c in said]
+
+
+def clamped(xyz, box_min, box_max):  # a point-in-box check before clamping, as NeRF samplers write it
+    for _ in range(2):
+        if torch.all(xyz <= box_max):
+            break
+        xyz = torch.max(torch.min(xyz, box_max), box_min)
+    return xyz
+
+
+def test_a_branch_on_a_tensor_with_no_number_read_back_is_never_told_about_capture_scalar_outputs():
+    xyz, lo, hi = torch.randn(5, 3) * 2, -torch.ones(3), torch.ones(3)
+    table = watched(lambda: torch.compile(clamped, backend="aot_eager")(xyz, lo, hi))
+    branches = [b for b in table.breaks if "branching" in b.words]
+    assert branches and not any("capture_scalar_outputs" in b.fix for b in branches), [b.fix for b in branches]

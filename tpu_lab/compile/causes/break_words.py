@@ -133,6 +133,7 @@ _SIZES_FIX = (  # the value the branch reads sets a tensor's size later: sizes a
     "torch.cond holds it: compute it outside the compiled function as Python ints (.tolist()) and compile only the "
     "work per size (each value a graph of its own), or leave this part uncompiled"
 )
+_NO_READ_FIX = CONTROL_FIX.replace(": capture_scalar_outputs only moves the break there;", ";")  # no .item() here
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
@@ -277,7 +278,8 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=counted)
     elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
         sized = sizes_set_by(code, *at)  # TimesNet's period: a size, which no mask or torch.cond can hold
-        cause = dataclasses.replace(cause, fix=_SIZES_FIX.format(sized) if sized else CONTROL_FIX)
+        fix = _SIZES_FIX.format(sized) if sized else CONTROL_FIX if scalar else _NO_READ_FIX
+        cause = dataclasses.replace(cause, fix=fix)
     elif ours and scalar and feeds_bookkeeping(code, *at):
         cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
