@@ -31,8 +31,8 @@ def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[
     where, ``Capture.rewritten``) joined into one cause, in the first one's place."""
     causes = [_set_by_forward(c, rewritten) for c in causes]
     mine = [c for c in causes if c.kind in _KINDS and (names := _named(c)) and all(n in rewritten for n in names)]
-    if not mine:
-        return causes
+    if all(c.kind == "value" for c in mine):  # an int alone (a step counter) keeps its own words: a cache's length
+        return causes  # is one with its tensors only (RoPE's max_seq_len_cached beside cos_cached)
     names = list(dict.fromkeys(n for c in mine for n in _named(c)))
     changes: dict[str, list[str]] = {}
     for c in mine:
