@@ -24,7 +24,12 @@ def _parsed(text: str) -> ast.Module | None:
 def enclosing_lines(file: str, line: int) -> list[str]:
     """The lines of the innermost function around ``line`` of ``file``, from its ``def`` up to ``line``
     (the line alone where no function holds it, none where the file cannot be read)."""
+    first = enclosing_def(file, line) or line
+    return [linecache.getline(file, n) for n in range(first, line + 1)] if linecache.getline(file, line) else []
+
+
+def enclosing_def(file: str, line: int) -> int:
+    """The ``def`` line of the innermost function around ``line`` of ``file``; 0 where none holds it."""
     tree = parsed_file(file)
     holding = (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))) if tree else ()
-    first = max((n.lineno for n in holding if n.lineno <= line <= (n.end_lineno or 0)), default=line)
-    return [linecache.getline(file, n) for n in range(first, line + 1)] if linecache.getline(file, line) else []
+    return max((n.lineno for n in holding if n.lineno <= line <= (n.end_lineno or 0)), default=0)

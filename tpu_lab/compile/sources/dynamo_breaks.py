@@ -6,7 +6,6 @@ for it, so nothing more is printed). Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
-import ast
 import collections
 import functools
 import logging
@@ -15,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.causes.source_file import enclosing_def
 from tpu_lab.compile.sources import dynamo_source
 from tpu_lab.compile.sources.frames import RESUME
 from tpu_lab.compile.sources.listening import outside_dynamo
@@ -112,14 +111,16 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     name = str(point.name)  # a resume function's checkpoint: the function it resumes (Dynamo's log names that)
     name = name[len(RESUME) :].rpartition("_at_")[0] if name.startswith(RESUME) else name
 
-    home = _def_of(point.filename, int(point.lineno or 0))  # GPT2Model.forward is no GPT2LMHeadModel.forward
+    home = enclosing_def(point.filename, int(point.lineno or 0))  # GPT2Model.forward is no GPT2LMHeadModel.forward
 
     def at(stack: list[traceback.FrameSummary]) -> int:  # where the checkpoint's frame is in a heard stack
         return next(
             (
                 i
                 for i, f in enumerate(stack)
-                if f.filename == point.filename and f.name == name and _def_of(f.filename, int(f.lineno or 0)) == home
+                if f.filename == point.filename
+                and f.name == name
+                and enclosing_def(f.filename, int(f.lineno or 0)) == home
             ),
             -1,
         )
@@ -135,20 +136,6 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     repeat = [f.name for f in found.stack] == [""]  # a repeat is logged at the break's own place: that place
     inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else found.stack if repeat else list(checkpoint)
     return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
-
-
-def _def_of(file: str, line: int) -> int:
-    """The line of the innermost function definition around ``file:line`` (0 where the file cannot be read):
-    two functions of one name in one file (each model's ``forward``) told apart."""
-    tree = parsed_file(file)
-    if tree is None:
-        return 0
-    defs = [
-        n.lineno
-        for n in ast.walk(tree)
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or 0)
-    ]
-    return max(defs, default=0)
 
 
 def graph_break_marker() -> tuple[int, int, int]:
