@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tpu_lab.compile.causes.own_graph import forces_own_graph, per_instance
-from tpu_lab.testing.watch_invariants import overcounted, text_violations
+from tpu_lab.testing.watch_invariants import misplaced_breaks, overcounted, text_violations
 
 _WAS = re.compile(r"\(was ([^;()]+)")  # the earlier value a cause was told against
 
@@ -103,6 +103,7 @@ def check_against_dynamo(w, log, also=(), own=frozenset()):
     assert all(any(a in g for g in ours) for a in also), (also, ours)  # each expected one is named
     assert not (over := overcounted([r for r in table if "(backward)" not in r.function])), over
     assert sum(b.count for b in table.breaks) == len(log.graph_breaks())
+    assert not (wrong := misplaced_breaks(table, log.graph_breaks())), wrong  # and each at the line Dynamo logged
     text = table.to_text()  # printed, nothing is lost: every row's causes and guards whole, in it or under the table
     assert not (lost := [x for r in table for x in (r.cause, *r.shown_guard.splitlines()) if x not in text]), lost
     for r in table:  # a cause said once with each earlier value (self.p changed 3 times (was 0.0, 0.1, 0.2) keeps each

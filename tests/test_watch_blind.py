@@ -196,16 +196,22 @@ def test_a_list_that_grows_and_a_float_that_changes(dynamo):
     )
 
 
-def test_int_becomes_float_with_a_new_batch(dynamo):
+def test_int_becomes_float_with_a_new_batch_is_told_as_the_new_value_which_dynamo_made_dynamic(dynamo):
     f = torch.compile(lambda x, t: (x / t).softmax(-1), backend=BACKEND)
     with tl.watch() as w:
         f(torch.ones(2, 4), 1)
         f(torch.ones(3, 4), 0.7)
     check_against_dynamo(w, dynamo, also=["tensor 'x' size mismatch at index 0. expected 2, actual 3"])
     got = {c.kind: c for c in only_causes(w, "<lambda>")}
-    assert set(got) == {"type", "size"}
-    assert "t is now a float, was the int 1" in got["type"].words and "same type" in got["type"].fix
+    assert set(got) == {"value_dynamic", "size"}  # not a type change: 1.0 then 0.7 recompiles all the same
+    assert "t changed (was 1, now the float 0.7): Dynamo made t dynamic" in got["value_dynamic"].words
+    assert "same type" not in got["value_dynamic"].fix
     assert got["size"].words == "x dimension 0 changed 2 -> 3"
+    torch._dynamo.reset()
+    with tl.watch() as same_type:  # what "pass the same type" would have done: no compile saved
+        f(torch.ones(2, 4), 1.0)
+        f(torch.ones(3, 4), 0.7)
+    assert same_type.table.total_compiles == w.table.total_compiles == 2
 
 
 # --- mark_dynamic, dynamic=False, automatic dynamic off ---------------------------------------------------

@@ -31,8 +31,9 @@ def test_a_type_change_names_the_new_type_and_the_guard_column_reads_as_code(dyn
             f(scores, temperature, top_k)
     check_against_dynamo(w, dynamo)
     words = [c.words for c in causes(w) if c.kind == "type"]
-    assert words[0].startswith("temperature is now a float, was the int 1")
-    assert words[1:] == [
+    moved = [c.words for c in causes(w) if c.kind == "value_dynamic"]  # 1 -> 0.7: a new value, not only a type
+    assert moved[0].startswith("Python int temperature changed (was 1, now the float 0.7)"), moved
+    assert words == [
         "temperature is now a tensor (f32[]), was a float",
         "temperature is now an int (2), was a float",
     ]

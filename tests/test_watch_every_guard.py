@@ -121,15 +121,31 @@ def scaled(x, k):
     return x * k
 
 
-def test_an_int_that_becomes_a_float_is_a_type_change(dynamo):
+def test_an_int_that_becomes_a_float_of_the_same_value_is_a_type_change(dynamo):
     f = torch.compile(scaled, backend=BACKEND)
     with tl.watch() as w:
         f(torch.ones(2), 2)
-        f(torch.ones(2), 2.5)
+        f(torch.ones(2), 2.0)
     check_against_dynamo(w, dynamo)
     (cause,) = only_causes(w, "scaled")
     assert cause.kind == "type" and cause.words.startswith("k is now a float, was the int 2")
     assert "same type" in cause.fix
+    torch._dynamo.reset()
+    with tl.watch() as fixed:  # the fix as printed: one type, one graph
+        f(torch.ones(2), 2.0)
+        f(torch.ones(2), 2.0)
+    assert fixed.table.total_compiles == 1
+
+
+def test_an_int_that_becomes_another_float_is_the_new_value_never_a_type_change(dynamo):
+    f = torch.compile(scaled, backend=BACKEND)
+    with tl.watch() as w:
+        for k in (2, 2.5, 3.7):
+            f(torch.ones(2), k)
+    check_against_dynamo(w, dynamo)
+    (cause,) = only_causes(w, "scaled")  # 2.0 in place of 2 would recompile at 2.5 all the same
+    assert cause.kind == "value_dynamic" and "k changed (was 2, now the float 2.5)" in cause.words
+    assert "later values reuse this graph" in cause.words and w.table.total_compiles == 2
 
 
 def test_automatic_dynamic_off_through_the_config_is_not_called_dynamic_false(dynamo):

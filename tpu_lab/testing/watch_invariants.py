@@ -6,7 +6,8 @@ can run over corpora of real code nobody here wrote (``benchmarks/watch_corpus.p
     failed lines, refusals at the recompile limit as limit causes; and where the code compiled with
     ``counting_backend``, every backward graph AOTAutograd compiled is a backward row's compile (Dynamo keeps
     no record of a backward compiled inside its forward's compile, so the backend counts them);
-(b) the graph breaks equal what ``TORCH_LOGS=graph_breaks`` logs;
+(b) the graph breaks equal what ``TORCH_LOGS=graph_breaks`` logs, in all and at each file:line it logs (or
+    moved from a library's line to the user's line that called it);
 (c) each recompile's logged failed guard is explained, or explicitly marked not translated;
 (d) no printed cause or fix holds an unresolved internal name (``___stack0``, ``L['x']``, ``args[0]``
     where the user's code has a name, a registry key, an absolute site-packages path);
@@ -27,6 +28,8 @@ _INTERNAL = re.compile(
 )
 _PLACEHOLDER = re.compile(r"\bthe carried value\b|the value carried over the graph break(?=[.\[])")
 _CONVERTER = "torch._dynamo.convert_frame"
+_SHOWN_PLACE = re.compile(r"[^/\s]+\.py:\d+$")
+_LOGGED_PLACE = re.compile(r" in user code at (.+?):(\d+)$", re.M)
 _STARRED = ("args", "kwargs")  # a wrapper's *args/**kwargs: internal unless the user's own function takes them
 
 
@@ -197,6 +200,7 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
         out["b_breaks"].append(
             f"{breaks} graph breaks shown, TORCH_LOGS=graph_breaks logged {len(account.graph_breaks())}"
         )
+    out["b_breaks"] += misplaced_breaks(table, account.graph_breaks())
     shown = [(g, c) for r in rows for c in r.causes for g in c.guard.splitlines()]
     for guards in account.recompile_guards():
         if not any(g in guards for g, _ in shown):
@@ -207,6 +211,35 @@ def violations(table: Any, account: DynamoAccount) -> dict[str, list[str]]:
     out["c_guards"] += [c.words for r in table.rows for c in r.causes if c.kind == "internal"]  # tpu_lab failed
     out.update(text_violations(table, own_starred(account.records)))
     return out
+
+
+def misplaced_breaks(table: Any, logged: list[str]) -> list[str]:
+    """Places whose breaks the watch counts otherwise than Dynamo logged them there (file name and line): the
+    right total split wrongly over two lines still sends the user to the wrong line. The one move allowed is
+    from a library's line (torch's polyfill of ``map``, an optimizer's own check) to the user's line that
+    called it: so a user's line shows at least, and a library's line at most, what Dynamo logged there."""
+    from collections import Counter
+
+    from tpu_lab.compile.sources.packages import is_library
+
+    shown: Counter[str] = Counter()
+    library: dict[str, bool] = {}
+    for b in table.breaks:
+        if (b.where or "").startswith("cell "):
+            return []  # a notebook cell's place ("cell In[3], line 2"): Dynamo logs a temporary file for it
+        key = m[0] if (m := _SHOWN_PLACE.search(b.where or "")) else repr(b.where)
+        shown[key] += b.count
+        library[key] = "/" in (b.where or "")  # short_path: a package's file from its package on, the user's bare
+    heard: Counter[str] = Counter()
+    for text in logged:
+        if m := _LOGGED_PLACE.search(text):
+            heard[key := f"{Path(m[1]).name}:{m[2]}"] += 1
+            library[key] = is_library(m[1])
+    return [
+        f"{k}: {shown[k]} graph breaks shown, {heard[k]} logged"
+        for k in sorted(shown | heard)
+        if (shown[k] > heard[k] if library[k] else shown[k] < heard[k])
+    ]
 
 
 def overcounted(rows: list[Any]) -> list[str]:

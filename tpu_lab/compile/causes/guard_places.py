@@ -6,16 +6,13 @@ conditions a graph still holds on what it made dynamic (``x.size()[0] <= 15``, `
 
 from __future__ import annotations
 
-import ast
 import functools
-import io
-import linecache
 import re
-import tokenize
 from collections.abc import Mapping, Sequence
 
 from tpu_lab.compile.causes.cause import Failure, bare, local_name
 from tpu_lab.compile.causes.guard_members import member_said
+from tpu_lab.compile.causes.source_file import statement_at, whole_statement
 from tpu_lab.compile.sources.frames import renamed, where_label
 from tpu_lab.compile.sources.packages import USER, package_of, unshortened
 
@@ -23,43 +20,6 @@ _PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")
 _SIZE = re.compile(r"(?P<source>L\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)\.size\(\)\[(?P<dim>\d+)\]")
 _NUMBER = re.compile(r"L\['(?P<name>\w+)'\](?P<attrs>(?:\.\w+)*)(?![\[.\w(])")  # n, self.drop_path_prob
 _COMPARED = re.compile(r"<=?|>=?|!=")
-
-
-def whole_statement(code: str) -> str:
-    """``code`` less its comment where it is one whole statement (``if alpha > 0:``); '' where it is the
-    first line of a longer one (``return F.conv2d(``): only a whole one may be quoted."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code.strip()).readline))
-        text = code.strip()[: next((t.start[1] for t in tokens if t.type == tokenize.COMMENT), None)].strip()
-        ast.parse(f"{text}\n pass" if text.endswith(":") else text)
-    except (SyntaxError, tokenize.TokenError):
-        return ""
-    return text
-
-
-def _uncommented(line: str) -> str:
-    """One line of code less its comment: from the first ``#`` outside a string (quotes before it balanced)."""
-    for m in re.finditer("#", line):
-        before = line[: m.start()]
-        if before.count("'") % 2 == 0 and before.count('"') % 2 == 0:
-            return before.strip()
-    return line.strip()
-
-
-def statement_at(code: str, where: str, most: int = 240) -> str:
-    """``code`` (the line at ``where``, ``file:line``) as one whole statement: where it begins a longer one
-    (``y = F.scaled_dot_product_attention(q, k, v,``), joined with the lines that end it, read from its
-    file; '' where that cannot be done within 16 lines, or it is longer than ``most`` characters."""
-    if text := whole_statement(code):
-        return text
-    path, _, line = where.rpartition(":")
-    path = unshortened(path)
-    parts = [_uncommented(code)]
-    for n in range(int(line) + 1, int(line) + 16) if path and line.isdigit() else ():
-        parts.append(_uncommented(linecache.getline(path, n)))
-        if text := whole_statement(" ".join(parts).replace("( ", "(")):
-            return text if len(text) <= most else ""
-    return ""
 
 
 _INNER = re.compile(r"\S+\.py:\d+ in [\w<>]+ \((\S+\.py):\d+ in ([\w<>]+)\)")  # the frame that set it, inside

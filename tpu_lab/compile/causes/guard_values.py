@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
@@ -48,6 +49,14 @@ _STATE = {
 
 
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
+
+
+def _moved(value: str, now: str) -> bool:
+    """Whether the number in ``now`` (``float 4.0``) is another value than ``value`` (``3``), not only another type."""
+    try:
+        return float(value) != float(now.split()[1])
+    except (IndexError, ValueError):
+        return False
 
 
 def value_words(raw: str, value: str, g: str, static: bool, now: str = "", caller: str = "") -> Cause:
@@ -98,6 +107,10 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
     if became.startswith("np.") and kind in ("int", "float"):  # np.maximum's np.float64 in place of a float
         return numpy_scalar_words(name, kind, value, now, g)
     if became != kind and kind in ("int", "float") and (became.isidentifier() or _TENSOR_NOW.match(became)):
+        if became in ("int", "float") and _moved(value, now):  # 3 -> 4.0: a new value, which recompiles anyway
+            cause = value_words(raw, value, g, static, "", caller)
+            was = f"Python {kind} {name} changed (was {value}"
+            return dataclasses.replace(cause, words=cause.words.replace(was, f"{was}, now the {now}", 1))
         # said of the type alone: whether a value is baked in is the graph's own (Dynamo may have made it dynamic)
         if became == "None":
             return Cause(

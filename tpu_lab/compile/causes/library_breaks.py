@@ -12,8 +12,7 @@ import linecache
 import re
 from typing import Any
 
-from tpu_lab.compile.causes.guard_places import statement_at
-from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.causes.source_file import parsed_file, statement_at
 from tpu_lab.compile.sources.packages import is_library, torch_folder, unshortened
 
 _AVOIDED = {  # torch's function the break is in -> the argument that skips its read of tensor data

@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 
 from tpu_lab.compile.causes.cause import CARRIED, Cause, local_name
-from tpu_lab.compile.causes.guard_places import statement_at
 from tpu_lab.compile.causes.guard_values import DRAW, held_fix
+from tpu_lab.compile.causes.source_file import statement_at
 from tpu_lab.compile.sources.frames import FunctionKey
 from tpu_lab.compile.sources.resume_code import RESUME, short_call
 

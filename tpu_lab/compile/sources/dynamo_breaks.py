@@ -46,6 +46,8 @@ class _Heard(NamedTuple):
     at: tuple[int, int]
     """(breaks Dynamo had recorded, resets): the place in ``graph_break_reasons`` the compile it belongs to
     takes, so a break is paired only with the record that follows it."""
+    logged_at: traceback.FrameSummary | None = None
+    """Where Dynamo's log places it ("in user code at file:line")."""
 
 
 _heard: collections.deque[_Heard] = collections.deque(maxlen=64)  # newest last
@@ -78,12 +80,13 @@ def _emit(record: logging.LogRecord) -> None:
     elif reason.startswith(_TRACING):  # "...trace CALL: a function call, e.g. f(x, y):", then the break
         reason = reason.partition("\n\n")[2]
     frames = [traceback.FrameSummary(f, int(n), name) for f, n, name in _FRAME.findall(stack)]
-    if not frames and (at := _LOCATED.search(text)):  # a repeat: Dynamo logs only where it is
-        frames = [traceback.FrameSummary(at[1], int(at[2]), "")]
+    logged_at = traceback.FrameSummary(at[1], int(at[2]), "") if (at := _LOCATED.search(text)) else None
+    if not frames and logged_at:  # a repeat: Dynamo logs only where it is
+        frames = [logged_at]
     import torch._dynamo.utils as dynamo_utils
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
-    _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets)))
+    _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at))
 
 
 def hear_unresumable() -> None:
@@ -130,12 +133,21 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     found = next((h for h in near if h.unresumable and at(h.stack) >= 0), None)
     found = found or next((h for h in reversed(near) if at(h.stack) >= 0), None)
     found = found or next((h for h in reversed(near) if [f.name for f in h.stack] == [""]), None)
+    # raised with no frame of the user's traced (a backend failing on the finished graph): Dynamo logs it at
+    # the function's first line, which is where it is counted
+    found = found or next((h for h in near if h.unresumable and _in_file(h.logged_at, point.filename)), None)
     if found is None:
         return None
     _heard.remove(found)
     repeat = [f.name for f in found.stack] == [""]  # a repeat is logged at the break's own place: that place
     inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else found.stack if repeat else list(checkpoint)
+    if at(found.stack) < 0 and not repeat and found.logged_at:
+        inside = [traceback.FrameSummary(point.filename, found.logged_at.lineno or 0, name)]
     return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
+
+
+def _in_file(place: traceback.FrameSummary | None, filename: str) -> bool:
+    return place is not None and place.filename == filename
 
 
 def graph_break_marker() -> tuple[int, int, int]:

@@ -13,6 +13,8 @@ import re
 import sys
 from typing import Any
 
+from tpu_lab.compile.causes.source_file import statement_at
+
 RESUME = "torch_dynamo_resume_in_"  # Dynamo's name for the part of a function after a graph break
 
 _STACK = re.compile(r"___stack(\d+)")
@@ -100,25 +102,6 @@ def _span(ins: Any, file: str) -> str:
     return " ".join(part.decode(errors="replace").strip() for part in lines).strip()
 
 
-def _statement(file: str, first: int) -> str:
-    """The statement that starts at line ``first`` of ``file``, its lines joined (a call spread over several
-    lines: DINO's ``torch.cumsum(torch.unique_consecutive(...)[1], 0)``); the line alone where none parses."""
-    line = linecache.getline(file, first)
-    joined = line.strip()
-    for n in range(first + 1, first + 30):
-        if joined.endswith(":"):  # a compound statement's header (for, if, with): the line alone, as before
-            break
-        try:
-            ast.parse(joined)
-            return joined
-        except SyntaxError:
-            more = linecache.getline(file, n)
-            if not more:
-                break
-            joined = f"{joined} {more.strip()}"
-    return line
-
-
 def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     """The carried values (``___stack0``, ...) by what the user's code calls them: the last one is the result
     of the call that broke (``token.tolist()``), read from the line's source; one holding a function or class
@@ -126,7 +109,9 @@ def carried_slots(code: Any, values: dict[str, Any]) -> dict[str, str]:
     slots = sorted((int(m[1]), n) for n in code.co_varnames[: code.co_argcount] if (m := _STACK.fullmatch(n)))
     out = {}
     before, original = _before_resume(code) if slots else (None, None)  # the instruction the break stopped at
-    line, call = _statement(code.co_filename, code.co_firstlineno), _breaking_call(before, original)
+    file, first = code.co_filename, code.co_firstlineno  # a call over several lines, read whole (DINO's cumsum)
+    line = statement_at(linecache.getline(file, first), f"{file}:{first}", 2000) or linecache.getline(file, first)
+    call = _breaking_call(before, original)
     pending = _pending(line, call)
     for i, (_, name) in enumerate(slots[:-1]):
         value = values.get(name)

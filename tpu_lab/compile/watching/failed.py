@@ -13,11 +13,10 @@ from typing import Any, NamedTuple
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import Cause, as_logged, local_name, without_fullgraph_hint
-from tpu_lab.compile.causes.guard_places import whole_statement
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
 from tpu_lab.compile.causes.operator_failures import fake_fix, operator_fix, operator_words
-from tpu_lab.compile.causes.source_file import enclosing_lines
+from tpu_lab.compile.causes.source_file import enclosing_lines, whole_statement
 from tpu_lab.compile.sources import frames, stack_place
 from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
