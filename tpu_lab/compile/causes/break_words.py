@@ -1,6 +1,5 @@
-"""A graph break (or a compile Dynamo gave up on) in words, from Dynamo's graph-break registry: the
-break's own explanation, cleaned of object addresses and paths, and only those of its hints whose API
-and config names exist in the installed torch. Text in, a Cause out."""
+"""A graph break (or a compile Dynamo gave up on) in words, from Dynamo's graph-break registry: its explanation,
+cleaned of addresses and paths, and only hints whose API and config names exist in torch. Text in, a Cause out."""
 
 from __future__ import annotations
 
@@ -28,13 +27,13 @@ from tpu_lab.compile.causes.branch_origin import (
 )
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
-from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_on_numbers
+from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_missing, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
 from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said, sizes_set_by
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, python_result, symbolic_number
-from tpu_lab.compile.causes.whole_breaks import constructor_words, told_whole
+from tpu_lab.compile.causes.whole_breaks import constructor_words, numpy_number, told_whole
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
 from tpu_lab.compile.sources.packages import short_path
 
@@ -60,7 +59,7 @@ def clean(text: str) -> str:
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
     text = _SOURCELESS.sub(_SOURCELESS_WORDS, text)  # Dynamo's builder for objects it has no input path to
-    text = lib.legacy_said(text)  # Variable(t), torch.LongTensor(...): legacy constructors, by the names the user wrote
+    text = numpy_missing(lib.legacy_said(text))  # Variable(t), LongTensor(...): legacy ones, named as written
     return text.strip().rstrip(".")
 
 
@@ -203,6 +202,7 @@ def _break_words(
             if "torch._numpy" in inner or "numpy.* functions as methods" in inner  # np.subtract.outer: a ufunc's method
             else ""
         )
+        words, fix = numpy_number(inner, code) or (words, fix)  # np.size(a, 0): NumPy traced as torch, a number
         made = _CONSTRUCTED.search(inner)
         if made and "`__new__` of class `type`" in words:  # Dynamo's polyfill calls __new__, the user a class
             words, fix = constructor_words(made[1], code)

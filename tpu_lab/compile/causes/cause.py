@@ -166,7 +166,7 @@ KIND_LABELS = {
     "dtype": "a dtype changed",
     "device": "a device changed",
     "requires_grad": "requires_grad changed",
-    "tensor_type": "another kind of tensor (nn.Parameter, a subclass or a plain tensor)",
+    "tensor_type": "another kind of value where a tensor was compiled for (nn.Parameter, a subclass, a plain tensor, a Python number)",
     "size_one": "a size of 0 or 1 (Dynamo compiles those on their own)",
     "length": "a container's length changed (a list, tuple or dict)",
     "kwargs": "keyword arguments added or dropped",

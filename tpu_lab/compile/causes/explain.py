@@ -214,7 +214,8 @@ def _next_values(
     if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
         m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
         pinned = {local_name(d) for d in baked}  # made dynamic, yet the new graph holds one value (pred == True)
-        if m and local_name(m[1]) in {local_name(d) for d in dynamic} - pinned:
+        zero_one = re.fullmatch(r"int [01]", now.get(name, ""))  # 0 and 1: always compiled apart, never dynamic
+        if m and local_name(m[1]) in {local_name(d) for d in dynamic} - pinned and not zero_one:
             words = cause.words.replace(
                 "a Python number is baked into the graph",
                 f"Dynamo made {local_name(m[1])} dynamic, so later values reuse this graph",
@@ -232,7 +233,7 @@ def _next_values(
         return name, cause
     if pin and (held := held_cause(cause, name, pin, at_most, baked=_BAKED, now=now.get(name, ""))):
         return name, held
-    if source in {local_name(d) for d in dynamic}:
+    if source in {local_name(d) for d in dynamic} and not re.fullmatch(r"int [01]", now.get(name, "")):
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)

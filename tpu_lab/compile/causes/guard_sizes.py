@@ -154,7 +154,7 @@ def size_words(
     elif (inputs or {}).get(name, "").startswith("ndarray"):  # Dynamo builds a tensor from it each call
         dynamic = (
             f"pass torch.from_numpy({name}) where the code takes a tensor too, and mark that tensor dynamic before the "
-            "first call (a NumPy array itself cannot be marked: maybe_mark_dynamic takes a tensor), or pad to a few sizes"
+            "first call (a NumPy array itself cannot be marked: maybe_mark_dynamic takes a tensor)"
         )
     elif "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
         dynamic = (

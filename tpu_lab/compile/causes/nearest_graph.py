@@ -79,6 +79,9 @@ def _other_case(cause: Cause) -> bool:
     return another_path(cause) or cause.kind in ("training", "global_state")
 
 
+_TYPE_GUARD = re.compile(r"expected type of |___check_type_id|\btype\(")
+
+
 def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
     """Graphs that pin a number to one value (``window_size == 4``) where another graph already holds it
     symbolic (a condition on it failed there): that later graph is the one the call was meant to reuse."""
@@ -90,7 +93,7 @@ def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
             pins.setdefault(f.graph, set()).update(held)
         elif (m := TENSOR_MISMATCH.search(f.guard)) and m["what"] == "size":  # a size held static: img dim 2
             pins.setdefault(f.graph, set()).add(f"{local_name(m['name'])}.size()[{m['i']}]")
-        else:
+        elif not _TYPE_GUARD.search(f.guard):  # one that held it as another type (a tensor) holds no number of it
             text = local_name(f.guard)
             symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", text)}
             symbolic |= {f"{m[1]}.size()[{m[2]}]" for m in re.finditer(r"([\w.\[\]']+)\.size\(\)\[(\d+)\]", text)}

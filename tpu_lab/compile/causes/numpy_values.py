@@ -36,6 +36,16 @@ def numpy_scalar_words(name: str, kind: str, value: str, now: str, g: str) -> Ca
     )
 
 
+_NO_TORCH_COPY = re.compile(r"Can't find numpy function (\w+) in torch\._numpy")
+
+
+def numpy_missing(text: str) -> str:
+    """Dynamo's "Can't find numpy function load in torch._numpy" as a user reads it."""
+    return _NO_TORCH_COPY.sub(
+        r"np.\1 is not among the NumPy functions Dynamo can trace (it traces NumPy calls as torch ops)", text
+    )
+
+
 READ_BACK = "read back as a Python number"  # how break_words says a tensor value read back
 
 

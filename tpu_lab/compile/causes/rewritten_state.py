@@ -66,9 +66,23 @@ FLAG_SET_FIX = (
 )
 
 
+_EMPTY = re.compile(r"^not (\S+)$", re.M)
+FILLED_FIX = (
+    "expected once: the first call fills it, and from then on it holds items; to skip even this compile, give it "
+    "its items before the first compiled call (create its keys in __init__), or keep what forward records there "
+    "outside the compiled function"
+)
+
+
 def _set_by_forward(cause: Cause, rewritten: Mapping[str, str]) -> Cause:
     """A flag the module's own forward sets (ActNorm's ``self.data_dep_init_done = True`` on its first batch):
-    said with the line that sets it, and fixed by running that first call uncompiled."""
+    said with the line that sets it, and fixed by running that first call uncompiled. A container it fills
+    (SAC's ``self.outputs['mu'] = mu``), compiled while empty, likewise: once, at the second call."""
+    filled = [local_name(m[1]) for m in _EMPTY.finditer(cause.guard)]
+    if cause.kind == "length" and filled and all(n in rewritten for n in filled):
+        writers = " and ".join(dict.fromkeys(rewritten[n] for n in filled))
+        words = f"{', '.join(filled)} held no items when the graph compiled; {writers} fills it itself"
+        return dataclasses.replace(cause, words=words, fix=FILLED_FIX)
     names = [local_name(m[1]) for m in _FLAG.finditer(cause.guard)]
     if cause.kind != "flag" or not names or not all(n in rewritten for n in names):
         return cause

@@ -3,7 +3,8 @@ the code it traced raised ("Observed exception", the exception in its debug cont
 with the way back to a compiled function once it is fixed (Dynamo skips a function it gave up on); a call of
 a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; torch.autograd.grad (a gradient
 penalty), whose own setting would make the compile fail; a float made dynamic that a
-higher-order op cannot capture; a class Dynamo cannot instantiate. Pure."""
+higher-order op cannot capture; a NumPy function that returns a number (``np.size``), which Dynamo traces as
+torch's and cannot put in the graph; a class Dynamo cannot instantiate. Pure."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ _GRAD_FIX = (
     "cannot be differentiated twice (create_graph=True, then .backward(), raises); not "
     "torch._dynamo.config.trace_autograd_ops = True, with which such a compile fails"
 )
+_NUMPY_NUMBER = re.compile(r"\b(?:np|numpy)\.(?P<fn>\w+)\((?P<args>[^()]*)\)")
 _RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
 
 
@@ -54,6 +56,23 @@ def told_whole(reason: str, library: str, code: str) -> Cause | None:
         "runs it eagerly from then on, even for calls that would not raise"
     )
     return Cause("graph_break", words, reason, fix)
+
+
+def numpy_number(reason: str, code: str) -> tuple[str, str] | None:
+    """(words, fix) where the user's line calls a NumPy function that returns a number (``np.size(colorwheel,
+    0)``) and Dynamo, which traces NumPy as torch, met that op's number; None for any other break."""
+    if "op returned non-Tensor" not in reason or not (call := _NUMPY_NUMBER.search(code)):
+        return None
+    args = [a.strip() for a in call["args"].split(",")]
+    words = (
+        f"{call[0]} returns a Python number, not an array: Dynamo traces NumPy code as torch, and a number such a "
+        "call returns cannot be put in the graph"
+    )
+    if call["fn"] in ("size", "shape") and len(args) == 2 and args[1].lstrip("-").isdigit():
+        return words, f"use {args[0]}.shape[{args[1]}] in place of {call[0]} (a size Dynamo reads without a break)"
+    if call["fn"] in ("size", "ndim", "shape") and len(args) == 1 and args[0].isidentifier():
+        return words, f"use {args[0]}.{call['fn']} in place of {call[0]} (read without a break)"
+    return words, f"compute {call[0]} outside the compiled function and pass the number in"
 
 
 def _scripted(reason: str, code: str) -> Cause:

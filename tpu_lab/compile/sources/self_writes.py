@@ -18,7 +18,8 @@ from tpu_lab.compile.sources.guarded import value_at
 
 _TENSOR = re.compile(  # a tensor's guard, or a flag's (ActNorm's data_dep_init_done == False)
     r"tensor '(?P<s>.+?)' (?:size|stride|rank|dtype|device) mismatch"
-    r"|(?:^|: )(?P<v>(?:L\['self'\]|self)\S*) == (?:True|False|-?\d+)(?![\w.])",  # a flag, or an int it keeps
+    r"|(?:^|: )(?P<v>(?:L\['self'\]|self)\S*) == (?:True|False|-?\d+)(?![\w.])"  # a flag, or an int it keeps
+    r"|(?:^|: )not (?P<c>(?:L\['self'\]|self)\S*)(?=\s|$)",  # a container compiled while empty (SAC's self.outputs)
     re.M,
 )
 _OWNED = re.compile(r"(?P<owner>.+?)\.(?P<attr>\w+)(?P<items>(?:\[\d+\]|\['[^']*'\])*)")
@@ -31,7 +32,7 @@ def rewritten(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]
     out: dict[str, str] = {}
     for reason in reasons:
         for m in _TENSOR.finditer(reason):
-            source = m["s"] or m["v"]
+            source = m["s"] or m["v"] or m["c"]
             name = local_name(source)
             if name in out or not name.startswith("self"):
                 continue

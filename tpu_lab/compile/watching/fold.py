@@ -198,9 +198,12 @@ class Fold:
         return shown if "the carried value" in named else named
 
     def _broken(self, function: FunctionKey) -> bool:
-        """Whether a part of ``function`` after a graph break compiled in this watch (a resumed frame)."""
+        """Whether a part of ``function`` after a graph break compiled a graph in this watch (a resumed frame)."""
         resumed = f"{RESUME}{function.name.rsplit('.', 1)[-1]}_at_"
-        return any(k.name.startswith(resumed) and k.filename == function.filename for k, _ in self.rows)
+        return any(
+            k.name.startswith(resumed) and k.filename == function.filename and r.compiles
+            for (k, _), r in self.rows.items()
+        )
 
     def failed(self, cap: Capture, record: Any) -> CompileEvent:
         """A compile with no graph (``failed_compile``), on its row, and among the breaks where Dynamo logs one."""

@@ -24,6 +24,8 @@ def heard_pin(names: list[str], dim: str, cap: Capture, static: dict[str, set[in
     pin, home = at[f"{n} dim {dim}"], cap.function.filename
     if pin.refined:  # no one line: the bounds torch's checks set on it (a zero pad of max_length - T) leave one value
         return f"the graph pins {n} dim {dim} to one size: {_REFINED.format(pin.value)}", _PAD_FIX
+    if _COUNTED.search(pin.code or ""):  # torch.split(x, 1, dim=0): as many pieces as the size, a Python number
+        return _pin_note(n, dim, pin, home) + f", {_COUNT_WORDS}", COUNT_FIX
     met = [o for o, sizes in static.items() if o != n and pin.value.isdigit() and int(pin.value) in sizes]
     if met:  # broadcast against an input Dynamo kept at its first size: both go dynamic once it changes too
         note = _pin_note(n, dim, pin, home) + f", where {n} meets {', '.join(met)}, kept at that size so far"
@@ -35,6 +37,15 @@ def heard_pin(names: list[str], dim: str, cap: Capture, static: dict[str, set[in
     return _pin_note(n, dim, pin, home) + ", so every size is its own graph", _pin_fix(pin, home)
 
 
+_COUNTED = re.compile(r"\b(?:split|unbind|tensor_split)\(|\brange\(|\.tolist\(\)")
+_COUNT_WORDS = (
+    "where the size sets how many pieces the code makes or how many times a loop runs (a Python number), so every "
+    "size is its own graph"
+)
+COUNT_FIX = (
+    "pad to a few sizes (buckets), or keep the loop over the pieces (or steps) in Python and compile what each one "
+    "runs; a mark cannot help here (mark_dynamic would raise: ConstraintViolationError)"
+)
 _REFINED = (
     "the conditions Dynamo met on it (sizes of 2 and more, and the checks torch makes on tensors the code builds "
     "from it, such as a pad of a maximum length minus this size) leave only {0}"

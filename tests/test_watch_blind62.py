@@ -1,0 +1,175 @@
+"""tl.watch() checked blind, rounds 62 and 63: DANN's gradient reversal with a NumPy alpha then an int one,
+Knowledge-Distillation's JSON ints swept to floats, SAC's dict of outputs filled on the first call, and more.
+Each is checked against Dynamo's own account, with the printed fix applied where it is an action."""
+
+import numpy as np
+import torch
+from _dynamo_oracle import watched_clean
+from torch import nn
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class ReverseLayerF(torch.autograd.Function):  # fungtion/DANN's models/functions.py
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.alpha = alpha
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.neg() * ctx.alpha, None
+
+
+class Dann(nn.Module):  # DANN's CNNModel, trimmed to linear layers
+    def __init__(self):
+        super().__init__()
+        self.feature = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU())
+        self.classes = nn.Linear(8, 3)
+        self.domain = nn.Linear(8, 2)
+
+    def forward(self, input_data, alpha):
+        feature = self.feature(input_data)
+        return self.classes(feature), self.domain(ReverseLayerF.apply(feature, alpha))
+
+
+def _dann(alphas):
+    torch.manual_seed(0)
+    model = Dann()
+    net = torch.compile(model, backend="aot_eager")
+
+    def run():
+        for step in range(2):  # train/main.py: alpha = 2. / (1. + np.exp(-10 * p)) - 1, a NumPy float
+            class_output, domain_output = net(torch.randn(8, 6), 2.0 / (1.0 + np.exp(-10 * step / 2)) - 1)
+            (class_output.sum() + domain_output.sum()).backward()
+        model.eval()
+        with torch.no_grad():  # test.py: alpha = 0, then another alpha
+            for alpha in alphas:
+                net(torch.randn(5, 6), alpha)
+
+    return run
+
+
+def test_a_numpy_alpha_then_an_int_zero_is_never_said_to_be_made_dynamic_and_one_is_told_against_the_eval_graph():
+    table = watched(_dann([0, 0, 1]))
+    said = [c for r in table.rows for c in r.causes]
+    typed = [c for c in said if c.kind == "tensor_type"]
+    assert typed and not any("dynamic" in c.words for c in typed), typed  # int 0: compiled apart, never dynamic
+    assert all("Python number" in c.words or "number is baked" in c.words for c in typed), typed
+    last = [r for r in table.rows if "int 1" in r.signature]
+    (one,) = [c for r in last for c in r.causes]  # told against the eval graph that holds alpha == 0 ...
+    assert "alpha changed (was 0, now 1" in one.words and "0 and 1 apart" in one.words, one
+    assert not any(c.kind == "training" for r in last for c in r.causes)  # ... not the train graph
+    assert "reuse this graph" not in one.words
+
+
+def test_alpha_as_a_tensor_every_call_as_printed_keeps_the_eval_graph_for_every_alpha():
+    table = watched(_dann([torch.tensor(0.0), torch.tensor(0.0), torch.tensor(1.0)]))
+    evals = [r for r in table.rows if "grad mode: off" in r.signature and "(backward)" not in r.function]
+    assert sum(r.compiles for r in evals) == 1, table.to_text()  # the fix as printed: one eval graph for all
+
+
+class Actor(nn.Module):  # denisyarats/pytorch_sac's DiagGaussianActor, trimmed: forward records its outputs
+    def __init__(self, filled=False):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.outputs = dict(mu=None, std=None) if filled else dict()  # the printed fix: its keys made in __init__
+
+    def forward(self, obs):
+        mu, log_std = self.trunk(obs).chunk(2, dim=-1)
+        std = torch.tanh(log_std).exp()
+        self.outputs["mu"] = mu
+        self.outputs["std"] = std
+        return torch.distributions.Normal(mu, std).rsample().sum()
+
+
+def _act_then_update(actor):
+    net = torch.compile(actor, backend="aot_eager")
+
+    def run():
+        torch.manual_seed(0)
+        with torch.no_grad():  # sac.py's act(): one observation, no grad
+            net(torch.randn(1, 5))
+        for batch in (8, 5):  # update_actor: batches of the replay buffer
+            net(torch.randn(batch, 5)).backward()
+        with torch.no_grad():  # the next act(): its graph was compiled while self.outputs was empty
+            net(torch.randn(1, 5))
+
+    return run
+
+
+def test_a_dict_forward_fills_is_told_with_the_line_that_fills_it_and_making_its_keys_first_saves_a_compile():
+    table = watched(_act_then_update(Actor()))
+    (filled, *_) = [c for r in table.rows for c in r.causes if "self.outputs" in c.words]
+    assert "self.outputs held no items when the graph compiled" in filled.words, filled
+    assert "forward (test_watch_blind62.py:" in filled.words and 'self.outputs["mu"] = mu' in filled.words
+    assert "create its keys in __init__" in filled.fix and "each length is a graph" not in filled.fix
+    fixed = watched(_act_then_update(Actor(filled=True)))
+    forward = lambda t: sum(r.compiles for r in t.rows if "(backward)" not in r.function)  # noqa: E731
+    assert forward(fixed) < forward(table), (fixed.to_text(), table.to_text())
+
+
+def per_sample(f, w):  # generative-inpainting's ContextualAttention, trimmed: a loop over the batch's pieces
+    out = []
+    for xi, wi in zip(torch.split(f, 1, dim=0), torch.split(w, 1, dim=0), strict=True):
+        out.append(torch.nn.functional.conv2d(xi, wi[0], padding=1))
+    return torch.cat(out, 0)
+
+
+def one_sample(xi, wi):  # the printed fix: the loop over the pieces in Python, what each one runs compiled
+    return torch.nn.functional.conv2d(xi, wi[0], padding=1)
+
+
+def test_a_size_that_sets_how_many_pieces_split_makes_is_told_so_and_compiling_one_piece_keeps_one_graph():
+    f = torch.compile(per_sample, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(n, 2, 6, 6), torch.randn(n, 3, 2, 3, 3)) for n in (2, 3, 4)])
+    sized = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert sized and all("how many pieces the code makes" in c.words for c in sized), table.to_text()
+    assert all("maybe_mark_dynamic" not in c.fix and "keep the loop over the pieces" in c.fix for c in sized)
+    g = torch.compile(one_sample, backend="aot_eager")
+
+    def fixed():
+        for n in (2, 3, 4):
+            x, w = torch.randn(n, 2, 6, 6), torch.randn(n, 3, 2, 3, 3)
+            torch.cat([g(xi, wi) for xi, wi in zip(torch.split(x, 1), torch.split(w, 1), strict=True)])
+
+    assert watched(fixed).total_compiles == 1
+
+
+def flow_to_image(flow):  # generative-inpainting's utils/tools.py, trimmed: NumPy code inside a compiled function
+    colorwheel = np.ones((55, 3))
+    ncols = np.size(colorwheel, 0)
+    return np.tanh(flow) * ncols
+
+
+def test_a_numpy_function_that_returns_a_number_is_named_and_shape_in_its_place_removes_the_break():
+    f = torch.compile(flow_to_image, backend="aot_eager")
+    table = watched(lambda: f(np.ones((2, 3), dtype=np.float32)))
+    (broke,) = table.breaks
+    assert broke.words.startswith("np.size(colorwheel, 0) returns a Python number"), broke
+    assert "torch.* ops" not in broke.words and broke.fix.startswith("use colorwheel.shape[0] in place of")
+    src = "def fixed(flow):\n    colorwheel = np.ones((55, 3))\n    return np.tanh(flow) * colorwheel.shape[0]\n"
+    space = {"np": np}
+    exec(compile(src, __file__, "exec"), space)  # the fix as printed
+    assert not watched(lambda: torch.compile(space["fixed"], backend="aot_eager")(np.ones((2, 3)))).breaks
+
+
+def test_np_load_is_named_as_numpy_and_a_graph_whose_later_part_failed_is_said_to_run_eagerly(tmp_path):
+    path = str(tmp_path / "mel_filters.npz")
+    np.savez(path, mel_80=np.ones((4, 6), dtype=np.float32))
+
+    def mel_filters(device, n_mels=80):  # openai/whisper's audio.py, without its lru_cache
+        assert n_mels in {80, 128}, f"Unsupported n_mels: {n_mels}"
+        with np.load(path, allow_pickle=False) as f:
+            return torch.from_numpy(f[f"mel_{n_mels}"]).to(device)
+
+    def log_mel(x):
+        return (mel_filters(x.device) @ x).clamp(min=1e-10).log10()
+
+    table = watched(lambda: torch.compile(log_mel, backend="aot_eager")(torch.rand(6, 3)))
+    said = " ".join(b.words for b in table.breaks)
+    assert "np.load is not among the NumPy functions Dynamo can trace" in said and "torch._numpy" not in said
+    (first,) = [r for r in table.rows if r.function.startswith("mel_filters (")]
+    assert "no part after it compiled, so this function's work runs eagerly" in first.cause, table.to_text()
