@@ -31,10 +31,10 @@ from tpu_lab.compile.causes.guard_values import (
     number_condition_words,
     numbers_compared,
     state_words,
-    tensor_type_words,
     value_words,
 )
 from tpu_lab.compile.causes.held_numbers import tuple_words
+from tpu_lab.compile.causes.tensor_kinds import tensor_type_words
 from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.sources.value_text import other_number
 
