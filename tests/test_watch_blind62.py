@@ -173,3 +173,38 @@ def test_np_load_is_named_as_numpy_and_a_graph_whose_later_part_failed_is_said_t
     assert "np.load is not among the NumPy functions Dynamo can trace" in said and "torch._numpy" not in said
     (first,) = [r for r in table.rows if r.function.startswith("mel_filters (")]
     assert "no part after it compiled, so this function's work runs eagerly" in first.cause, table.to_text()
+
+
+class Dlrm(nn.Module):  # facebookresearch/dlrm's apply_emb, trimmed: one EmbeddingBag per sparse feature
+    def __init__(self):
+        super().__init__()
+        self.emb_l = nn.ModuleList(nn.EmbeddingBag(20, 4, mode="sum") for _ in range(3))
+
+    def forward(self, lS_o, lS_i):
+        return torch.cat([e(i, o) for e, i, o in zip(self.emb_l, lS_i, lS_o, strict=True)], 1).sum()
+
+
+def _dlrm_batches(seed):
+    g = torch.Generator().manual_seed(seed)
+    for bags in ([2, 2, 2, 2], [3, 2, 3, 2], [1, 3, 1, 2]):  # dlrm_data_pytorch: each bag's length, per batch
+        lens = [torch.tensor(bags[k:] + bags[:k]) + k for k in range(3)]  # every table's bags, of its own lengths
+        offsets = [torch.cat([torch.zeros(1, dtype=torch.long), n.cumsum(0)[:-1]]) for n in lens]
+        yield offsets, [torch.randint(0, 20, (int(n.sum()),), generator=g) for n in lens]
+
+
+def test_items_of_one_list_that_each_changed_length_are_one_summary_line_and_padding_keeps_to_padding_idx():
+    model = Dlrm()
+    f = torch.compile(model, backend="aot_eager")
+    table = watched(lambda: [f(o, i) for o, i in _dlrm_batches(0)])
+    lines = [line for line in table.to_text().splitlines() if "each item of lS_i has its own length" in line]
+    assert len(lines) == 1 and "lS_i[0] dim 0, lS_i[1] dim 0, lS_i[2] dim 0" in lines[0], table.to_text()
+    assert "padding_idx" in lines[0]
+
+    def marked():  # the marks as printed, together, before the first call
+        for n, (o, i) in enumerate(_dlrm_batches(0)):
+            if n == 0:
+                for item in i:
+                    torch._dynamo.maybe_mark_dynamic(item, 0)
+            f(o, i)
+
+    assert watched(marked).total_compiles < table.total_compiles

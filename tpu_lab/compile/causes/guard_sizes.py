@@ -207,8 +207,10 @@ def size_words(
             "ConstraintViolationError"
         )
     elif i == "0" and sequences and (item := re.fullmatch(r"([\w.]+)\[\d+\]", name)) and not caller:
+        indices = (inputs or {}).get(name, "").startswith(("i64", "i32"))  # DLRM's bags of indices: a pad adds rows
+        pad = " with an index whose row adds nothing (an embedding's padding_idx)" if indices else ""
         fix = (
-            f"each item of {item[1]} has its own length: pad them to a few lengths outside the compiled function "
+            f"each item of {item[1]} has its own length: pad them{pad} to a few lengths outside the compiled function "
             f"(or batch them, padded, into one tensor); else {dynamic}"
         )
     elif i == "0" and int(b) < int(a) and not caller:

@@ -301,28 +301,3 @@ def said_once(causes: Sequence[Any]) -> str:
 
 def _times(key: str, n: int) -> str:  # "grows at every compile" says how often already
     return "" if key.partition("\0")[0].endswith("every compile") else f" {n} times"
-
-
-_MARK_CALL = re.compile(r"(?P<call>[\w.]*mark_dynamic)\((?P<name>[^,()]+), (?P<dim>\d+)\)")
-
-
-def dims_joined(fixes: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
-    """The summary's (label, fix) -> compiles, where fixes that differ only in which dimension of one tensor
-    they mark (an image's height and width) are one fix naming each mark, ``maybe_mark_dynamic(x, 2) and
-    maybe_mark_dynamic(x, 3)``, with their compiles added, in the order first said."""
-    dims: dict[tuple[str, str], list[str]] = {}
-    count: dict[tuple[str, str], int] = {}
-    for (label, fix), n in fixes.items():
-        marks = list(_MARK_CALL.finditer(fix or ""))
-        one = len(marks) == 1
-        shape = (label, fix[: marks[0].start("dim")] + "\0" + fix[marks[0].end("dim") :]) if one else (label, fix)
-        dims.setdefault(shape, []).append(marks[0]["dim"] if one else "")
-        count[shape] = count.get(shape, 0) + n
-    out = {}
-    for (label, fix), found in dims.items():
-        said = fix
-        if "\0" in fix and (m := _MARK_CALL.search(fix.replace("\0", "0"))):
-            calls = " and ".join(f"{m['call']}({m['name']}, {d})" for d in dict.fromkeys(found))
-            said = fix[: m.start()] + calls + fix[m.end() :]
-        out[label, said] = count[label, fix]
-    return out

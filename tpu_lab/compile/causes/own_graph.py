@@ -93,7 +93,7 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
     moot = f"none for this compile, which needs a graph of its own anyway ({said})"
     skip = "; to skip even this one"  # a size made dynamic: nothing could have skipped this compile
     rest = [
-        dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix}")
+        dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix.split(skip)[0]}")
         if c.kind in ("size", "global_state") and not c.fix.startswith("none")
         else dataclasses.replace(
             c, fix=f"{c.fix.split(skip)[0]} (this compile needs a graph of its own anyway: {said})"

@@ -192,14 +192,18 @@ def _said(found: list[tuple[str, str]], places: Mapping[str, str], subject: str)
     """The conditions (words, Dynamo's guard) a graph holds on ``subject``, said once each with the lines
     that set them: a few short ones by name (``stride != 1 and 1 <= stride hold (from your line 11: ...)``),
     many, or long ones, by their count and lines, never twenty expressions in a row."""
+    held = {m[1]: m[2] for w, _ in found if (m := re.fullmatch(r"(\S+) == (-?\d+)", w))}  # n*m == 512: one value
     by_place: dict[str, list[str]] = {}
     for w, g in found:
         said = by_place.setdefault(condition_place(g, places), [])
+        side = w.split(" ", 1)[0]
+        w = f"{side} stays {held[side]}" if side in held else w  # its bounds (n*m < 1024) say no more
         if w not in said:
             said.append(w)
     every = [w for ws in by_place.values() for w in ws]
     if len(every) <= 3 and all(len(w) <= 48 and CARRIED not in w for w in every):
-        return " and ".join(f"{' and '.join(ws)} {'hold' if len(ws) > 1 else 'holds'}{p}" for p, ws in by_place.items())
+        verb = lambda ws: "" if all(" stays " in w for w in ws) else " hold" if len(ws) > 1 else " holds"  # noqa: E731
+        return " and ".join(f"{' and '.join(ws)}{verb(ws)}{p}" for p, ws in by_place.items())
     lines = [p.strip()[1:-1] for p in by_place if p]
     lines = [p for p in lines if not any(o != p and o.startswith(p) for o in lines)]  # a line said twice: once
     where = "; ".join(dict.fromkeys(lines)).replace("; from your line", "; line")

@@ -1,6 +1,5 @@
-"""What a watch saw, as one renderable object: per function and input signature, calls, compiles,
-each compile's cause in words with Dynamo's guard behind it and the fix; graph breaks with Dynamo's
-hints; the recompile limit per function; resets; a closing summary of causes and fixes; a chart; a dict."""
+"""What a watch saw, as one renderable object: per function and input signature, calls, compiles, each compile's
+cause in words with Dynamo's guard and the fix; graph breaks; the recompile limit; resets; a summary; a chart."""
 
 from __future__ import annotations
 
@@ -12,7 +11,8 @@ from typing import Any, NamedTuple
 from tpu_lab._report import banner_html
 from tpu_lab.compile.causes.cause import KIND_LABELS
 from tpu_lab.compile.causes.explain import LIMIT_RAISED_TEXT, LIMIT_TEXT
-from tpu_lab.compile.causes.joined import dims_joined, said_once
+from tpu_lab.compile.causes.joined import said_once
+from tpu_lab.compile.causes.summary_fixes import dims_joined, marks_joined
 from tpu_lab.compile.table_base import Cell, CompileTableBase, compiled_words, cut
 
 FUNCTION_WIDTH = 31  # characters of the function column in HTML: "Sequential.forward (backward) …"
@@ -240,7 +240,7 @@ class WatchTable(CompileTableBase):
                 f"  {said} ({n} compile{'s' * (n > 1)}): {fix or 'no fix needed'}"
                 if n
                 else f"  {said} (with another cause in the same compile): {fix or 'no fix needed'}"
-                for (said, fix), n in dims_joined(fixes).items()
+                for (said, fix), n in marks_joined(dims_joined(fixes)).items()
             ]
         notes = dict.fromkeys(c.fix for r in self.rows for c in r.causes if c.kind == "hooks" and not c.guard)
         lines += ["causes and fixes:"] * bool(notes and not fixes)
