@@ -208,3 +208,22 @@ def test_items_of_one_list_that_each_changed_length_are_one_summary_line_and_pad
             f(o, i)
 
     assert watched(marked).total_compiles < table.total_compiles
+
+
+def ball_query(xyz, nsample):  # Pointnet_Pointnet2_pytorch's query_ball_point, trimmed: a slice of a larger index
+    group_idx = torch.arange(xyz.shape[1]).view(1, 1, -1).repeat(xyz.shape[0], 4, 1)
+    torch._dynamo.graph_break()  # its x[mask] breaks the graph, as in the original
+    return group_idx[:, :, :nsample]
+
+
+def sample_and_group(xyz):
+    idx = ball_query(xyz, 3)  # carried over the break: a view whose strides follow the cloud's size
+    return torch.gather(xyz[..., 0].unsqueeze(1).expand(-1, 4, -1), 2, idx).sum()
+
+
+def test_a_carried_views_stride_is_told_as_a_slice_of_a_larger_tensor_never_as_a_memory_format_to_pass():
+    f = torch.compile(sample_and_group, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(2, n, 3)) for n in (8, 6)])
+    strides = [c for r in table.rows for c in r.causes if c.kind == "stride" and "idx" in c.words]
+    assert strides and all("a view (a slice) of a larger tensor" in c.words for c in strides), table.to_text()
+    assert not any("memory format every call" in c.fix for c in strides)

@@ -136,7 +136,7 @@ _NO_READ_FIX = CONTROL_FIX.replace(": capture_scalar_outputs only moves the brea
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
-    "the optimizer's step and zero_grad, and a GradScaler's scale/step/update outside the compiled function "
+    "the optimizer's step and zero_grad, a GradScaler's scale/unscale_/step/update and clip_grad_norm_ outside the compiled function "
     "(a compiled optimizer step is a function of its own: torch.compile(opt.step))"
 )
 

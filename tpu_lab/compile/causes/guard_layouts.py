@@ -6,11 +6,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, local_name
 from tpu_lab.compile.causes.guard_sizes import PARAMETER_FIX
 
 _LAYOUTS = ("channels_last_3d", "channels_last", "non-contiguous")
+
+
+def described(source: str, inputs: Mapping[str, str]) -> str | None:
+    """The input ``source`` as the call passed it (``i64[2, 16, 8] non-contiguous``); a value carried over a graph
+    break (``___stack0``) by its place: a resumed frame takes the carried values first, in order."""
+    if (now := inputs.get(local_name(source))) is not None:
+        return now
+    carried = re.fullmatch(r"___stack(\d+)", source.strip())
+    described = [d for n, d in inputs.items() if n != "grad mode"]
+    return described[int(carried[1])] if carried and int(carried[1]) < len(described) else None
 
 
 def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:

@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.guard_backend import backend_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words
 from tpu_lab.compile.causes.guard_hooks import hook_words
-from tpu_lab.compile.causes.guard_layouts import layout_words, offset_words, rank_fix
+from tpu_lab.compile.causes.guard_layouts import described, layout_words, offset_words, rank_fix
 from tpu_lab.compile.causes.guard_members import member_words
 from tpu_lab.compile.causes.guard_objects import none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
@@ -143,7 +143,7 @@ def words(
                 local_name(m["name"]),
                 f"stride {m['i']}: {m['a']} -> {m['b']}",
                 g,
-                (inputs or {}).get(local_name(m["name"])),
+                described(m["name"], inputs or {}),
                 is_parameter(m["name"], g),
             )
         )
