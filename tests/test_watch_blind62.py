@@ -227,3 +227,19 @@ def test_a_carried_views_stride_is_told_as_a_slice_of_a_larger_tensor_never_as_a
     strides = [c for r in table.rows for c in r.causes if c.kind == "stride" and "idx" in c.words]
     assert strides and all("a view (a slice) of a larger tensor" in c.words for c in strides), table.to_text()
     assert not any("memory format every call" in c.fix for c in strides)
+
+
+def test_a_compile_that_needs_its_own_graph_never_offers_to_skip_itself():
+    from tpu_lab.compile.causes.cause import Cause
+    from tpu_lab.compile.causes.own_graph import own_graph_first
+
+    grad = Cause("global_state", "grad mode changed", "global state changed: grad_mode", "expected once per mode")
+    size = Cause(  # NeRF's render_rays under no_grad at test time, with a new chunk of rays: its fix as said alone
+        "size",
+        "inputs dimension 0 changed 1024 -> 512",
+        "tensor 'inputs' size mismatch at index 0. expected 1024, actual 512",
+        "Dynamo made inputs dim 0 dynamic, so later sizes reuse this graph; to skip even this one: mark it first",
+    )
+    (_, told) = own_graph_first([size, grad])
+    assert told.fix.startswith("none for this compile, which needs a graph of its own anyway (grad mode changed)")
+    assert "to skip even this one" not in told.fix and "later sizes reuse this graph" in told.fix
