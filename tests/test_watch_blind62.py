@@ -243,3 +243,26 @@ def test_a_compile_that_needs_its_own_graph_never_offers_to_skip_itself():
     (_, told) = own_graph_first([size, grad])
     assert told.fix.startswith("none for this compile, which needs a graph of its own anyway (grad mode changed)")
     assert "to skip even this one" not in told.fix and "later sizes reuse this graph" in told.fix
+
+
+def scaled_or_shifted(x, flag):
+    return x * 2 if flag else x + 1
+
+
+def test_a_size_told_against_a_later_graph_is_marked_on_every_call_which_saves_what_a_first_mark_does_not():
+    f = torch.compile(scaled_or_shifted, backend="aot_eager")
+
+    def run(mark):  # lucidrains' T2T-ViT: einops' cache compiled the graph the short batch is compared with
+        def calls():
+            for i, (n, flag) in enumerate(((4, True), (4, False), (3, False))):
+                x = torch.randn(n)
+                if mark == "each" or (mark == "first" and i == 0):
+                    torch._dynamo.maybe_mark_dynamic(x, 0)
+                f(x, flag)
+
+        return watched(calls)
+
+    table = run(None)
+    (size,) = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert "on every call's input" in size.fix and "before the first call" not in size.fix, size.fix
+    assert run("each").total_compiles < run("first").total_compiles == table.total_compiles

@@ -23,7 +23,7 @@ from tpu_lab.compile.causes.held_numbers import (
     placed,
     static_number_fix,
 )
-from tpu_lab.compile.causes.instances import whose_graph
+from tpu_lab.compile.causes.instances import marked_each_call, whose_graph
 from tpu_lab.compile.causes.joined import calling_style, followers_joined, merged, per_sample_list
 from tpu_lab.compile.causes.nearest_graph import nearest
 from tpu_lab.compile.causes.resumed import in_resumed_frame
@@ -157,7 +157,7 @@ def causes_of(
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic)
     told = [in_case(keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
-    return whose_graph(told, dict(compared).get(best), signature)
+    return whose_graph(marked_each_call(told, best), dict(compared).get(best), signature)
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:

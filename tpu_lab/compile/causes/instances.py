@@ -1,6 +1,7 @@
 """Causes found against a graph another instance of the same class compiled (its code's graphs are shared
 by every instance: a layer compiled on its own, a block per depth), or another callable through one shared
-wrapper: said so, with the fix for a number each instance holds its own value of. Pure."""
+wrapper: said so, with the fix for a number each instance holds its own value of; and a graph compiled at a
+later call than the function's first, whose inputs a mark on the first call's tensor never reached. Pure."""
 
 from __future__ import annotations
 
@@ -65,3 +66,21 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
         "the module that calls them all once"
     )
     return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
+
+
+_FIRST_MARK = "mark the dimension dynamic before the first call ("
+_EACH_MARK = (
+    "mark the dimension dynamic on every call's input, before the call (a mark on the first call's alone does not "
+    "reach this graph, compiled at a later call: "
+)
+
+
+def marked_each_call(causes: list[Cause], graph: str) -> list[Cause]:
+    """``causes`` told against ``graph`` (Dynamo's ``frame/n``): where it is not the function's first graph (an
+    einops cache or a train/eval switch compiled it at a later call), the mark is said on every call's input."""
+    if not re.fullmatch(r"\d+/[1-9]\d*", graph):
+        return causes
+    return [
+        dataclasses.replace(c, fix=c.fix.replace(_FIRST_MARK, _EACH_MARK)) if _FIRST_MARK in c.fix else c
+        for c in causes
+    ]
