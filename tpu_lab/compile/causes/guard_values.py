@@ -51,6 +51,10 @@ _STATE = {
 _TENSOR_NOW = re.compile(r"^[a-z]+\d*\[")  # a tensor's description: f32[2, 3]
 
 
+def _a(word: str) -> str:
+    return "an" if word[:1] in "aeiou" or word == "ndarray" else "a"  # an int, an ndarray
+
+
 def _moved(value: str, now: str) -> bool:
     """Whether the number in ``now`` (``float 4.0``) is another value than ``value`` (``3``), not only another type."""
     try:
@@ -120,11 +124,11 @@ def value_words(raw: str, value: str, g: str, static: bool, now: str = "", calle
         numbers = became in ("int", "float", "bool")
         return Cause(
             "type",
-            f"{name} is now {'an' if became[:1] in 'aeiou' else 'a'} {became}, was the {kind} {value} (each type is its own graph)",
+            f"{name} is now {_a(became)} {became}, was the {kind} {value} (each type is its own graph)",
             g,
             "pass the same type every call (e.g. always a float: 2.0, not 2)"
             if numbers
-            else f"pass the same type every call (always {'an' if kind == 'int' else 'a'} {kind}, or always a {became})",
+            else f"pass the same type every call (always {_a(kind)} {kind}, or always {_a(became)} {became})",
         )
     if kind == "string":
         return Cause("string", words, g, STRING_FIX)

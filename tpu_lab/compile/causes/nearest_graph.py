@@ -79,7 +79,7 @@ def _other_case(cause: Cause) -> bool:
     return another_path(cause) or cause.kind in ("training", "global_state")
 
 
-_TYPE_GUARD = re.compile(r"expected type of |___check_type_id|\btype\(")
+_TYPE_GUARD = re.compile(r"expected type of .+? to be <class 'torch\.(?:Tensor|nn\.parameter\.Parameter)'>")
 
 
 def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
@@ -93,7 +93,7 @@ def _superseded(failures: Sequence[Any], made: set[str]) -> set[Any]:
             pins.setdefault(f.graph, set()).update(held)
         elif (m := TENSOR_MISMATCH.search(f.guard)) and m["what"] == "size":  # a size held static: img dim 2
             pins.setdefault(f.graph, set()).add(f"{local_name(m['name'])}.size()[{m['i']}]")
-        elif not _TYPE_GUARD.search(f.guard):  # one that held it as another type (a tensor) holds no number of it
+        elif not _TYPE_GUARD.search(f.guard):  # one that held it as a tensor (DANN's NumPy alpha) holds no number of it
             text = local_name(f.guard)
             symbolic |= {n for n in made if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w(])", text)}
             symbolic |= {f"{m[1]}.size()[{m[2]}]" for m in re.finditer(r"([\w.\[\]']+)\.size\(\)\[(\d+)\]", text)}

@@ -31,7 +31,7 @@ _GRAD_FIX = (
     "cannot be differentiated twice (create_graph=True, then .backward(), raises); not "
     "torch._dynamo.config.trace_autograd_ops = True, with which such a compile fails"
 )
-_NUMPY_NUMBER = re.compile(r"\b(?:np|numpy)\.(?P<fn>\w+)\((?P<args>[^()]*)\)")
+_NUMPY_NUMBER = re.compile(r"\b(?:np|numpy)\.(?P<fn>size|shape|ndim)\((?P<args>[^()]*)\)")  # an array's size
 _RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
 
 
@@ -70,7 +70,7 @@ def numpy_number(reason: str, code: str) -> tuple[str, str] | None:
     )
     if call["fn"] in ("size", "shape") and len(args) == 2 and args[1].lstrip("-").isdigit():
         return words, f"use {args[0]}.shape[{args[1]}] in place of {call[0]} (a size Dynamo reads without a break)"
-    if call["fn"] in ("size", "ndim", "shape") and len(args) == 1 and args[0].isidentifier():
+    if len(args) == 1 and args[0].isidentifier():
         return words, f"use {args[0]}.{call['fn']} in place of {call[0]} (read without a break)"
     return words, f"compute {call[0]} outside the compiled function and pass the number in"
 

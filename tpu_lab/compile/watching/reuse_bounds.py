@@ -22,7 +22,8 @@ _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first c
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
 _MARK = re.compile(
-    r"to skip even this one: mark the dimension dynamic before the first call \((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
+    r"to skip even this one: mark the dimension dynamic (?:before the first call|on every call's input, before the call) "
+    r"\((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
 )
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
