@@ -95,7 +95,7 @@ def test_an_attribute_the_forward_sets_on_its_first_call_is_told_to_be_set_first
     check_against_dynamo(w, dynamo)
     (none,) = causes(w)
     assert none.words.startswith("self.config.problem_type is now a str ('single_label_classification'), was None")
-    assert "<your Classifier module>.config.problem_type = its value now" in none.fix, none.fix
+    assert "classifier.config.problem_type = its value now, classifier being your Classifier module" in none.fix
     assert "always pass it" not in none.fix
     # the fix works: set before the first call, one graph
     torch._dynamo.reset()  # the graphs above would serve it

@@ -242,7 +242,7 @@ def _next_values(
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
     # Dynamo's 0/1 specialisation of an argument (or its item), which automatic dynamic makes dynamic after it;
     # a module's int attribute stays static, each value a graph (allow_unspec_int_on_nn_module aside)
-    if re.fullmatch(r"int [01]", now.get(name, "")) and re.fullmatch(r"[A-Za-z_][\w ]*(?:\[\d+\])*", name):
+    if apart and cause.words.startswith("Python int ") and re.fullmatch(r"[A-Za-z_][\w ]*(?:\[\d+\])*", name):
         words = cause.words.removesuffix(_BAKED) + (
             f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values)"
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.guard_objects import held_as
 
 
 def hook_words(g: str) -> Cause | None:
@@ -38,11 +39,7 @@ def forward_replaced(g: str, name: str, key: str, owner: str = "") -> Cause | No
     if key != "'forward'" or not name.endswith(".__dict__") or "not " not in g:
         return None
     module = name.removesuffix(".__dict__")
-    held = (
-        module.replace("self", f"<your {owner.split()[0]} module>", 1)
-        if owner and module.startswith("self.")
-        else module
-    )
+    held = module.replace("self", held_as(owner), 1) if owner and module.startswith("self.") else module
     return Cause(
         "hooks",
         f"{module}.forward was set on the instance (absent when this graph was compiled): a hook library replaced "
@@ -50,6 +47,11 @@ def forward_replaced(g: str, name: str, key: str, owner: str = "") -> Cause | No
         "when the hook was removed",
         g,
         "expected once per change; add such hooks before the first compiled call, and after removing one, drop "
-        f"the instance's own forward ({held}.__dict__.pop('forward', None)): the module then runs its class's "
+        f"the instance's own forward ({held}.__dict__.pop('forward', None){_being(module, owner)}): the module then runs its class's "
         "forward, and the graph compiled before the hook serves its calls again",
     )
+
+
+def _being(module: str, owner: str) -> str:
+    """How the fix's example name reads, where it stands for ``self`` (the user's own name is not known here)."""
+    return f", {held_as(owner)} being your {owner.split()[0]} module" if owner and module.startswith("self.") else ""

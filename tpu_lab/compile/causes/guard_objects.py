@@ -201,11 +201,18 @@ def _set_before(name: str, owner: str = "") -> str:
     ``config.problem_type`` on its first call with labels): the user sets it first, not passes it. ``owner``:
     how the inputs show ``self`` (``EarlyStopping``; a module as ``MLP (train)``), so the fix names it."""
     kind = "module" if shown_as_module(owner) else "object"
-    held = f"<your {owner.split()[0]} {kind}>." if owner else "model."
+    held = held_as(owner) if owner else "model"  # the user's own name for it is not known here: one in its class's
+    whose = f", {held} being your {owner.split()[0]} {kind}" if owner else ""
     return (
         "expected once; to keep one graph, set it before the first compiled call (e.g. "
-        f"{name.replace('self.', held, 1)} = its value now: the code set it during the first call), and leave it so"
+        f"{name.replace('self.', held + '.', 1)} = its value now{whose}: the code set it during the first call), and "
+        "leave it so"
     )
+
+
+def held_as(owner: str) -> str:
+    """A name for the user's instance of ``owner`` (``TransformerModel (train)``): ``transformer_model``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", owner.split()[0]).lower()
 
 
 def none_fix(attribute: str = "") -> str:

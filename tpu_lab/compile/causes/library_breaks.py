@@ -36,8 +36,15 @@ _TYPED_FIX = (
 def legacy_said(text: str) -> str:
     """Dynamo's name for a legacy constructor's C code (``<unknown module>._LegacyVariableBase.__new__``,
     ``<unknown module>.LongTensor.__new__``) as the call the user wrote."""
-    text = text.replace("<unknown module>._LegacyVariableBase.__new__", f"torch.autograd.Variable ({LEGACY})")
-    return re.sub(r"<unknown module>\.(\w+Tensor)\.__new__", rf"torch.\1 ({_TYPED})", text)
+    builtin = r"(?:Dynamo does not know how to trace the builtin )?`?<unknown module>\.{}\.__new__\.?`?"
+    pybind = r"(?: This function is either .*?\(perhaps created with pybind\)\.?)?"  # untrue of torch's own C code
+    said = r"Dynamo cannot trace torch.autograd.Variable, a constructor in C code ({})"
+    text = re.sub(builtin.format("_LegacyVariableBase") + pybind, said.format(LEGACY).replace("\\", ""), text)
+    return re.sub(
+        builtin.format(r"(\w+Tensor)") + pybind,
+        rf"Dynamo cannot trace torch.\1, a constructor in C code ({_TYPED})",
+        text,
+    )
 
 
 def legacy_fix(words: str) -> str:

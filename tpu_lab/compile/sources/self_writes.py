@@ -72,14 +72,19 @@ def _writer(cls: type, attr: str) -> str:
             for n in ast.walk(methods["forward"])
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _is_self(n.func.value)
         }
-        for method in ["forward", *sorted(called & methods.keys() - {"forward", "__init__"})]:
-            for node in ast.walk(methods[method]):
-                if (
-                    isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns(node, attr)
-                ) or _registers(node, attr):
-                    code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
-                    code = code.splitlines()[0] if code else ""
-                    return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, 'lineno', 0)}: {code.strip()})"
+        found = [
+            (method, node)
+            for method in ["forward", *sorted(called & methods.keys() - {"forward", "__init__"})]
+            for node in ast.walk(methods[method])
+            if (isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _assigns(node, attr))
+            or _registers(node, attr)
+        ]
+        # what sets the value the guard checked, before a reset to None on another branch (self.src_mask = None)
+        found.sort(key=lambda mn: isinstance(v := getattr(mn[1], "value", None), ast.Constant) and v.value is None)
+        for method, node in found[:1]:
+            code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
+            code = code.splitlines()[0] if code else ""
+            return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, 'lineno', 0)}: {code.strip()})"
     return ""
 
 
