@@ -238,3 +238,12 @@ def as_logged(cause: Cause) -> Cause:
 def shown_as_module(description: str) -> bool:
     """Whether an input's description is a module's (``MLP (train)``, ``Sparsemax (eval)``)."""
     return re.search(r" \((?:train|eval)\)$", description) is not None
+
+
+SKIPPED_LATER = (  # AWD-LSTM's LockedDropout: eval returns x as it is, and training runs eagerly from then on
+    "{0} compiled graphs before, on inputs where it does tensor work; on these (eval mode, a flag, an empty "
+    "input) it does none, and Dynamo now skips its code for every later call, those with tensor work included: "
+    "call it on such inputs uncompiled (evaluate with the uncompiled model), or run torch._dynamo.reset() after "
+    "them, so {0} compiles again"
+)
+"""The fix where Dynamo skipped a function that compiled graphs before: on these inputs it had no tensor work."""

@@ -233,16 +233,14 @@ def _next_values(
         return name, cause
     if pin and (held := held_cause(cause, name, pin, at_most, baked=_BAKED, now=now.get(name, ""))):
         return name, held
-    # a new value of 0 or 1 is compiled apart, made dynamic or not (DANN's alpha 0 -> 1, split sizes carried 3 -> 1);
-    # a list argument's item keeps the words the graph's membership test explains (reuse_bounds._members_held)
-    apart = re.fullmatch(r"int [01]", now.get(name, "")) and ("[" not in name or "carried over" in name)
-    if source in {local_name(d) for d in dynamic} and not apart:
+    if source in {local_name(d) for d in dynamic}:  # an int made dynamic takes 0 and 1 too (DANN's alpha 0 -> 1, 2)
         words = cause.words.removesuffix(_BAKED) + f"): Dynamo made {name} dynamic, so later values reuse this graph"
         fix = "none needed: later values reuse this graph"
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
     # Dynamo's 0/1 specialisation of an argument (or its item), which automatic dynamic makes dynamic after it;
     # a module's int attribute stays static, each value a graph (allow_unspec_int_on_nn_module aside)
-    if apart and cause.words.startswith("Python int ") and re.fullmatch(r"[A-Za-z_][\w ]*(?:\[\d+\])*", name):
+    int_01 = bool(re.fullmatch(r"int [01]", now.get(name, ""))) and cause.words.startswith("Python int ")  # no float
+    if int_01 and re.fullmatch(r"[A-Za-z_]\w*(?:\[\d+\])*", name):
         words = cause.words.removesuffix(_BAKED) + (
             f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values)"
         )
@@ -255,7 +253,7 @@ def _next_values(
         words = cause.words.removesuffix(")") + f": each new value compiles a graph of its own, at most {limit})"
         fix = cause.fix
         if fix.startswith("usually none"):  # Dynamo kept it static, so the general hope does not apply
-            fix = static_number_fix(name)
+            fix = static_number_fix(name, module=shown_as_module(now.get("self", "nn.Module (train)")))
         return name, dataclasses.replace(cause, words=words, fix=fix)
     return name, cause
 

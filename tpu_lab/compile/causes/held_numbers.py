@@ -184,10 +184,13 @@ def _needs_it(comment: str) -> str:
     return "your line" if own else f"a check inside {package}" if private else f"{package}'s {m['fn']}"
 
 
-def static_number_fix(name: str) -> str:
-    """The fix for a Python int Dynamo keeps static after it changed (each value a graph)."""
-    if name.startswith("self."):  # an nn.Module's int attribute: Dynamo keeps those static unless told otherwise
+def static_number_fix(name: str, module: bool = True) -> str:
+    """The fix for a Python int Dynamo keeps static after it changed (each value a graph); ``module``: whether
+    ``self`` is an nn.Module (an optimizer's param group is no module: no module setting reaches it)."""
+    if name.startswith("self.") and module:  # an nn.Module's int attribute: Dynamo keeps those static unless told
         return module_int_fix(name)
+    if name.startswith("self."):  # Lookahead's step_counter kept in the param group the compiled step reads
+        return f"keep {name} to a few values, or keep a number that only counts off what the compiled code reads"
     return "pass it as a tensor (torch.tensor(value)) so the graph reads it at run time, or keep it to a few values"
 
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
-from tpu_lab.compile.causes.cause import Cause, as_logged, local_name, without_fullgraph_hint
+from tpu_lab.compile.causes.cause import SKIPPED_LATER, Cause, as_logged, local_name, without_fullgraph_hint
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
 from tpu_lab.compile.causes.operator_failures import fake_fix, operator_fix, operator_words
@@ -95,6 +95,8 @@ def failed_compile(
         )
         if cap.function.resumes_at and not is_library(cap.function.filename):  # the rest after a break: a return
             fix = f"none needed: what is left of {name} has no tensor work (it returns, or does Python bookkeeping)"
+        elif recompile and not is_library(cap.function.filename):  # compiled before: on other inputs it has work
+            fix = SKIPPED_LATER.format(name)
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
     earlier = (breaks_at or {}).get(where) if reason.startswith(_REBUILD) else None
