@@ -74,7 +74,7 @@ def test_a_tensor_subclass_is_summarised_as_a_kind_of_tensor(dynamo):
         f(torch.ones(2, 4))
         f(torch.ones(2, 4).as_subclass(Tagged))
     summary = "\n".join(w.table.summary())
-    assert "another kind of tensor (nn.Parameter, a subclass or a plain tensor)" in summary
+    assert "another kind of value where a tensor was compiled for (nn.Parameter, a subclass, a plain tensor" in summary
     assert "nn.Parameter vs plain tensor" not in summary
 
 

@@ -42,7 +42,7 @@ _NO_TORCH_COPY = re.compile(r"Can't find numpy function (\w+) in torch\._numpy")
 def numpy_missing(text: str) -> str:
     """Dynamo's "Can't find numpy function load in torch._numpy" as a user reads it."""
     return _NO_TORCH_COPY.sub(
-        r"np.\1 is not among the NumPy functions Dynamo can trace (it traces NumPy calls as torch ops)", text
+        r"NumPy's \1 is not among the NumPy functions Dynamo can trace (it traces numpy calls as torch ops)", text
     )
 
 
