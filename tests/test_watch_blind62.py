@@ -333,3 +333,33 @@ def test_torch_autograd_variable_is_said_in_one_sentence_never_inside_dynamos_bu
     (broke,) = watched(lambda: f(torch.randn(3))).breaks
     assert broke.words.startswith("Dynamo cannot trace torch.autograd.Variable, a constructor in C code"), broke
     assert "This function is either" not in broke.words and "`" not in broke.words
+
+
+class GhostBN(nn.Module):  # dreamquark-ai/tabnet's GBN: chunks of a virtual batch size, counted through NumPy
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(6)
+
+    def forward(self, x):
+        chunks = x.chunk(int(np.ceil(x.shape[0] / 16)), 0)
+        return torch.cat([self.bn(x_) for x_ in chunks], dim=0)
+
+
+def test_a_carried_size_a_count_holds_to_one_value_is_told_so_never_that_removing_the_break_saves_it():
+    ghost, first = GhostBN(), nn.Linear(6, 6)
+
+    def embed(x):  # TabNet's EmbeddingGenerator: its `if is_continuous:` breaks the graph
+        torch._dynamo.graph_break()
+        return first(x)
+
+    def forward(x):  # TabNet's forward: x comes out of the break, carried into the part after it
+        x = embed(x)
+        return ghost(x)
+
+    f = torch.compile(forward, backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(n, 6)) for n in (48, 4, 10)])
+    held = [c for r in table.rows for c in r.causes if "the code before the break made it" in c.words]
+    assert held and all("so every other size compiles a graph of its own" in c.words for c in held), table.to_text()
+    assert all("this recompile goes with it" not in c.fix and "pad to a few sizes" in c.fix for c in held)
+    resumed = [r for r in table.rows if r.function.startswith("forward after") and "(backward)" not in r.function]
+    assert sum(r.compiles for r in resumed) == 3  # as said: 48, 4 and 10 each a graph of the part after the break

@@ -109,7 +109,7 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
             for item in member[1]:
                 out.setdefault(renamed(local_name(item), names), []).append((member[0], g.strip()))
             continue
-        held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+", text)  # a number computed from sizes, held to one value
+        held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+(?:\.\d+)?", text)  # computed from sizes, held to one value
         if (
             ("==" in text and not held_to)
             or not (held_to or _COMPARED.search(text))

@@ -101,10 +101,17 @@ def bounded(
             elif failed := next((w for w, _ in found if _holds_at(w, first) is False), None):
                 fix = re.sub(_MARK, _MARK_TOO_LATE.format(failed), fix, count=1)
             c = dataclasses.replace(c, words=words, fix=fix)
+        elif (carried := _CARRIED_SIZE.match(c.words)) and (subject := f"{carried[1]} dim {carried[2]}") in conditions:
+            held_to = [(_plain(w, subject), g) for w, g in conditions[subject] if _count_held(g)]
+            if held_to:  # GhostBN's chunk count: a carried value held to one size, with the break or without it
+                said = _said(held_to, places, subject)
+                words = f"{c.words}, and in this graph {said}, so every other size compiles a graph of its own"
+                c = dataclasses.replace(c, words=words, fix=f"{_NUMBER_HELD}; removing the break leaves that number")
         out.append(c)
     return out
 
 
+_CARRIED_SIZE = re.compile(r"(\S+) changed size \(dimension (\d+): .*the code before the break made it")
 _MARK_TOO_LATE = (
     "marking it dynamic before the first call would not skip this one: the graph holds {0}, which the first "
     "call's sizes fail, so those sizes get a graph of their own either way; pad to a few sizes to bound them"
@@ -230,15 +237,17 @@ _SYMBOLIC = re.compile(r"torch\.sym_\w+\(|math\.(?:trunc|ceil|floor)\(|\b(?:Max|
 def _count_held(guard: str) -> bool:
     """A number computed from a size with Dynamo's rounding (``1 + math.ceil(... / 12) == 3``: a window count)
     held to one value: each count a graph; never a remainder (``x.size()[1] % 2 == 1``), which many sizes meet."""
-    return bool(re.fullmatch(r"\(?.*\.size\(\)\[\d+\].*? == -?\d+", guard.strip())) and bool(
-        _SYMBOLIC.search(guard) and "%" not in guard and "Mod(" not in guard
-    )
+    return bool(re.fullmatch(r"\(?.*\.size\(\)\[\d+\].*? == -?\d+(?:\.\d+)?", guard.strip())) and bool(
+        (_SYMBOLIC.search(guard) or " / " in guard) and "%" not in guard and "Mod(" not in guard
+    )  # a size over a number held to one quotient (GhostBN's np.ceil(x.shape[0] / 16)): one size
 
 
 def _plain(condition: str, subject: str) -> str:
     """A condition in words a reader can check: one holding Dynamo's symbolic arithmetic (``math.trunc(32.0*
     torch.sym_float(...))``, from the user's rounding of a size) is said as the range it keeps ``subject`` in;
     Dynamo's sympy text as Python reads it (``(1 + (((-1) + n) // 2)) != 32`` -> ``1 + ((n - 1) // 2) != 32``)."""
+    if m := re.fullmatch(r"\(?(\S+) / (\d+)\)? == (\d+\.\d+)", condition):  # x.size()[0] / 16 == 0.25: x dim 0 is 4
+        return f"{m[1]} stays {float(m[3]) * int(m[2]):g}"
     if not _SYMBOLIC.search(condition):
         parts = re.split(r"( (?:!=|==|<=|>=|<|>) )", re.sub(r"\(\(-1\) \+ ((?:[^()]|\(\))+)\)", r"(\1 - 1)", condition))
         said = "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
