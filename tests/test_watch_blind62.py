@@ -363,3 +363,32 @@ def test_a_carried_size_a_count_holds_to_one_value_is_told_so_never_that_removin
     assert all("this recompile goes with it" not in c.fix and "pad to a few sizes" in c.fix for c in held)
     resumed = [r for r in table.rows if r.function.startswith("forward after") and "(backward)" not in r.function]
     assert sum(r.compiles for r in resumed) == 3  # as said: 48, 4 and 10 each a graph of the part after the break
+
+
+class CorrelationLayer(nn.Module):  # thuml/Autoformer's AutoCorrelationLayer, trimmed: a break inside it
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, queries):
+        queries = self.proj(queries)
+        torch._dynamo.graph_break()  # Autoformer: its loops over torch.roll(..., -int(index[i])) break the graph
+        return queries.mean(1)
+
+
+class Former(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.layer = nn.Linear(3, 4), CorrelationLayer()
+
+    def forward(self, x_enc):
+        return self.layer(self.embed(x_enc)).sum()
+
+
+def test_a_layer_whose_inputs_compiled_code_made_is_never_told_to_mark_them():
+    f = torch.compile(Former(), backend="aot_eager")
+    table = watched(lambda: [f(torch.randn(2, n, 3)) for n in (24, 20, 16)])
+    layer = [c for r in table.rows if r.function.startswith("CorrelationLayer.forward (") for c in r.causes]
+    sized = [c for c in layer if c.kind == "size"]
+    assert sized and not any("maybe_mark_dynamic(queries" in c.fix for c in sized), table.to_text()
+    assert all("nothing to mark: these inputs are made inside Former.forward's compiled code" in c.fix for c in sized)

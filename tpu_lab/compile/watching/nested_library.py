@@ -6,9 +6,11 @@ Its causes keep their words; their fixes say what the user can change instead.""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tpu_lab.compile.causes.source_file import enclosing_def
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
 from tpu_lab.compile.sources.packages import is_library, package_of
 from tpu_lab.compile.watching.watch_table import WatchRow
@@ -29,13 +31,20 @@ def said_at_the_call(
     outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
     for key, row in zip(keys, rows, strict=True):
         stdlib = package_of(key.filename) == "stdlib"  # copy's __newobj__ under a deepcopy: Python's own machinery
-        if not is_library(key.filename) or key.name.startswith(RESUME) or not (caller_of.get(key) or stdlib):
-            continue
         around = [o for o in outers if o != key and key in under.get(code_of.get(o), ())]
         # the innermost of them: the one the others' calls reached (the user's helper, not the forward around it)
         outer = max(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around), default=None)
         base = outer.label.split(" after the graph break")[0] if outer is not None else ""
-        if outer is not None and key.name not in (base, outer.name):  # a part of itself is no caller
+        if outer is None or key.name in (base, outer.name) or key.name.startswith(RESUME):  # itself is no caller
+            continue
+        if not is_library(key.filename):  # the user's own layer, called by compiled code: its inputs are made there
+            forward = [o for o in outers if "(backward)" not in o.name]
+            top = min(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around))  # the user's call
+            home = enclosing_def(top.filename, top.line)  # a resumed part's own function, by its class
+            caller = next((o.name for o in forward if o.filename == top.filename and o.line == home), top.label)
+            caller = caller.split(" after the graph break")[0]
+            row.causes = [dataclasses.replace(c, fix=_MARK.sub(_made_by(caller), c.fix)) for c in row.causes]
+        elif caller_of.get(key) or stdlib:
             fix = _fix(key, outer)
             row.causes = [
                 dataclasses.replace(c, fix=fix)
@@ -46,6 +55,17 @@ def said_at_the_call(
                 else c
                 for c in row.causes
             ]
+
+
+_MARK = re.compile(
+    r"mark the dimension dynamic (?:before the first call|on every call's input, before the call) \((?:[^()]|\([^()]*\))*\)"
+)
+
+
+def _made_by(caller: str) -> str:
+    """In place of a mark on inputs that compiled code made (Autoformer's queries, made in the model's forward):
+    a mark inside compiled code raises, and one on the outer input does not reach a frame compiled apart."""
+    return f"nothing to mark: these inputs are made inside {caller}'s compiled code, where a mark raises"
 
 
 def _fix(key: FunctionKey, outer: FunctionKey) -> str:
