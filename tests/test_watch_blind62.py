@@ -392,3 +392,21 @@ def test_a_layer_whose_inputs_compiled_code_made_is_never_told_to_mark_them():
     sized = [c for c in layer if c.kind == "size"]
     assert sized and not any("maybe_mark_dynamic(queries" in c.fix for c in sized), table.to_text()
     assert all("nothing to mark: these inputs are made inside Former.forward's compiled code" in c.fix for c in sized)
+
+
+def switch_route(routes, capacity):  # labml's Switch Transformer: token indices per expert, then capacity
+    indexes_list = [torch.eq(routes, i).nonzero(as_tuple=True)[0] for i in range(3)]
+    kept = []
+    for i in range(3):
+        if len(indexes_list[i]) <= capacity:
+            kept.append(indexes_list[i])
+        else:
+            kept.append(indexes_list[i][:capacity])
+    return torch.cat(kept)
+
+
+def test_a_branch_on_one_items_length_after_nonzero_is_named_where_the_capture_setting_is_offered():
+    f = torch.compile(switch_route, backend="aot_eager")
+    table = watched(lambda: f(torch.tensor([0, 1, 1, 2, 2, 2]), 2))
+    shaped = [b for b in table.breaks if "nonzero" in b.words]
+    assert shaped and all("if len(indexes_list[i]) <= capacity:" in b.fix for b in shaped), table.to_text()

@@ -45,7 +45,8 @@ def _later_check(code: str, at: tuple[str, int], ranged: bool = False) -> tuple[
     file, line = at
     if not names or not file:
         return 0, ""
-    size = "|".join(rf"\b{re.escape(n)}\.(?:shape\b|size\(|numel\()|\blen\({re.escape(n)}\)" for n in names)
+    item = r"(?:\[[^\]]*\])?"  # or one item of it: len(indexes_list[i]) after a list of nonzero results
+    size = "|".join(rf"\b{re.escape(n)}{item}\.(?:shape\b|size\(|numel\()|\blen\({re.escape(n)}{item}\)" for n in names)
     indent = len(code) - len(code.lstrip())
     for n in range(line + 1, line + 40):
         text = linecache.getline(file, n)
