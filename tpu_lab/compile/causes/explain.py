@@ -214,7 +214,7 @@ def _next_values(
     if cause.kind == "tensor_type" and "Python number is baked" in cause.words:
         m = re.search(r"expected type of '(.+?)'", f.guard)  # a tensor then a number: made dynamic as a number?
         pinned = {local_name(d) for d in baked}  # made dynamic, yet the new graph holds one value (pred == True)
-        zero_one = re.fullmatch(r"int [01]", now.get(name, ""))  # 0 and 1: always compiled apart, never dynamic
+        zero_one = re.fullmatch(r"int [01]", now.get(name, ""))  # DANN's 0 for a tensor: its graph holds alpha == 0
         if m and local_name(m[1]) in {local_name(d) for d in dynamic} - pinned and not zero_one:
             words = cause.words.replace(
                 "a Python number is baked into the graph",

@@ -39,7 +39,9 @@ def forward_replaced(g: str, name: str, key: str, owner: str = "") -> Cause | No
     if key != "'forward'" or not name.endswith(".__dict__") or "not " not in g:
         return None
     module = name.removesuffix(".__dict__")
-    held = module.replace("self", held_as(owner), 1) if owner and module.startswith("self.") else module
+    mine = bool(owner) and module.startswith("self.")  # self stands for the user's instance: named after its class
+    held = module.replace("self", held_as(owner), 1) if mine else module
+    being = f", {held_as(owner)} being your {owner.split()[0]} module" if mine else ""
     return Cause(
         "hooks",
         f"{module}.forward was set on the instance (absent when this graph was compiled): a hook library replaced "
@@ -47,11 +49,6 @@ def forward_replaced(g: str, name: str, key: str, owner: str = "") -> Cause | No
         "when the hook was removed",
         g,
         "expected once per change; add such hooks before the first compiled call, and after removing one, drop "
-        f"the instance's own forward ({held}.__dict__.pop('forward', None){_being(module, owner)}): the module then runs its class's "
+        f"the instance's own forward ({held}.__dict__.pop('forward', None){being}): the module then runs its class's "
         "forward, and the graph compiled before the hook serves its calls again",
     )
-
-
-def _being(module: str, owner: str) -> str:
-    """How the fix's example name reads, where it stands for ``self`` (the user's own name is not known here)."""
-    return f", {held_as(owner)} being your {owner.split()[0]} module" if owner and module.startswith("self.") else ""

@@ -69,6 +69,9 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
 
 
 _FIRST_MARK = "mark the dimension dynamic before the first call ("
+MARK_SAID = re.compile(  # either mark phrase, with its parenthesised calls: for what rewrites or replaces it
+    r"mark the dimension dynamic (?:before the first call|on every call's input, before the call) \((?:[^()]|\([^()]*\))*\)"
+)
 _EACH_MARK = (
     "mark the dimension dynamic on every call's input, before the call (a mark on the first call's alone does not "
     "reach this graph, compiled at a later call: "

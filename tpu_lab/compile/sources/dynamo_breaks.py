@@ -135,7 +135,9 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     found = found or next((h for h in reversed(near) if [f.name for f in h.stack] == [""]), None)
     # raised with no frame of the user's traced (a backend failing on the finished graph): Dynamo logs it at
     # the function's first line, which is where it is counted
-    found = found or next((h for h in near if h.unresumable and _in_file(h.logged_at, point.filename)), None)
+    found = found or next(
+        (h for h in near if h.unresumable and h.logged_at and h.logged_at.filename == point.filename), None
+    )
     if found is None:
         return None
     _heard.remove(found)
@@ -144,10 +146,6 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     if at(found.stack) < 0 and not repeat and found.logged_at:
         inside = [traceback.FrameSummary(point.filename, found.logged_at.lineno or 0, name)]
     return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
-
-
-def _in_file(place: traceback.FrameSummary | None, filename: str) -> bool:
-    return place is not None and place.filename == filename
 
 
 def graph_break_marker() -> tuple[int, int, int]:

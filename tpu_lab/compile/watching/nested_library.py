@@ -6,10 +6,10 @@ Its causes keep their words; their fixes say what the user can change instead.""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tpu_lab.compile.causes.instances import MARK_SAID
 from tpu_lab.compile.causes.source_file import enclosing_def
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
 from tpu_lab.compile.sources.packages import is_library, package_of
@@ -29,6 +29,7 @@ def said_at_the_call(
     through torch's own frames: a compiled ``opt.step()``'s step, whose optimizer the user holds)."""
     keys = list(keys)
     outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
+    forward = [o for o in outers if "(backward)" not in o.name]
     for key, row in zip(keys, rows, strict=True):
         stdlib = package_of(key.filename) == "stdlib"  # copy's __newobj__ under a deepcopy: Python's own machinery
         around = [o for o in outers if o != key and key in under.get(code_of.get(o), ())]
@@ -38,12 +39,11 @@ def said_at_the_call(
         if outer is None or key.name in (base, outer.name) or key.name.startswith(RESUME):  # itself is no caller
             continue
         if not is_library(key.filename):  # the user's own layer, called by compiled code: its inputs are made there
-            forward = [o for o in outers if "(backward)" not in o.name]
             top = min(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around))  # the user's call
             home = enclosing_def(top.filename, top.line)  # a resumed part's own function, by its class
             caller = next((o.name for o in forward if o.filename == top.filename and o.line == home), top.label)
             caller = caller.split(" after the graph break")[0]
-            row.causes = [dataclasses.replace(c, fix=_MARK.sub(_made_by(caller), c.fix)) for c in row.causes]
+            row.causes = [dataclasses.replace(c, fix=MARK_SAID.sub(_made_by(caller), c.fix)) for c in row.causes]
         elif caller_of.get(key) or stdlib:
             fix = _fix(key, outer)
             row.causes = [
@@ -55,11 +55,6 @@ def said_at_the_call(
                 else c
                 for c in row.causes
             ]
-
-
-_MARK = re.compile(
-    r"mark the dimension dynamic (?:before the first call|on every call's input, before the call) \((?:[^()]|\([^()]*\))*\)"
-)
 
 
 def _made_by(caller: str) -> str:

@@ -15,16 +15,14 @@ from tpu_lab.compile.causes.cause import CARRIED, bare
 from tpu_lab.compile.causes.guard_members import EACH_SET, MEMBERS_FIX, member_said
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
+from tpu_lab.compile.causes.instances import MARK_SAID
 from tpu_lab.compile.causes.size_uses import size_in_source
 from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
-_MARK = re.compile(
-    r"to skip even this one: mark the dimension dynamic (?:before the first call|on every call's input, before the call) "
-    r"\((?:[^()]|\([^()]*\))*\), or pad to a few sizes"
-)
+_MARK = re.compile(rf"to skip even this one: {MARK_SAID.pattern}, or pad to a few sizes")
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
     "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
