@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ class DynamoAccount:
     _first: Any = None
     _handler: Any = None
     _converter: tuple[int, bool] = (logging.NOTSET, True)
+    _last: Any = None
 
     def __enter__(self) -> DynamoAccount:
         import torch
@@ -52,11 +54,11 @@ class DynamoAccount:
         found = list(get_compilation_metrics())
         self._first = found[-1] if found else None
         _keep_records(1 << 20)  # Dynamo keeps its newest 64 only: the account keeps every one
-        logs = self.logs
+        keep = self._keep
 
         class Keep(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                logs.append(record)
+                keep(record)
 
         self._handler = Keep(logging.DEBUG)
         _open.append(self)
@@ -86,12 +88,20 @@ class DynamoAccount:
         _keep_records(None)
         start = next((i + 1 for i, r in enumerate(found) if r is self._first), 0) if self._first is not None else 0
         self.records = found[start:]
-        unique = {id(r): r for r in self.logs}  # one record may reach the handler through two loggers
-        self.logs[:] = list(unique.values())
+
+    def _keep(self, record: logging.LogRecord) -> None:
+        """A copy of ``record``'s name and text only: its arguments may hold the user's objects (an optimizer in
+        a guard's text), which kept alive would keep Dynamo's guards on them alive, unlike a run unobserved."""
+        if self._last is not None and self._last() is record:  # one record reaches two of the loggers
+            return
+        self._last = weakref.ref(record)
+        self.logs.append(
+            logging.makeLogRecord({"name": record.name, "msg": record.getMessage(), "levelno": record.levelno})
+        )
 
     def _heard(self, record: logging.LogRecord) -> bool:  # a filter: keeps the converter's records, passes all
         if record.levelno >= logging.INFO:
-            self.logs.append(record)
+            self._keep(record)
         return True
 
     def messages(self, artifact: str) -> list[str]:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from tpu_lab.compile.sources import dynamo_kept_guards
 from tpu_lab.compile.sources.frames import Signature
 
 _EQUALS = re.compile(
@@ -26,14 +27,15 @@ def guard_parts(code: Any, compile_id: str) -> list[str] | None:
     """Every guard of the graph ``compile_id`` of ``code``, each with Dynamo's comment (None where it cannot
     be read: another torch, the graph not installed yet, or its guards deleted: Dynamo deletes a graph's
     guards once an object they hold by weak reference is freed, a model or optimizer local to a function
-    that has returned, so a watch reads them as soon as the graph is installed)."""
+    that has returned, so a watch reads them as soon as the graph is installed, and keeps those Dynamo deletes
+    while it is open: ``dynamo_kept_guards``)."""
     if (entry := cache_entry(code, compile_id)) is None:
         return None
     manager: Any = getattr(entry, "guard_manager", None)
-    if "Deleted" in type(manager).__name__:  # DeletedGuardManagerWrapper: nothing left to read
-        return None
+    if "Deleted" in type(manager).__name__:  # DeletedGuardManagerWrapper: what was read before, if anything
+        return dynamo_kept_guards.kept(manager)
     try:
-        return _tree_parts(manager.root)
+        return tree_parts(manager.root)
     except Exception:  # another torch's guard tree: no claim
         return None
 
@@ -65,7 +67,7 @@ def guard_places(parts: list[str] | None) -> dict[str, str]:
 _MAX_PARTS = 50_000  # a large model's graph has tens of thousands of guards at most
 
 
-def _tree_parts(root: Any) -> list[str]:
+def tree_parts(root: Any) -> list[str]:
     """Every guard of the tree with Dynamo's comment (``L['n'] == 4  # x = f(n)  # train.py:7 in step``):
     Dynamo's own ``code_parts`` skips a dict's entries (a submodule's int attribute, a tensor in a batch
     dict), and the shape environment's guards come after the tree's, as Dynamo checks them."""

@@ -6,7 +6,8 @@ hands it. Names are Dynamo's (torch 2.13-2.15); where one is missing, a compile 
   the others while a watch listens). ``reset()`` clears callbacks: ours is put back and the reset
   counted. The recompile-limit warning is heard too.
 * Records: ``get_compilation_metrics()``, taken as they come; what one says is ``dynamo_records``'.
-Beside it, in the same seam: ``dynamo_guards`` (every failed guard) and ``dynamo_breaks`` (graph breaks).
+Beside it, in the same seam: ``dynamo_guards`` (every failed guard), ``dynamo_breaks`` (graph breaks) and
+``dynamo_kept_guards`` (a graph's guards read before Dynamo deletes them).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from tpu_lab.compile.sources import (
     dynamo_failures,
+    dynamo_kept_guards,
     dynamo_pins,
     dynamo_stance,
     dynamo_unconverted,
@@ -28,7 +30,7 @@ from tpu_lab.compile.sources import (
     stack_place,
     wrappers,
 )
-from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start
+from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start, tree_parts
 from tpu_lab.compile.sources.dynamo_guards import every_failure
 from tpu_lab.compile.sources.dynamo_limit import limit_of, limit_raises, limit_words, recompile_limit
 from tpu_lab.compile.sources.frames import (
@@ -47,9 +49,7 @@ from tpu_lab.compile.sources.resume_code import carried_names
 from tpu_lab.compile.sources.self_writes import rewritten
 from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
 
-LIMIT_TRIGGER = (
-    "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: the call runs uncompiled, or raises
-)
+LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: runs uncompiled, or raises
 
 
 Listener = Callable[[Capture], None]
@@ -104,6 +104,7 @@ def _install() -> None:
             _graphs.clear()
             dynamo_failures.forget()
             dynamo_pins.forget()
+            dynamo_kept_guards.forget()
             _owners.clear()
             callback_handler.register_start_callback(start)
             for end in ends:
@@ -118,6 +119,7 @@ def _install() -> None:
     if not _filtering:  # once: a decorated function enters its watch per call
         _filtering = True
         dynamo_stance.install()
+        dynamo_kept_guards.install(tree_parts)
         logging.getLogger(dynamo_unconverted.LOGGER).addFilter(outside_dynamo(_convert_frame_filter))
         for name in QUIET_LOGGERS:
             logging.getLogger(name).addFilter(outside_dynamo(_break_warning_filter))

@@ -64,6 +64,12 @@ def close_scope(scope: Scope) -> None:
                 return
 
 
+def any_open() -> bool:
+    """Whether any listener is open, in any thread."""
+    with _lock:
+        return bool(_scopes)
+
+
 def listeners_here() -> list[Callable[..., None]]:
     """The listeners whose scope the running code is in, outermost first, each once."""
     with _lock:

@@ -1,0 +1,73 @@
+"""tl.watch() checked blind, rounds 65 to 67: Lookahead's step counter in AdamW's param group, read after
+the training function returned, and more. Each is checked against Dynamo's own account, with the printed fix
+applied where it is an action."""
+
+import gc
+import itertools
+
+import torch
+from _dynamo_oracle import watched_clean
+from torch import nn
+
+
+def watched(run):
+    return watched_clean(run)[0]
+
+
+class Lookahead(torch.optim.Optimizer):  # Smerity's sha-rnn lookahead.py, its counter in each param group
+    def __init__(self, base_optimizer, alpha=0.5, k=3):
+        self.optimizer = base_optimizer
+        self.param_groups = self.optimizer.param_groups
+        self.alpha, self.k = alpha, k
+        for group in self.param_groups:
+            group["step_counter"] = 0
+        self.slow_weights = [[p.clone().detach() for p in group["params"]] for group in self.param_groups]
+        for w in itertools.chain(*self.slow_weights):
+            w.requires_grad = False
+        self.defaults, self.state = base_optimizer.defaults, base_optimizer.state
+
+    def step(self, closure=None):
+        loss = self.optimizer.step()
+        for group, slow_weights in zip(self.param_groups, self.slow_weights, strict=True):
+            group["step_counter"] += 1
+            if group["step_counter"] % self.k != 0:
+                continue
+            for p, q in zip(group["params"], slow_weights, strict=True):
+                q.data.add_(p.data - q.data, alpha=self.alpha)
+                p.data.copy_(q.data)
+        return loss
+
+
+def _train(steps):
+    """A training function whose optimizer is freed when it returns: Dynamo then deletes the guards of every
+    graph that held it, before the watch's table is read."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = Lookahead(torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2)))
+    step = torch.compile(opt.step, backend="aot_eager")
+    for _ in range(steps):
+        model(torch.randn(4, 4)).sum().backward()
+        step()
+        opt.zero_grad(set_to_none=True)
+
+
+def test_a_counter_made_dynamic_in_the_last_graph_is_said_so_after_the_optimizer_is_freed():
+    table = watched(lambda: (_train(5), gc.collect()))  # the optimizer's cycles freed, as a later loop frees them
+    (cause,) = [c for r in table.rows for c in r.causes if "step_counter" in c.words]
+    assert "Dynamo made self.param_groups[0]['step_counter'] dynamic, so later values reuse this graph" in cause.words
+    assert "each new value compiles a graph" not in cause.words and cause.fix.startswith("none needed"), cause
+    adam = [r for r in table.rows if r.function.startswith("step (torch/optim/adam.py")]
+    assert sum(r.compiles for r in adam) == 2  # checked: values 0 to 4 compile 2 graphs, the later ones reuse
+
+
+def test_contract_dynamo_deletes_a_graphs_guards_through_the_invalidation_the_watch_reads_first():
+    import torch._dynamo.guards as guards
+
+    import tpu_lab as tl
+
+    with tl.watch():
+        pass
+    version = torch.__version__
+    invalidate = guards.CheckFunctionManager.invalidate
+    assert getattr(invalidate, "_tpu_lab", False), f"torch {version}: CheckFunctionManager.invalidate not wrapped"
+    assert hasattr(guards, "DeletedGuardManagerWrapper"), f"torch {version}: no DeletedGuardManagerWrapper"
