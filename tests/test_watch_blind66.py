@@ -71,3 +71,36 @@ def test_contract_dynamo_deletes_a_graphs_guards_through_the_invalidation_the_wa
     invalidate = guards.CheckFunctionManager.invalidate
     assert getattr(invalidate, "_tpu_lab", False), f"torch {version}: CheckFunctionManager.invalidate not wrapped"
     assert hasattr(guards, "DeletedGuardManagerWrapper"), f"torch {version}: no DeletedGuardManagerWrapper"
+
+
+class LockedDropout(nn.Module):  # salesforce/awd-lstm-lm's locked_dropout.py, its Variable() dropped
+    def forward(self, x, dropout=0.5):
+        if not self.training or not dropout:
+            return x
+        m = x.new_empty(1, x.size(1), x.size(2)).bernoulli_(1 - dropout)
+        return m / (1 - dropout) * x
+
+
+def _locked_dropout(marked=False):
+    net = torch.compile(LockedDropout(), backend="aot_eager")
+
+    def run():
+        x = torch.randn(5, 4, 8)
+        if marked:  # the mark the size's fix would offer, applied before the first call
+            torch._dynamo.maybe_mark_dynamic(x, 2)
+        net(x, 0.65)  # AWD-LSTM's dropouth, then its dropouti on a wider layer
+        net(torch.randn(5, 4, 12), 0.3)
+
+    return run
+
+
+def test_a_size_beside_a_baked_float_is_told_its_mark_saves_nothing_here():
+    table = watched(_locked_dropout())
+    (row,) = [r for r in table.rows if r.compiles and "dropout: float 0.3" in r.signature]
+    (size,) = [c for c in row.causes if c.kind == "size"]
+    (value,) = [c for c in row.causes if c.kind == "value"]
+    assert value.count == 1 and "Python float dropout changed" in value.words  # the value counts the compile
+    assert "to skip even this one" not in size.fix and "mark" not in size.fix, size.fix
+    assert "needs a graph of its own anyway: a new value of dropout" in size.fix, size.fix
+    marked = watched(_locked_dropout(marked=True))  # measured: the mark saves nothing for this compile
+    assert marked.total_compiles == table.total_compiles == 2

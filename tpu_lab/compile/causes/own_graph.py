@@ -8,6 +8,8 @@ import dataclasses
 import re
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from tpu_lab.compile.causes.cause import BAKED
+
 OWN_GRAPH = "(each case is its own graph)"
 _OWN_VALUE = "(each value is its own graph)"
 
@@ -46,12 +48,25 @@ def another_path(c: _Told) -> bool:
 _EACH = "each new value compiles a graph of its own"
 
 
+_NUMBER = re.compile(r"^Python (?:int|float|bool) (?P<name>\S+) changed \(")
+
+
+def each_value_a_graph(c: _Told) -> bool:
+    """A Python number whose every value is a graph of its own (baked in, or made dynamic yet held to one value
+    by how the code uses it): a new value compiles, whatever else changed."""
+    return (
+        c.kind == "value"
+        and _NUMBER.match(c.words) is not None
+        and (BAKED in c.words or "a graph of its own" in c.words)
+    )
+
+
 def forces_own_graph(c: _Told) -> bool:
     """A graph of its own whatever else changed: another case, a new string, train/eval, a new parameter shape or
-    dtype."""
+    dtype, a new value of a number each value of which is a graph."""
     fix = getattr(c, "fix", "")
     static = c.kind in ("string", "training") or fix.startswith(("expected once per parameter shape", _CAST))
-    return another_path(c) or static
+    return another_path(c) or static or each_value_a_graph(c)
 
 
 STRING_FIX = (  # a new string is a graph of its own: a mode, or text to work on outside
@@ -74,6 +89,8 @@ def _forced(case: _Told) -> str:
     """What forces the compile, in short (the words of the cause ``forces_own_graph`` picked)."""
     if m := _FROM_01.match(case.words):
         return f"a new value of {m['name']}, " + (f"was {m['was']}" if m["was"] else f"now {m['now']}")
+    if m := _NUMBER.match(case.words):  # each value a graph: said in full on its own line
+        return f"a new value of {m['name']}"
     return case.words.replace(OWN_GRAPH, "").replace(_OWN_VALUE, "").strip()
 
 
@@ -92,13 +109,14 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
     said = _forced(case)
     moot = f"none for this compile, which needs a graph of its own anyway ({said})"
     skip = "; to skip even this one"  # a size made dynamic: nothing could have skipped this compile
+    mark = "; to mark it, "  # a resumed frame's size: the same
     rest = [
         dataclasses.replace(c, fix=f"{moot}; if this changes again later: {c.fix.split(skip)[0]}")
         if c.kind in ("size", "global_state") and not c.fix.startswith("none")
         else dataclasses.replace(
-            c, fix=f"{c.fix.split(skip)[0]} (this compile needs a graph of its own anyway: {said})"
+            c, fix=f"{c.fix.split(skip)[0].split(mark)[0]} (this compile needs a graph of its own anyway: {said})"
         )
-        if c.kind == "size" and c.fix.startswith("none needed") and skip in c.fix
+        if c.kind == "size" and c.fix.startswith("none needed") and (skip in c.fix or mark in c.fix)
         else c
         for c in causes
         if c is not case
