@@ -17,7 +17,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from tpu_lab.testing.watch_invariants import counting_backend
+from tpu_lab.testing.dynamo_account import counting_backend
 
 BACKEND = "eager"  # compile counts and guards are the backend's same; eager compiles fastest
 TRAINING_BACKEND = counting_backend  # where the code runs backward: its backward graphs are counted too

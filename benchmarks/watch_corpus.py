@@ -18,7 +18,8 @@ import torch
 from corpora import CORPORA
 
 import tpu_lab as tl
-from tpu_lab.testing.watch_invariants import INVARIANTS, DynamoAccount, not_translated, violations
+from tpu_lab.testing.dynamo_account import DynamoAccount
+from tpu_lab.testing.watch_invariants import INVARIANTS, not_translated, violations
 
 
 def run_case(case):

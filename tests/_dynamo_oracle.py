@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tpu_lab.compile.causes.own_graph import forces_own_graph, per_instance
+from tpu_lab.testing.dynamo_account import compiling, distinct_breaks
 from tpu_lab.testing.watch_invariants import misplaced_breaks, overcounted, text_violations
 
 _WAS = re.compile(r"\(was ([^;()]+)")  # the earlier value a cause was told against
@@ -22,6 +23,7 @@ class DynamoLog:
 
     def __init__(self) -> None:
         self.records: list[logging.LogRecord] = []
+        self.compiling: list[str] = []  # the compile each record was logged in, by position
         self.first = None
 
     def compiles(self) -> int:
@@ -40,7 +42,9 @@ class DynamoLog:
         return [m for m in self.messages("recompiles") if m.startswith("Recompiling function")]
 
     def graph_breaks(self) -> list[str]:
-        return [m for m in self.messages("graph_breaks") if "Graph break" in m and "in user code" in m]
+        logged = zip(self.compiling, self.records, strict=True)
+        breaks = [(c, r.getMessage()) for c, r in logged if r.name.endswith(".__graph_breaks")]
+        return distinct_breaks([(c, m) for c, m in breaks if "Graph break" in m and "in user code" in m])
 
 
 @pytest.fixture
@@ -56,6 +60,7 @@ def dynamo():
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             log.records.append(record)
+            log.compiling.append(compiling())
 
     handler = Keep(logging.DEBUG)
     torch._logging.set_logs(recompiles=True, graph_breaks=True)
@@ -138,7 +143,8 @@ def watched_clean(run):
     """``run`` inside a watch, from a fresh Dynamo, with every invariant checked against Dynamo's own account of
     the same run (``tpu_lab.testing.watch_invariants``): (the table, the account)."""
     import tpu_lab as tl
-    from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+    from tpu_lab.testing.dynamo_account import DynamoAccount
+    from tpu_lab.testing.watch_invariants import violations
 
     torch._dynamo.reset()
     with DynamoAccount() as account, tl.watch() as w:

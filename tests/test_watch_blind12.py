@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from _dynamo_oracle import check_against_dynamo
 
 import tpu_lab as tl
-from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+from tpu_lab.testing.dynamo_account import DynamoAccount
+from tpu_lab.testing.watch_invariants import violations
 
 BACKEND = "eager"
 

@@ -171,7 +171,8 @@ def test_items_of_one_list_that_changed_at_once_read_as_their_earlier_values(dyn
 
 def test_a_bug_in_explaining_a_compile_never_ends_the_users_run_and_the_compile_is_counted(monkeypatch):
     import tpu_lab.compile.watching.fold as fold
-    from tpu_lab.testing.watch_invariants import DynamoAccount, violations
+    from tpu_lab.testing.dynamo_account import DynamoAccount
+    from tpu_lab.testing.watch_invariants import violations
 
     def broken(*args, **kwargs):
         raise ValueError("min() arg is an empty sequence")

@@ -104,3 +104,41 @@ def test_a_size_beside_a_baked_float_is_told_its_mark_saves_nothing_here():
     assert "needs a graph of its own anyway: a new value of dropout" in size.fix, size.fix
     marked = watched(_locked_dropout(marked=True))  # measured: the mark saves nothing for this compile
     assert marked.total_compiles == table.total_compiles == 2
+
+
+class EMAModel:  # huggingface/diffusers' training_utils.py, its EMA step compiled through @torch.no_grad
+    def __init__(self, parameters, decay=0.9999):
+        self.shadow_params = [p.clone().detach() for p in parameters]
+        self.decay, self.optimization_step = decay, 0
+
+    @torch.no_grad()
+    def step(self, parameters):
+        parameters = list(parameters)
+        self.optimization_step += 1
+        one_minus_decay = 1 - min((1 + self.optimization_step) / (10 + self.optimization_step), self.decay)
+        for s_param, param in zip(self.shadow_params, parameters, strict=True):
+            s_param.sub_(one_minus_decay * (s_param - param))
+
+
+def _ema(fixed=False):
+    torch.manual_seed(0)
+    unet = nn.Sequential(nn.Linear(4, 8), nn.SiLU(), nn.Linear(8, 4))
+    ema = EMAModel(unet.parameters())
+    step = torch.compile(ema.step, backend="aot_eager")
+
+    def run():
+        for _ in range(3):
+            step(list(unet.parameters()) if fixed else unet.parameters())  # the printed fix: a list
+
+    return run
+
+
+def test_a_frame_given_up_after_its_break_counts_that_break_once_at_the_users_line():
+    table = watched(_ema())  # the oracle: Dynamo's log less the retry it logs when it gives up on the frame
+    # Dynamo logs the break, then again from torch's own wrapper as it gives up: one break, at the user's line
+    assert [(b.count, b.where) for b in table.breaks] == [(1, "test_watch_blind66.py:116")]
+    assert sum(r.failed for r in table.rows) == 1 and table.total_compiles == 0
+    (fix,) = {b.fix for b in table.breaks}
+    assert "pass a list in place of a generator (list(model.parameters()))" in fix
+    fixed = watched(_ema(fixed=True))  # applied: it compiles, no break, no failure
+    assert not fixed.breaks and fixed.total_compiles and not sum(r.failed for r in fixed.rows)

@@ -12,7 +12,8 @@ import torch
 import tpu_lab as tl
 from tpu_lab.compile.causes import break_words
 from tpu_lab.compile.sources import dynamo_catalog
-from tpu_lab.testing.watch_invariants import DynamoAccount, counting_backend, violations
+from tpu_lab.testing.dynamo_account import DynamoAccount, counting_backend
+from tpu_lab.testing.watch_invariants import violations
 
 BACKEND = "eager"
 

@@ -86,7 +86,37 @@ def _emit(record: logging.LogRecord) -> None:
     import torch._dynamo.utils as dynamo_utils
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
+    _note_retry(_SKIPPED in head)
     _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at))
+
+
+_broke: set[str] = set()  # compiles that logged a break (bounded)
+_retried: set[str] = set()  # of them, those that then gave up and logged that break again
+
+
+def _note_retry(skipped: bool) -> None:
+    """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged before
+    ("Failed to handle graph break gracefully"): the same break, not another one."""
+    try:
+        from torch._guards import CompileContext
+
+        trace = CompileContext.current_trace_id()
+    except (ImportError, AttributeError):  # another torch: each logged break counts
+        return
+    if trace is None:
+        return
+    if len(_broke) > 4096:
+        _broke.clear()
+        _retried.clear()
+    compile_id = str(trace.compile_id)
+    if skipped and compile_id in _broke:
+        _retried.add(compile_id)
+    _broke.add(compile_id)
+
+
+def retried(compile_id: str) -> bool:
+    """Whether ``compile_id`` gave up after logging its break, so its failure logged the same break again."""
+    return compile_id in _retried
 
 
 def hear_unresumable() -> None:

@@ -30,7 +30,7 @@ from tpu_lab.compile.causes.joined import maybe_marked
 from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
 from tpu_lab.compile.causes.rnn_breaks import packed_rnn
-from tpu_lab.compile.sources.dynamo_breaks import broke_in
+from tpu_lab.compile.sources.dynamo_breaks import broke_in, retried
 from tpu_lab.compile.sources.dynamo_dynamic import dynamic_inputs, guarded_dynamic, tensor_sources
 from tpu_lab.compile.sources.dynamo_records import compile_seconds, empty_graph, served_from_cache
 from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey, renamed, shows, signature_text, with_nones
@@ -214,7 +214,7 @@ class Fold:
         row.raised += failed.raises
         shown = "\n".join(self._shown(g, cap) for g in failed.guard.splitlines())  # the user's names
         row.add(RowCause(failed.words, failed.guard, failed.fix, "failed", shown_guard=shown))
-        if failed.break_at:
+        if failed.break_at and not retried(cap.compile_id):  # a retry logs the break its first attempt did
             self.add_break(failed.cause, failed.break_at)
         return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)
 
