@@ -3,8 +3,10 @@ the training function returned, and more. Each is checked against Dynamo's own a
 applied where it is an action."""
 
 import gc
+import inspect
 import itertools
 
+import pytest
 import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
@@ -136,9 +138,62 @@ def _ema(fixed=False):
 def test_a_frame_given_up_after_its_break_counts_that_break_once_at_the_users_line():
     table = watched(_ema())  # the oracle: Dynamo's log less the retry it logs when it gives up on the frame
     # Dynamo logs the break, then again from torch's own wrapper as it gives up: one break, at the user's line
-    assert [(b.count, b.where) for b in table.breaks] == [(1, "test_watch_blind66.py:116")]
-    assert sum(r.failed for r in table.rows) == 1 and table.total_compiles == 0
+    source, first = inspect.getsourcelines(EMAModel.step)
+    line = first + next(i for i, text in enumerate(source) if "parameters = list(parameters)" in text)
+    if torch.__version__ >= "2.15":  # torch 2.13 iterates the generator instead, a break a line below, in a graph
+        assert [(b.count, b.where) for b in table.breaks] == [(1, f"test_watch_blind66.py:{line}")]
+        assert sum(r.failed for r in table.rows) == 1 and table.total_compiles == 0
+    assert sum(b.count for b in table.breaks) == 1 and all(
+        b.where.startswith("test_watch_blind66.py") for b in table.breaks
+    )
     (fix,) = {b.fix for b in table.breaks}
     assert "pass a list in place of a generator (list(model.parameters()))" in fix
     fixed = watched(_ema(fixed=True))  # applied: it compiles, no break, no failure
     assert not fixed.breaks and fixed.total_compiles and not sum(r.failed for r in fixed.rows)
+
+
+def penalty(net_d, real_data, fake_data, alpha):  # caogang/wgan-gp's gan_toy.py calc_gradient_penalty
+    interpolates = alpha * real_data + ((1 - alpha) * fake_data)
+    interpolates = torch.autograd.Variable(interpolates, requires_grad=True)
+    disc_interpolates = net_d(interpolates)
+    gradients = torch.autograd.grad(
+        outputs=disc_interpolates, inputs=interpolates, grad_outputs=torch.ones(8), create_graph=True
+    )[0]
+    return ((gradients.norm(2, dim=1) - 1) ** 2).mean() * 0.1
+
+
+def penalty_fixed(net_d, real_data, fake_data, alpha):  # the printed fix, applied
+    interpolates = alpha * real_data + ((1 - alpha) * fake_data)
+    interpolates = interpolates.detach().requires_grad_()
+    disc_interpolates = net_d(interpolates)
+    gradients = torch.autograd.grad(
+        outputs=disc_interpolates, inputs=interpolates, grad_outputs=torch.ones(8), create_graph=True
+    )[0]
+    return ((gradients.norm(2, dim=1) - 1) ** 2).mean() * 0.1
+
+
+def penalty_deleted(net_d, real_data, fake_data, alpha):  # the wrapper deleted, as the old fix said
+    interpolates = alpha * real_data + ((1 - alpha) * fake_data)
+    disc_interpolates = net_d(interpolates)
+    return torch.autograd.grad(outputs=disc_interpolates, inputs=interpolates, grad_outputs=torch.ones(8))[0]
+
+
+def test_a_legacy_variable_that_requires_grad_is_rewritten_as_a_new_leaf_never_deleted():
+    torch.manual_seed(0)
+    net_d = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1), nn.Flatten(0))
+    inputs = torch.randn(8, 2), torch.randn(8, 2), torch.rand(8, 1)
+    table = watched(lambda: torch.compile(penalty, backend="aot_eager")(net_d, *inputs))
+    (told,) = [b for b in table.breaks if "torch.autograd.Variable" in b.words]
+    assert "returns t.detach()" in told.words and "no-op" not in told.words, told.words
+    fix = "write torch.autograd.Variable(interpolates, requires_grad=True) as interpolates.detach().requires_grad_()"
+    assert told.fix.startswith(fix), told.fix
+    fixed = watched(lambda: torch.compile(penalty_fixed, backend="aot_eager")(net_d, *inputs))
+    assert not any("Variable" in b.words for b in fixed.breaks)  # applied: that break goes
+    if told.fix.endswith("the break goes"):  # torch 2.15; 2.13 says it breaks at requires_grad_() instead, and does
+        assert sum(b.count for b in fixed.breaks) < sum(b.count for b in table.breaks)
+    else:
+        assert any("requires_grad_()" in b.words for b in fixed.breaks), fixed.breaks
+    got = torch.compile(penalty_fixed, backend="aot_eager")(net_d, *inputs)
+    torch.testing.assert_close(got, penalty(net_d, *inputs))  # the same penalty
+    with pytest.raises(RuntimeError, match="does not require grad"):  # deleting the wrapper breaks autograd.grad
+        penalty_deleted(net_d, *inputs)

@@ -172,15 +172,13 @@ def _limit(r: Any) -> bool:
 
 
 def distinct_breaks(logged: list[tuple[str, str]]) -> list[str]:
-    """The messages of (compile id, graph-break message) pairs in log order, less each ``RETRY`` of a compile
-    that logged a break before."""
-    broke: set[str] = set()
-    out = []
+    """The messages of (compile id, graph-break message) pairs in log order, less each ``RETRY`` that follows a
+    break its own compile logged."""
+    out, last = [], None
     for compile_id, message in logged:
-        if RETRY in message and compile_id and compile_id in broke:
-            continue
-        broke.add(compile_id)
-        out.append(message)
+        if not (RETRY in message and compile_id and compile_id == last):
+            out.append(message)
+        last = compile_id
     return out
 
 

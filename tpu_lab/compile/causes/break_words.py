@@ -231,7 +231,7 @@ def _break_words(
             f"call it outside the compiled function where you can (before or after it): Dynamo {how} and runs it "
             "eagerly, between two graphs; else accept the break"
         )
-        fix = lib.legacy_fix(cause.words) or fix  # Variable(t) returns t: delete the wrapper
+        fix = lib.legacy_fix(cause.words, code) or fix  # Variable(t) is t.detach(): said so
         if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
             fix = TRAINING_STEP_FIX
         if "lr_scheduler.py" in cause.words:  # the scheduler's counting wrapper around optimizer.step()

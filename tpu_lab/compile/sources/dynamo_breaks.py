@@ -90,13 +90,14 @@ def _emit(record: logging.LogRecord) -> None:
     _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at))
 
 
-_broke: set[str] = set()  # compiles that logged a break (bounded)
-_retried: set[str] = set()  # of them, those that then gave up and logged that break again
+_last_broke = ""  # the compile that logged the latest break, with the resets before it
+_retried: set[str] = set()  # compiles that gave up and logged the break they had just logged again (bounded)
 
 
 def _note_retry(skipped: bool) -> None:
-    """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged before
+    """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged just before
     ("Failed to handle graph break gracefully"): the same break, not another one."""
+    global _last_broke
     try:
         from torch._guards import CompileContext
 
@@ -105,18 +106,17 @@ def _note_retry(skipped: bool) -> None:
         return
     if trace is None:
         return
-    if len(_broke) > 4096:
-        _broke.clear()
-        _retried.clear()
-    compile_id = str(trace.compile_id)
-    if skipped and compile_id in _broke:
+    compile_id = f"{dynamo_source.resets}:{trace.compile_id}"
+    if skipped and compile_id == _last_broke:
+        if len(_retried) > 4096:
+            _retried.clear()
         _retried.add(compile_id)
-    _broke.add(compile_id)
+    _last_broke = compile_id
 
 
 def retried(compile_id: str) -> bool:
     """Whether ``compile_id`` gave up after logging its break, so its failure logged the same break again."""
-    return compile_id in _retried
+    return f"{dynamo_source.resets}:{compile_id}" in _retried
 
 
 def hear_unresumable() -> None:
