@@ -82,7 +82,7 @@ def test_a_rate_each_instance_holds_is_said_once_and_told_to_raise_the_limit_per
     derived = [c for r in w.table for c in r.causes if c.kind == "derived"]
     assert len(derived) == 2 and "changed 2 times (was 0.9, 0.8" in w.table.rows[-1].cause, w.table.rows[-1].cause
     for c in derived:
-        assert "at least the number of Block instances" in c.fix and c.fix.count("recompile_limit") == 1, c.fix
+        assert "above the number of Block instances" in c.fix and c.fix.count("recompile_limit") == 1, c.fix
 
 
 def test_a_condition_set_only_inside_torch_names_torch():

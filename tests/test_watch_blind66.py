@@ -197,3 +197,48 @@ def test_a_legacy_variable_that_requires_grad_is_rewritten_as_a_new_leaf_never_d
     torch.testing.assert_close(got, penalty(net_d, *inputs))  # the same penalty
     with pytest.raises(RuntimeError, match="does not require grad"):  # deleting the wrapper breaks autograd.grad
         penalty_deleted(net_d, *inputs)
+
+
+def drop_path(x, drop_prob: float = 0.0, training: bool = False, scale_by_keep: bool = True):  # timm's layers/drop.py
+    if drop_prob == 0.0 or not training:
+        return x
+    keep_prob = 1 - drop_prob
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
+    if keep_prob > 0.0 and scale_by_keep:
+        random_tensor.div_(keep_prob)
+    return x * random_tensor
+
+
+class DropPath(nn.Module):
+    def __init__(self, drop_prob):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, x):
+        return drop_path(x, self.drop_prob, self.training)
+
+
+class Block(nn.Module):  # timm's vision_transformer Block, its attention and MLP each one layer here
+    def __init__(self, drop):
+        super().__init__()
+        self.attn, self.mlp = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.drop_path1 = DropPath(drop) if drop > 0.0 else nn.Identity()
+        self.drop_path2 = DropPath(drop) if drop > 0.0 else nn.Identity()
+
+    def forward(self, x):
+        x = x + self.drop_path1(self.attn(x))
+        return x + self.drop_path2(self.mlp(x))
+
+
+def test_a_float_per_block_at_the_limit_is_never_called_a_static_int_nor_given_the_int_setting():
+    torch.manual_seed(0)
+    blocks = nn.Sequential(*[Block(float(d)) for d in torch.linspace(0, 0.1, 10)])  # timm's dpr rule
+    for blk in blocks:
+        blk.compile(backend="aot_eager")  # regional compilation
+
+    table = watched(lambda: blocks(torch.randn(2, 4)).sum().backward())
+    (limit,) = [c for r in table.rows for c in r.causes if c.kind == "limit" and c.guard]
+    assert "drop_prob" in limit.words and "int attribute" not in limit.words, limit.words
+    assert "allow_unspec_int_on_nn_module" not in limit.fix, limit.fix
+    assert "recompile_limit above the number of Block instances" in table.to_text()

@@ -26,6 +26,7 @@ from tpu_lab.compile.causes.branch_origin import (
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
+from tpu_lab.compile.causes.legacy_constructors import legacy_fix, legacy_said
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_missing, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
@@ -59,7 +60,7 @@ def clean(text: str) -> str:
     text = re.sub(r"\b(\w+) \1\b", r"\1", text)  # Dynamo's doubled words ("numpy numpy function")
     text = re.sub(r"\b(?:this|a) HOP\b", "this higher-order op (a hook, torch.cond or checkpoint body)", text)
     text = _SOURCELESS.sub(_SOURCELESS_WORDS, text)  # Dynamo's builder for objects it has no input path to
-    text = numpy_missing(lib.legacy_said(text))  # Variable(t), LongTensor(...): legacy ones, named as written
+    text = numpy_missing(legacy_said(text))  # Variable(t), LongTensor(...): legacy ones, named as written
     return text.strip().rstrip(".")
 
 
@@ -231,7 +232,7 @@ def _break_words(
             f"call it outside the compiled function where you can (before or after it): Dynamo {how} and runs it "
             "eagerly, between two graphs; else accept the break"
         )
-        fix = lib.legacy_fix(cause.words, code) or fix  # Variable(t) is t.detach(): said so
+        fix = legacy_fix(cause.words, code) or fix  # Variable(t) is t.detach(): said so
         if re.search(r"`(?:GradScaler|Optimizer|\w+\.zero_grad)\b", cause.words):  # a whole training step compiled
             fix = TRAINING_STEP_FIX
         if "lr_scheduler.py" in cause.words:  # the scheduler's counting wrapper around optimizer.step()
@@ -310,8 +311,7 @@ def _break_words(
             return dataclasses.replace(cause, words=own, fix=fix)
     else:
         fix = f"it is in library code: {lib.outside_fix(code, at[0])}"
-        # a config setting needs no edit of the library's code (ignore_logging_functions for its logger)
-        said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)
+        said = "\n".join(line for line in inner.splitlines() if "Hint:" not in line)  # a config: no edit of the library
         configs = [h for h in usable_hints(_sections(inner)[2], said) if "torch._dynamo.config." in h]
         capture = re.search(r"torch\._dynamo\.config\.capture_\w+", configs[0]) if configs else None
         if capture:  # it traces this one call; the library's code after it may break again on the value

@@ -239,14 +239,15 @@ def _next_values(
         return name, dataclasses.replace(cause, kind="value_dynamic", words=words, fix=fix)
     # Dynamo's 0/1 specialisation of an argument (or its item), which automatic dynamic makes dynamic after it;
     # a module's int attribute stays static, each value a graph (allow_unspec_int_on_nn_module aside)
-    int_01 = bool(re.fullmatch(r"int [01]", now.get(name, ""))) and cause.words.startswith("Python int ")  # no float
+    int_changed = cause.words.startswith("Python int ")  # a float on a module: made dynamic, as anywhere
+    int_01 = bool(re.fullmatch(r"int [01]", now.get(name, ""))) and int_changed
     if int_01 and re.fullmatch(r"[A-Za-z_]\w*(?:\[\d+\])*", name):
         words = cause.words.removesuffix(_BAKED) + (
             f", now {now[name][4:]}: Dynamo compiles 0 and 1 apart from other values)"
         )
         fix = "expected once: 0 and 1 always get graphs of their own (a one-token decode step, a batch of one)"
         return name, dataclasses.replace(cause, words=words, fix=fix)
-    if name.partition(".")[2] and shown_as_module(now.get(name.partition(".")[0], "")):  # a module passed in
+    if name.partition(".")[2] and shown_as_module(now.get(name.partition(".")[0], "")) and int_changed:  # a module's
         words = cause.words.removesuffix(_BAKED) + f"): {module_static(name)}{at_most}"
         return name, dataclasses.replace(cause, words=words, fix=module_int_fix(name))
     if limit:

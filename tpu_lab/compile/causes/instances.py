@@ -48,8 +48,9 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
     own = [c for c in out if per_instance(c)]
     if not own:  # a float per instance (a drop-path rate per block): each instance's value is a graph as well
         limit = (
-            f"or, as each {cls} holds its own value, raise torch._dynamo.config.recompile_limit to at least the "
-            f"number of {cls} instances, or compile the module that calls them all once"
+            f"or, as each {cls} holds its own value, raise torch._dynamo.config.recompile_limit above the number of "
+            f"{cls} instances (a graph each, plus those of another mode, such as eval), or compile the module that "
+            "calls them all once"
         )
         return [  # the general limit hint is said per instance instead
             dataclasses.replace(c, fix=f"{c.fix.replace(RAISE_LIMIT, '')}; {limit}")
@@ -62,8 +63,8 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
         return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
     fix = (
         f"none per instance, but each {cls} (a layer compiled on its own) is a graph of its own, up to the recompile "
-        f"limit: raise torch._dynamo.config.recompile_limit to at least the number of {cls} instances, or compile "
-        "the module that calls them all once"
+        f"limit: raise torch._dynamo.config.recompile_limit above the number of {cls} instances (a graph each, plus "
+        "those of another mode, such as eval), or compile the module that calls them all once"
     )
     return [dataclasses.replace(own[0], fix=fix), *(c for c in out if c is not own[0])]
 

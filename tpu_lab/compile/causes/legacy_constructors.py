@@ -1,0 +1,56 @@
+"""Legacy constructors Dynamo cannot trace (``torch.autograd.Variable``, ``torch.LongTensor(...)``): named as
+the user wrote them, with what each returns today, and the call Dynamo traces in their place. Pure: text in,
+text out."""
+
+from __future__ import annotations
+
+import re
+
+LEGACY = "a legacy wrapper: Variable(t) returns t.detach(), and Variable(t, requires_grad=True) a new leaf of it"
+LEGACY_FIX = (
+    "delete the Variable(...) wrapper where its tensor needs no gradient (one the code just made: "
+    "Variable(torch.zeros(n)) is torch.zeros(n)); else write Variable(t) as t.detach(), what it returns: the "
+    "break goes"
+)
+_LEAF = re.compile(r"(?:\w+\.)*Variable\(\s*(?P<t>[\w.\[\]]+)\s*,\s*requires_grad\s*=\s*True\s*\)")
+_TYPED = "a legacy typed-tensor constructor"
+_TYPED_FIX = (
+    "build it with torch.tensor(data, dtype=...) or torch.zeros(size, dtype=...) (a sparse one with "
+    "torch.sparse_coo_tensor), which Dynamo traces, in place of the legacy constructor"
+)
+
+
+def legacy_said(text: str) -> str:
+    """Dynamo's name for a legacy constructor's C code (``<unknown module>._LegacyVariableBase.__new__``,
+    ``<unknown module>.LongTensor.__new__``) as the call the user wrote."""
+    builtin = r"(?:Dynamo does not know how to trace the builtin )?`?<unknown module>\.{}\.__new__\.?`?"
+    pybind = r"(?: This function is either .*?\(perhaps created with pybind\)\.?)?"  # untrue of torch's own C code
+    said = r"Dynamo cannot trace torch.autograd.Variable, a constructor in C code ({})"
+    text = re.sub(builtin.format("_LegacyVariableBase") + pybind, said.format(LEGACY).replace("\\", ""), text)
+    return re.sub(
+        builtin.format(r"(\w+Tensor)") + pybind,
+        rf"Dynamo cannot trace torch.\1, a constructor in C code ({_TYPED})",
+        text,
+    )
+
+
+def legacy_fix(words: str, code: str = "") -> str:
+    """The fix for a legacy constructor's break on the user's line ``code``, '' for any other."""
+    if LEGACY in words and (leaf := _LEAF.search(code)):  # WGAN-GP's interpolates, then autograd.grad on them
+        then = (
+            "Dynamo traces that, and the break goes"
+            if _torch_at_least(2, 15)
+            else "this torch breaks at requires_grad_() instead where the tensor reaches eager code (torch 2.15 does not)"
+        )
+        return (
+            f"write {leaf[0]} as {leaf['t']}.detach().requires_grad_(), what it returns (a new leaf that requires "
+            f"grad, which autograd.grad can take as its inputs); {then}"
+        )
+    return LEGACY_FIX if LEGACY in words else _TYPED_FIX if _TYPED in words else ""
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    import torch
+
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return found is not None and (int(found[1]), int(found[2])) >= (major, minor)
