@@ -2,6 +2,7 @@
 the training function returned, and more. Each is checked against Dynamo's own account, with the printed fix
 applied where it is an action."""
 
+import functools
 import gc
 import inspect
 import itertools
@@ -242,3 +243,64 @@ def test_a_float_per_block_at_the_limit_is_never_called_a_static_int_nor_given_t
     assert "drop_prob" in limit.words and "int attribute" not in limit.words, limit.words
     assert "allow_unspec_int_on_nn_module" not in limit.fix, limit.fix
     assert "recompile_limit above the number of Block instances" in table.to_text()
+
+
+def loss_for_task(net, n_inner_iter, x_spt, y_spt):  # pytorch's maml-omniglot-transforms.py, trimmed
+    params = dict(net.named_parameters())
+
+    def compute_loss(new_params, x, y):
+        return torch.nn.functional.cross_entropy(torch.func.functional_call(net, new_params, x), y)
+
+    new_params = params
+    for _ in range(n_inner_iter):
+        grads = torch.func.grad(compute_loss)(new_params, x_spt, y_spt)
+        new_params = {k: new_params[k] - g * 1e-1 for k, g in grads.items()}
+    return compute_loss(new_params, x_spt, y_spt)
+
+
+def test_a_vmapped_partial_is_named_by_its_function_and_its_inputs_by_their_parameters():
+    net = nn.Linear(4, 3)
+    meta_loss = torch.compile(torch.func.vmap(functools.partial(loss_for_task, net, 1)), backend="aot_eager")
+
+    def run():
+        for tasks in (4, 3):  # a last meta-batch with fewer tasks
+            meta_loss(torch.randn(tasks, 5, 4), torch.randint(0, 3, (tasks, 5)))
+
+    table = watched(run)
+    names = {r.function.split(" (")[0] for r in table.rows}
+    assert names == {"loss_for_task"}, names
+    text = table.to_text()
+    assert "x_spt, y_spt dimension 0 changed 4 -> 3" in text and "args[" not in text, text
+
+
+def adapt_one_task(net, params, x_spt, y_spt, grad_of=None):  # the same file's test(): adaptation per task
+    new_params = params
+    for _ in range(2):
+        if grad_of is None:
+            spt_loss = torch.nn.functional.cross_entropy(torch.func.functional_call(net, new_params, x_spt), y_spt)
+            grads = torch.autograd.grad(spt_loss, new_params.values())
+        else:  # the printed fix: torch.func.grad on a function of the parameters
+            grads = grad_of(new_params).values()
+        new_params = {k: new_params[k] - g * 1e-1 for k, g in zip(new_params, grads, strict=True)}
+    return torch.func.functional_call(net, new_params, x_spt).detach()
+
+
+def test_a_gradient_only_read_is_told_to_use_torch_func_grad_which_compiles():
+    torch.manual_seed(0)
+    net = nn.Linear(4, 3)
+    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
+    x, y = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    table = watched(lambda: torch.compile(adapt_one_task, backend="aot_eager")(net, params, x, y))
+    (told,) = [b for b in table.breaks if "torch.autograd.grad" in b.words]
+    assert "gradient penalty" not in told.words and "only read" in told.words, told.words
+    assert told.fix.startswith("compute that gradient with torch.func.grad"), told.fix
+
+    def loss(p):
+        return torch.nn.functional.cross_entropy(torch.func.functional_call(net, p, x), y)
+
+    def fixed_run():
+        return torch.compile(adapt_one_task, backend="aot_eager")(net, params, x, y, torch.func.grad(loss))
+
+    fixed = watched(fixed_run)  # applied: one graph, no break, no failure, the same adapted output
+    assert not fixed.breaks and fixed.total_compiles == 1 and not sum(r.failed for r in fixed.rows), fixed.to_text()
+    torch.testing.assert_close(fixed_run(), adapt_one_task(net, params, x, y))

@@ -147,7 +147,7 @@ def graph_break_words(
 ) -> Cause:
     """A graph break in words (``_break_words``), else, on tpu_lab's own error, Dynamo's first line of it."""
     try:
-        return told_whole(reason, library, code) or numpy_on_numbers(
+        return told_whole(reason, library, code, at) or numpy_on_numbers(
             _break_words(reason, library, code, at, stopped_at), code
         )
     except Exception as e:  # a bug here must not end the user's `with tl.watch()` block

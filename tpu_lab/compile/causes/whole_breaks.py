@@ -2,7 +2,7 @@
 the code it traced raised ("Observed exception", the exception in its debug context), said as that exception
 with the way back to a compiled function once it is fixed (Dynamo skips a function it gave up on); a call of
 a TorchScript module (``_CachedForward.__get__``), which Dynamo does not trace; torch.autograd.grad (a gradient
-penalty), whose own setting would make the compile fail; a float made dynamic that a
+penalty, whose own setting would make the compile fail; a gradient only read, which torch.func.grad traces); a float made dynamic that a
 higher-order op cannot capture; a NumPy function that returns a number (``np.size``), which Dynamo traces as
 torch's and cannot put in the graph; a class Dynamo cannot instantiate. Pure."""
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.source_file import statement_at
 
 _HOP_FLOAT = re.compile(r"can only be of \((?:[^()]|\([^()]*\))*?SymInt'?>?\) but got \((?:[^()]|\([^()]*\))*?SymFloat")
 _HOP_FLOAT_WORDS = (
@@ -31,16 +32,27 @@ _GRAD_FIX = (
     "cannot be differentiated twice (create_graph=True, then .backward(), raises); not "
     "torch._dynamo.config.trace_autograd_ops = True, with which such a compile fails"
 )
+_READ_GRAD_WORDS = (
+    "torch.autograd.grad inside the compiled function, its gradient only read (no create_graph: an inner-loop "
+    "step, such as MAML's adaptation at test time): Dynamo does not trace it, so the graph breaks there"
+)
+_READ_GRAD_FIX = (
+    "compute that gradient with torch.func.grad on a function of the parameters (torch.func.functional_call(net, "
+    "params, x) for a module), which Dynamo traces into the graph; else run this step uncompiled"
+)
 _NUMPY_NUMBER = re.compile(r"\b(?:np|numpy)\.(?P<fn>size|shape|ndim)\((?P<args>[^()]*)\)")  # an array's size
 _RAISED = re.compile(r"raised exception (?P<type>[A-Za-z_][\w.]*)\((?P<args>.*)\)\s*$", re.M)
 
 
-def told_whole(reason: str, library: str, code: str) -> Cause | None:
+def told_whole(reason: str, library: str, code: str, at: tuple[str, int] = ("", 0)) -> Cause | None:
     """The break in words where it is one of these (``library``: file:line where it broke, when that is library
-    code; ``code``: the user's line); None for any other."""
+    code; ``code``: the user's line, at ``at``, its file and line); None for any other."""
     if "_CachedForward.__get__" in reason:  # torch.jit's ScriptModule forward, looked up on the call
         return _scripted(reason, code)
     if "torch.autograd.grad" in reason and "trace_autograd_ops" in reason:  # R1, WGAN-GP: a gradient penalty
+        code = statement_at(code, f"{at[0]}:{at[1]}", 2000) if at[0] else code  # create_graph=True on a later line
+        if re.search(r"\bgrad\(", code) and not re.search(r"create_graph\s*=\s*(?!False)", code):  # read only
+            return Cause("graph_break", _READ_GRAD_WORDS, reason, _READ_GRAD_FIX)
         return Cause("graph_break", _GRAD_WORDS, reason, _GRAD_FIX)
     if _HOP_FLOAT.search(reason):  # tol made dynamic, then captured by torch.while_loop's cond_fn
         return Cause("graph_break", _HOP_FLOAT_WORDS, reason, _HOP_FLOAT_FIX)

@@ -15,6 +15,9 @@ from typing import Any
 from tpu_lab.compile.sources.frames import CARRIED_VALUE, RESUME, FunctionKey, carried_name
 from tpu_lab.compile.sources.resume_code import resume_point
 
+_WRAPPERS = ("wrapped_func", "wrapper", "inner", "_fn", "forward")  # generic wrappers' names
+_SESSION = "tpu_lab_forward_"  # a generation session's private copy of a forward
+
 
 def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
     """The compiled function; a model's forward reached through a generic wrapper (transformers'
@@ -23,9 +26,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
 
     if code.co_name == "inner" and _routine(values.get("fn")):  # torch.compile(ema.update), a decorated method
         return _routine_key(values["fn"]) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
-    if code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward") or code.co_name.startswith(
-        "tpu_lab_forward_"
-    ):
+    if code.co_name in _WRAPPERS or code.co_name.startswith(_SESSION):
         first = method_owner(code, values) or values.get("fn")  # torch.compile(module) wraps it in inner(fn, ...)
         first = getattr(first, "__self__", first)  # the session's private copy wraps a bound forward
         args = values.get("args")
@@ -36,7 +37,7 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
         if isinstance(first, torch.nn.Module) and all(w is inspect.unwrap(type(first).forward) for w in wrapped):
             fwd = getattr(inspect.unwrap(type(first).forward), "__code__", None)
             if fwd is not None:  # a decorator's wrapper is a frame of its own beside the forward's (via)
-                via = "" if code is fwd or code.co_name.startswith("tpu_lab_forward_") else decorator_name(code, values)
+                via = "" if code is fwd or code.co_name.startswith(_SESSION) else decorator_name(code, values)
                 return FunctionKey(f"{type(first).__name__}.forward", fwd.co_filename, fwd.co_firstlineno, via=via)
         elif first is not None and "fn" in values and code.co_name == "inner":  # torch.compile(partial/object)
             return _wrapped_key(first) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
@@ -68,8 +69,7 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
     import torch
 
     args, kwargs = values.get("args"), values.get("kwargs")
-    wrapper = code.co_name in ("wrapped_func", "wrapper", "inner", "_fn", "forward")
-    if not (wrapper or code.co_name.startswith("tpu_lab_forward_")) or not isinstance(args, tuple):
+    if not (code.co_name in _WRAPPERS or code.co_name.startswith(_SESSION)) or not isinstance(args, tuple):
         return _wrapped_names(code, values)
     if code.co_name == "inner" and _routine(values.get("fn")):  # its signature, less a bound method's self
         return _partial_names(values["fn"], args, kwargs)
@@ -106,8 +106,8 @@ def _wrapped_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], 
     # the wrapper's own leading parameters (``self`` of ``def wrapper(self, *args, **kwargs)``) are passed on first
     own = [values[n] for n in code.co_varnames[: code.co_argcount] if n in values] if not resumed else []
     for name in code.co_freevars:
-        fn = values.get(name)
-        if not inspect.isfunction(fn):
+        fn: Any = values.get(name)
+        if not _callable_code(fn):
             continue
         if resumed:  # its own leading parameters: those of the wrapped function's that are locals here (self)
             leading = list(inspect.signature(inspect.unwrap(fn)).parameters)
@@ -169,8 +169,8 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     code names it: ``Layer.forward`` for a method of a module, ``compute_loss`` for a function."""
     if not code.co_flags & 0x0C or not code.co_freevars:
         return None
-    wrapped = [values[n] for n in code.co_freevars if inspect.isfunction(values.get(n))]
-    wrapped = [fn for fn in wrapped if fn.__code__ is not code]  # a wrapper may name itself (is it outermost?)
+    wrapped = [values[n] for n in code.co_freevars if _callable_code(values.get(n))]
+    wrapped = [fn for fn in wrapped if getattr(fn, "__code__", None) is not code]  # a wrapper may name itself
     if len(wrapped) != 1:  # none, or several functions in the closure: which one it calls is not known
         return None
     fn = inspect.unwrap(wrapped[0])
@@ -184,6 +184,10 @@ def _decorated_key(code: Any, values: dict[str, Any]) -> FunctionKey | None:
     if owner is not None and "." in name and not isinstance(owner, type):  # a method: by the instance's class
         name = f"{type(owner).__name__}.{fn.__name__}"
     return FunctionKey(name, inner.co_filename, inner.co_firstlineno, via=decorator_name(code, values))
+
+
+def _callable_code(fn: Any) -> bool:  # a function, or a partial of one: vmap(partial(loss_for_task, net))
+    return inspect.isfunction(fn.func if isinstance(fn, functools.partial) else fn)
 
 
 _CALLS = ("forward", "__call__", "_call_impl", "_wrapped_call_impl")  # a module's call: named after its class
@@ -249,8 +253,6 @@ def _partial_names(fn: Any, args: tuple, kwargs: Any) -> tuple[tuple[str, str], 
 
 def _wrapped_key(fn: Any) -> FunctionKey | None:
     """A functools.partial by the function it binds; a callable object by its class's ``__call__``."""
-    import functools
-
     while isinstance(fn, functools.partial):
         fn = fn.func
     code = getattr(inspect.unwrap(fn), "__code__", None) if inspect.isroutine(fn) else None
