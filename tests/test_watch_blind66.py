@@ -12,6 +12,8 @@ import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
 
+from tpu_lab.testing.dynamo_account import counting_backend
+
 
 def watched(run):
     return watched_clean(run)[0]
@@ -304,3 +306,56 @@ def test_a_gradient_only_read_is_told_to_use_torch_func_grad_which_compiles():
     fixed = watched(fixed_run)  # applied: one graph, no break, no failure, the same adapted output
     assert not fixed.breaks and fixed.total_compiles == 1 and not sum(r.failed for r in fixed.rows), fixed.to_text()
     torch.testing.assert_close(fixed_run(), adapt_one_task(net, params, x, y))
+
+
+def l2normalize(v, eps=1e-12):
+    return v / (v.norm() + eps)
+
+
+class SpectralNorm(nn.Module):  # christiancosgrove/pytorch-spectral-normalization-gan's spectral_normalization.py
+    def __init__(self, module, in_place=False):
+        super().__init__()
+        self.module, self.in_place = module, in_place
+        w = module.weight
+        u = nn.Parameter(l2normalize(w.data.new(w.shape[0]).normal_(0, 1)), requires_grad=False)
+        v = nn.Parameter(l2normalize(w.data.new(w.shape[1]).normal_(0, 1)), requires_grad=False)
+        del module._parameters["weight"]
+        module.register_parameter("weight_u", u)
+        module.register_parameter("weight_v", v)
+        module.register_parameter("weight_bar", nn.Parameter(w.data))
+
+    def forward(self, x):
+        u, v, w = self.module.weight_u, self.module.weight_v, self.module.weight_bar
+        if self.in_place:  # the printed fix: in place under no_grad, not an assignment to .data
+            with torch.no_grad():
+                v.copy_(l2normalize(torch.mv(torch.t(w.data), u.data)))
+                u.copy_(l2normalize(torch.mv(w.data, v.data)))
+        else:
+            v.data = l2normalize(torch.mv(torch.t(w.data), u.data))
+            u.data = l2normalize(torch.mv(w.data, v.data))
+        sigma = u.dot(w.mv(v))
+        self.module.weight = w / sigma.expand_as(w)
+        return self.module(x)
+
+
+def test_a_data_assignment_the_backend_cannot_compile_is_named_with_its_lines_and_the_in_place_fix():
+    def run(in_place):
+        torch.manual_seed(0)
+        net = torch.compile(SpectralNorm(nn.Linear(4, 3), in_place), backend=counting_backend)  # AOTAutograd's own
+
+        def call():
+            if in_place:
+                return net(torch.randn(2, 4)).sum().backward()
+            with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="set_ on a graph input"):
+                net(torch.randn(2, 4))
+
+        return call
+
+    table = watched(run(False))
+    (told,) = [c for r in table.rows for c in r.causes if c.kind == "failed"]
+    source, first = inspect.getsourcelines(SpectralNorm.forward)
+    lines = [first + i for i, text in enumerate(source) if ".data = " in text]
+    assert f"assignment to .data (in test_watch_blind66.py: lines {lines[0]}, {lines[1]})" in told.words, told.words
+    assert "cannot;" not in told.words and told.fix.startswith("update that tensor in place under torch.no_grad()")
+    fixed = watched(run(True))  # applied: it compiles, nothing fails
+    assert fixed.total_compiles and not sum(r.failed for r in fixed.rows), fixed.to_text()

@@ -4,6 +4,7 @@ cleaned of addresses and paths, and only hints whose API and config names exist 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 
 from tpu_lab.compile.causes import library_breaks as lib
@@ -87,8 +88,9 @@ def _sections(text: str) -> tuple[str, str, list[str]]:
     skip = ("Encountered graph break", "Graph Break Reason", "Failed to handle graph break", "Graph break")
     first = next((line for line in lines if line and not line.startswith(skip)), "")
     backend = re.fullmatch(r"backend='([^']+)' raised:", first)
-    if backend and (after := [line for line in lines[lines.index(first) + 1 :] if line]):
-        first = f"the {backend[1]} backend raised {after[0]}"  # its error is on the next line
+    if backend and (after := [line for line in lines[lines.index(first) + 1 :] if line]):  # its error next, whole
+        raw = itertools.takewhile(lambda ln: ln[:1].strip(), text.strip().splitlines()[lines.index(first) + 1 :])
+        first = f"the {backend[1]} backend raised {' '.join(raw).split(' Current state:')[0] or after[0]}"
     explanation = next((ln.split("Explanation:", 1)[1].strip() for ln in lines if ln.startswith("Explanation:")), "")
     hints = [line.split("Hint:", 1)[1].strip() for line in lines if line.startswith("Hint:")]
     return first, explanation, hints
@@ -254,12 +256,9 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=fix) if said in cause.words else cause  # Dynamo's hints do not help
     cause = dataclasses.replace(cause, fix=switch) if (switch := lib.backend_context(code)) else cause  # its own line
     if "Missing `as_proxy()`" in cause.words and "generator" in code:  # a torch.Generator cannot enter a graph
-        cause = dataclasses.replace(
-            cause,
-            words="a torch.Generator is passed to a torch function (generator=...): Dynamo cannot put one in a graph",
-            fix="seed the global generator outside the compiled function (torch.manual_seed) and drop generator=, "
-            "or draw the random tensor outside and pass it in",
-        )
+        words = "a torch.Generator is passed to a torch function (generator=...): Dynamo cannot put one in a graph"
+        fix = "seed the global generator outside the compiled function (torch.manual_seed) and drop generator=, or "
+        cause = dataclasses.replace(cause, words=words, fix=fix + "draw the random tensor outside and pass it in")
     if found is not None and "torch.compiler.disable" in found.gb_type:  # the user's choice, not a mistake
         name = re.search(r"function `([^`]+)`", cause.words)
         what = f"{name[1]} is" if name else "the function called is"

@@ -8,10 +8,11 @@ torch's and cannot put in the graph; a class Dynamo cannot instantiate. Pure."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.source_file import statement_at
+from tpu_lab.compile.causes.source_file import parsed_file, statement_at
 
 _HOP_FLOAT = re.compile(r"can only be of \((?:[^()]|\([^()]*\))*?SymInt'?>?\) but got \((?:[^()]|\([^()]*\))*?SymFloat")
 _HOP_FLOAT_WORDS = (
@@ -54,6 +55,8 @@ def told_whole(reason: str, library: str, code: str, at: tuple[str, int] = ("", 
         if re.search(r"\bgrad\(", code) and not re.search(r"create_graph\s*=\s*(?!False)", code):  # read only
             return Cause("graph_break", _READ_GRAD_WORDS, reason, _READ_GRAD_FIX)
         return Cause("graph_break", _GRAD_WORDS, reason, _GRAD_FIX)
+    if _SET_INPUT in reason:  # spectral norm's hook style: u.data = ... on a parameter inside the compiled forward
+        return _data_assigned(reason, at)
     if _HOP_FLOAT.search(reason):  # tol made dynamic, then captured by torch.while_loop's cond_fn
         return Cause("graph_break", _HOP_FLOAT_WORDS, reason, _HOP_FLOAT_FIX)
     if "Observed exception" not in reason or (m := _RAISED.search(reason)) is None:
@@ -66,6 +69,33 @@ def told_whole(reason: str, library: str, code: str, at: tuple[str, int] = ("", 
         f"fix what raises {m['type']} (its message says what; torch.compiler.set_stance('force_eager') runs the code "
         "uncompiled to check), then call torch._dynamo.reset(): Dynamo gave up on the function when it raised and "
         "runs it eagerly from then on, even for calls that would not raise"
+    )
+    return Cause("graph_break", words, reason, fix)
+
+
+_SET_INPUT = "Encountered a set_ on a graph input"
+
+
+def _data_assigned(reason: str, at: tuple[str, int]) -> Cause:
+    """A ``t.data = value`` (a set_) on a tensor the compiled code takes in, beside other changes to it, which
+    AOTAutograd cannot keep in a graph; with the lines of the compiled function's file that assign ``.data``."""
+    tree = parsed_file(at[0]) if at[0] else None
+    lines = sorted(
+        {
+            n.lineno
+            for n in ast.walk(tree or ast.Module(body=[], type_ignores=[]))
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "data" for t in n.targets)
+        }
+    )
+    name = at[0].rsplit("/", 1)[-1]
+    where = f" (in {name}: line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines[:4]))})" if lines else ""
+    words = (
+        f"the backend cannot compile an assignment to .data{where} of a tensor the compiled code takes in (a "
+        "parameter, a buffer): `t.data = value` is a set_, which it cannot keep in a graph beside other changes to t"
+    )
+    fix = (
+        "update that tensor in place under torch.no_grad() (with torch.no_grad(): t.copy_(value)) instead of assigning "
+        "its .data, or do that update outside the compiled function"
     )
     return Cause("graph_break", words, reason, fix)
 

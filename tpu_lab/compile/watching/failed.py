@@ -71,7 +71,7 @@ def failed_compile(
     no_fake = _NO_FAKE.search(reason)  # the user's own custom op: where torch's dispatcher raised says nothing
     library = "" if no_fake else library
     code = linecache.getline(file, line).strip() if file else ""
-    cause = graph_break_words(reason, library, code, (file, line))
+    cause = graph_break_words(reason, library, code, (file, line) if file else (cap.function.filename, 0))
     cause = numpy_inputs_read_back(
         _through(cause, stack_place.called_through(trace.stack) if trace else "", reason), cap.shown
     )
