@@ -26,6 +26,10 @@ class DynamoLog:
         self.compiling: list[str] = []  # the compile each record was logged in, by position
         self.first = None
 
+    def clear(self) -> None:
+        self.records.clear()
+        self.compiling.clear()
+
     def compiles(self) -> int:
         from torch._dynamo.utils import get_compilation_metrics
 

@@ -35,7 +35,7 @@ def fresh_log(dynamo):
         from torch._dynamo.utils import get_compilation_metrics
 
         torch._dynamo.reset()
-        dynamo.records.clear()
+        dynamo.clear()
         found = list(get_compilation_metrics())
         dynamo.first = found[-1] if found else None
         return dynamo
