@@ -359,3 +359,43 @@ def test_a_data_assignment_the_backend_cannot_compile_is_named_with_its_lines_an
     assert "cannot;" not in told.words and told.fix.startswith("update that tensor in place under torch.no_grad()")
     fixed = watched(run(True))  # applied: it compiles, nothing fails
     assert fixed.total_compiles and not sum(r.failed for r in fixed.rows), fixed.to_text()
+
+
+class ContentLoss(nn.Module):  # pytorch/tutorials' neural_style_tutorial.py
+    def __init__(self, target):
+        super().__init__()
+        self.target = target.detach()
+
+    def forward(self, input):
+        self.loss = torch.nn.functional.mse_loss(input, self.target)
+        return input
+
+
+def _style_model(content_img):  # get_style_model_and_losses, one conv and its content loss
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())
+    model.add_module("content_loss_2", ContentLoss(model(content_img).detach()))
+    return model
+
+
+def _transfer(marked=False):
+    def run():
+        for size in (8, 12):  # a second run at another image size, its model rebuilt
+            image = torch.rand(1, 3, size, size)
+            model, input = _style_model(image), image.clone().requires_grad_()
+            if marked:  # the printed fix, applied before each model's first call
+                for dim in (2, 3):
+                    torch._dynamo.maybe_mark_dynamic(input, dim)
+                    torch._dynamo.maybe_mark_dynamic(model.content_loss_2.target, dim)
+            torch.compile(model, backend="aot_eager")(input)
+
+    return run
+
+
+def test_a_mark_to_skip_a_recompile_names_the_tensor_the_module_keeps_which_changed_too():
+    table = watched(_transfer())
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "size" and "to skip even this one" in c.fix]
+    assert fixes and all("maybe_mark_dynamic(model.content_loss_2.target, 2)" in f for f in fixes), fixes
+    assert all("model being the module you compiled" in f for f in fixes), fixes
+    forward = lambda t: sum(r.compiles for r in t.rows if "(backward)" not in r.function)  # noqa: E731
+    assert forward(table) == 2 and forward(watched(_transfer(marked=True))) == 1  # applied: one graph

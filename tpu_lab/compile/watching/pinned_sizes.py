@@ -57,7 +57,7 @@ def settled(
             every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
             fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix if dim not in before else fix.split(";")[0] + _AFTER_PINS)
-            c = _together(c, [o for o in causes if o.kind == "size"], dims)
+            c = _held(_together(c, [o for o in causes if o.kind == "size"], dims))
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
@@ -123,9 +123,12 @@ def _pinned_line(c: RowCause, fixed: set[str], code: CodeType | None) -> tuple[s
 
 def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
     """A mark said with the marks of the other sizes this compile made dynamic (a segment_reduce's ``feat`` and
-    ``lengths``): marked alone, the other still recompiles, so each fix names them all."""
+    ``lengths``; a tensor the module keeps, style transfer's ``self.content_loss_4.target``): marked alone, the
+    other still recompiles, so each fix names them all."""
     own = _MARKS.findall(c.fix)
     more = [(n, d) for o in others for n, d in _MARKS.findall(o.fix) if (n, d) not in own and f"{n} dim {d}" in dims]
+    more += [(m[1], m[2]) for o in others if (m := _KEPT.match(o.words)) and f"{m[1]} dim {m[2]}" in dims]
+    more = [(n, d) for n, d in more if (n, d) not in own]
     if not own or not more:
         return c
     last = f"torch._dynamo.maybe_mark_dynamic({own[-1][0]}, {own[-1][1]})"
@@ -133,6 +136,18 @@ def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
     return dataclasses.replace(
         c, fix=c.fix.replace(last, f"{last} and {added}: together, as each alone saves nothing", 1)
     )
+
+
+def _held(c: RowCause) -> RowCause:
+    """A mark on a tensor the module keeps (``self.content_loss_4.target``), by a name the user holds."""
+    if "maybe_mark_dynamic(self." not in c.fix:
+        return c
+    fix = c.fix.replace("maybe_mark_dynamic(self.", "maybe_mark_dynamic(model.")
+    last = list(re.finditer(r"torch\._dynamo\.maybe_mark_dynamic\([^()]*\)", fix))[-1]  # then who model is
+    return dataclasses.replace(c, fix=f"{fix[: last.end()]}, model being the module you compiled{fix[last.end() :]}")
+
+
+_KEPT = re.compile(r"(self\.[\w.]+), a tensor the module keeps between calls, changed size \(dimension (\d+):")
 
 
 _AFTER_PINS = (  # the sizes before were pinned: a mark before the first call would not have shared their graphs
