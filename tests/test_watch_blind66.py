@@ -6,6 +6,7 @@ import functools
 import gc
 import inspect
 import itertools
+import types
 
 import pytest
 import torch
@@ -399,3 +400,24 @@ def test_a_mark_to_skip_a_recompile_names_the_tensor_the_module_keeps_which_chan
     assert all("model being the module you compiled" in f for f in fixes), fixes
     forward = lambda t: sum(r.compiles for r in t.rows if "(backward)" not in r.function)  # noqa: E731
     assert forward(table) == 2 and forward(watched(_transfer(marked=True))) == 1  # applied: one graph
+
+
+class SimCLR:  # sthalles/SimCLR's simclr.py: a trainer object per run, its info_nce_loss compiled on it
+    def __init__(self, args):
+        self.args = args
+        self.info_nce_loss = torch.compile(self.info_nce_loss, backend="aot_eager")
+
+    def info_nce_loss(self, features):
+        logits = features @ features.T
+        return logits / self.args.temperature
+
+
+def test_a_number_made_dynamic_on_another_instance_gets_no_per_instance_limit_advice():
+    def run():
+        for temperature in (0.07, 0.5, 0.3):  # a sweep: a trainer per temperature
+            SimCLR(types.SimpleNamespace(temperature=temperature)).info_nce_loss(torch.randn(4, 3))
+
+    table = watched(run)
+    told = [c for r in table.rows for c in r.causes if "temperature" in c.words]
+    assert told and all("later values reuse this graph" in c.words for c in told), told
+    assert "recompile_limit" not in table.to_text() and table.total_compiles == 2  # 0.3 reused the graph

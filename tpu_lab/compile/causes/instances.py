@@ -54,7 +54,7 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
         )
         return [  # the general limit hint is said per instance instead
             dataclasses.replace(c, fix=f"{c.fix.replace(RAISE_LIMIT, '')}; {limit}")
-            if _NUMBER.match(c.words) and note in c.words
+            if _NUMBER.match(c.words) and note in c.words and "later values reuse this graph" not in c.words
             else c
             for c in out
         ]
