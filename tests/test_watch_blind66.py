@@ -9,6 +9,7 @@ import itertools
 import types
 
 import pytest
+import numpy as np
 import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
@@ -421,3 +422,28 @@ def test_a_number_made_dynamic_on_another_instance_gets_no_per_instance_limit_ad
     told = [c for r in table.rows for c in r.causes if "temperature" in c.words]
     assert told and all("later values reuse this graph" in c.words for c in told), told
     assert "recompile_limit" not in table.to_text() and table.total_compiles == 2  # 0.3 reused the graph
+
+
+def pos_embed(latent, base_size=4, patch=8):  # diffusers' PatchEmbed: its sin-cos grid rebuilt in NumPy per size
+    h = latent.shape[2] // patch
+    grid_h = np.arange(h, dtype=np.float32) / (h / base_size)
+    return latent.mean() + torch.from_numpy(grid_h).sum()
+
+
+def pos_embed_fixed(latent, base_size=4, patch=8):  # the printed fix: torch.arange in place of np.arange
+    h = latent.shape[2] // patch
+    grid_h = torch.arange(h, dtype=torch.float32) / (h / base_size)
+    return latent.mean() + grid_h.sum()
+
+
+def test_a_size_numpy_takes_as_a_number_is_held_to_its_range_and_told_to_build_the_array_with_torch():
+    def run(fn):
+        compiled = torch.compile(fn, backend="aot_eager")
+        return lambda: [compiled(torch.randn(1, 4, size, size)) for size in (32, 48, 40, 56)]
+
+    table = watched(run(pos_embed))
+    text = table.to_text()
+    assert "latent.size()[2] stays within 48 to 55" in text, text  # not "reuse" with no range: 40 and 56 compile
+    assert "NumPy takes it as a Python number (np.arange)" in text and "split()" not in text, text
+    assert "torch.arange in place of np.arange" in text
+    assert table.total_compiles == 4 and watched(run(pos_embed_fixed)).total_compiles == 2  # applied

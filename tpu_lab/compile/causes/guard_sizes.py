@@ -288,6 +288,17 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
             "scale_factor=), or keep to a few sizes",
             at,
         )
+    if numpy := re.search(r"\b(?:np|numpy)\.(\w+)\(", line):  # DiT's sin-cos table: np.arange(grid_size)
+        return Cause(
+            "size_value",
+            f"a number computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "
+            f"NumPy takes it as a Python number (np.{numpy[1]}), so each value of it is a graph of its own, even "
+            "with dynamic shapes",
+            g,
+            f"build that array with torch from the size (torch.{numpy[1]} in place of np.{numpy[1]}), which keeps "
+            "it symbolic, so one graph serves the sizes; or compute it outside the compiled function and pass it in",
+            at,
+        )
     return Cause(
         "size_value",
         f"a number computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "

@@ -26,7 +26,8 @@ _MARK = re.compile(rf"to skip even this one: {MARK_SAID.pattern}, or pad to a fe
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
     "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
-    "a count), so each value of it is a graph of its own; pad to a few sizes (buckets) to bound them"
+    "a count, a NumPy call's argument), so each value of it is a graph of its own; pad to a few sizes (buckets) "
+    "to bound them"
 )
 
 
@@ -246,6 +247,11 @@ def _plain(condition: str, subject: str) -> str:
     Dynamo's sympy text as Python reads it (``(1 + (((-1) + n) // 2)) != 32`` -> ``1 + ((n - 1) // 2) != 32``)."""
     if m := re.fullmatch(r"\(?(\S+) / (\d+)\)? == (\d+\.\d+)", condition):  # x.size()[0] / 16 == 0.25: x dim 0 is 4
         return f"{m[1]} stays {float(m[3]) * int(m[2]):g}"
+    if (m := re.fullmatch(r"\(?\((\S+) // (\d+)\) / (\d+)\)? == (\d+(?:\.\d+)?)", condition)) and (
+        q := float(m[4]) * int(m[3])
+    ).is_integer():  # DiT's grid: (h // 8) / 4 == 1.5, so h // 8 is 6: h is one of 48 to 55
+        low = int(q) * int(m[2])
+        return f"{m[1]} stays within {low} to {low + int(m[2]) - 1}"
     if not _SYMBOLIC.search(condition):
         parts = re.split(r"( (?:!=|==|<=|>=|<|>) )", re.sub(r"\(\(-1\) \+ ((?:[^()]|\(\))+)\)", r"(\1 - 1)", condition))
         said = "".join(bare(p) if i % 2 == 0 else p for i, p in enumerate(parts))
