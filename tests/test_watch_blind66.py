@@ -8,8 +8,8 @@ import inspect
 import itertools
 import types
 
-import pytest
 import numpy as np
+import pytest
 import torch
 from _dynamo_oracle import watched_clean
 from torch import nn
