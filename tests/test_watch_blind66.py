@@ -447,3 +447,17 @@ def test_a_size_numpy_takes_as_a_number_is_held_to_its_range_and_told_to_build_t
     assert "NumPy takes it as a Python number (np.arange)" in text and "split()" not in text, text
     assert "torch.arange in place of np.arange" in text
     assert table.total_compiles == 4 and watched(run(pos_embed_fixed)).total_compiles == 2  # applied
+
+
+def test_a_batch_of_one_below_a_conv_range_is_told_as_the_0_1_rule_never_as_the_convs_bound():
+    net = torch.compile(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2)), backend="aot_eager")
+
+    def run():
+        with torch.no_grad():
+            for batch in (8, 5, 1):  # the short last batch, then one image
+                net(torch.randn(batch, 3, 8, 8))
+
+    table = watched(run)
+    said = [c.words for r in table.rows for c in r.causes if "dimension 0 is now 1" in c.words]
+    assert said and "Dynamo compiles sizes 0 and 1 as graphs of their own" in said[0], table.to_text()
+    assert not any("crossed a bound" in c.words for r in table.rows for c in r.causes), table.to_text()

@@ -59,7 +59,7 @@ _TYPE = re.compile(
 _DUPLICATE = re.compile(r"Duplicate tensors? found(?::)?(?P<names>.*)")
 _NONE = re.compile(r"^(?P<name>\S+) is (?P<not>not )?None$")
 _VALUE = re.compile(r"^(?P<name>.+?) == (?P<value>-?[\d.e+-]+|-?inf|nan|True|False|'[^']*')$")
-_SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]$")
+_SIZE_ONE = re.compile(r"^2 <= (?P<name>.+?)\.size\(\)\[(?P<i>\d+)\](?P<upper> <= \d+)?$")  # conv: <= 15
 _STRIDE_IS_SIZE = re.compile(
     r"(?P<name>\S+)\.stride\(\)\[(?P<i>\d+)\] == (?:\d+\*)?(?P=name)\.size\(\)\[\d+\]"
     r"(?:\*(?:(?P=name)\.size\(\)\[\d+\]|\d+))*"  # 16*mems[0].size()[1]: a fixed size times a dynamic one
@@ -257,8 +257,10 @@ def words(
         return none_words(m["name"], m["not"] is None, g, inputs or {}, caller)
     if (cause := container_words(f, caller=caller, inputs=inputs, pipeline=pipeline)) is not None:
         return cause
-    if m := _SIZE_ONE.match(g):  # Dynamo's own 0/1 specialisation, not a branch of the user's code
-        name, now = local_name(m["name"]), _size_now((inputs or {}).get(local_name(m["name"]), ""), int(m["i"]))
+    m = _SIZE_ONE.match(g)  # Dynamo's own 0/1 specialisation, not a branch of the user's code
+    now = _size_now((inputs or {}).get(local_name(m["name"]), ""), int(m["i"])) if m else ""
+    if m and (now or not m["upper"]):  # below the range's 2, not past a library's upper bound
+        name = local_name(m["name"])
         return Cause(
             "size_one",
             f"{name} dimension {m['i']} is now {now or '0 or 1'} (the graph held is dynamic there, for sizes 2 and "
@@ -315,9 +317,8 @@ def words(
 
 
 def _size_now(description: str, dim: int) -> str:
-    """Dimension ``dim`` of a tensor's description (``f32[1, 16]``), '' where it is not one."""
-    m = re.match(r"\w+\[([\d, ]*)\]", description)
-    sizes = m[1].split(", ") if m else []
+    """Dimension ``dim`` of a tensor's description (``f32[1, 16]``) where it is 0 or 1, else ''."""
+    sizes = m[1].split(", ") if (m := re.match(r"\w+\[([\d, ]*)\]", description)) else []
     return sizes[dim] if dim < len(sizes) and sizes[dim] in ("0", "1") else ""
 
 
