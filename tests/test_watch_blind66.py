@@ -461,3 +461,26 @@ def test_a_batch_of_one_below_a_conv_range_is_told_as_the_0_1_rule_never_as_the_
     said = [c.words for r in table.rows for c in r.causes if "dimension 0 is now 1" in c.words]
     assert said and "Dynamo compiles sizes 0 and 1 as graphs of their own" in said[0], table.to_text()
     assert not any("crossed a bound" in c.words for r in table.rows for c in r.causes), table.to_text()
+
+
+class CurriculumLM(nn.Module):  # Megatron-DeepSpeed's gpt_model.py: a seqlen curriculum slices the batch
+    def __init__(self):
+        super().__init__()
+        self.emb, self.qkv = nn.Embedding(64, 8), nn.Linear(8, 24)
+
+    def forward(self, input_ids, attention_mask, curriculum_seqlen=None):
+        if curriculum_seqlen is not None and curriculum_seqlen < input_ids.size()[1]:
+            input_ids = input_ids[:, :curriculum_seqlen].contiguous()
+            attention_mask = attention_mask[:, :, :curriculum_seqlen, :curriculum_seqlen].contiguous()
+        h = self.emb(input_ids)
+        q, k, v = self.qkv(h).view(h.shape[0], h.shape[1], 3, 2, 4).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=~attention_mask).sum()
+
+
+def test_a_condition_every_dynamic_value_meets_is_never_told_as_a_bound():
+    net = torch.compile(CurriculumLM(), backend="aot_eager")
+    ids, mask = torch.randint(0, 64, (2, 32)), torch.zeros(1, 1, 32, 32, dtype=torch.bool)
+    table = watched(lambda: [net(ids, mask, seqlen) for seqlen in (8, 16, 24)])  # DeepSpeed's scheduler's steps
+    text = table.to_text()
+    assert "curriculum_seqlen <= 31" in text, text  # the bound line 70's < sets
+    assert "% (" not in text and "curriculum_seqlen*curriculum_seqlen" not in text, text  # true for every 2 and up

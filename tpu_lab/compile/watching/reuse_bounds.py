@@ -75,6 +75,7 @@ def bounded(
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         c = _branched_too(c, conditions, places)
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
+        found = [(w, g) for w, g in found if not _always(w, made[1].split(", ") if made else [])]
         if found and made and all(member_said(g) for _, g in found):  # `i in n`: the graph holds n's values
             c = _members_held(c, made[1], found, places)
         elif found and made:
@@ -124,6 +125,20 @@ def _first_sizes(causes: Iterable[RowCause]) -> dict[str, int]:
     return {
         f"{n}.size()[{d}]": int(a) for n, d, a in re.findall(r"([\w.\[\]']+) dimension (\d+) changed (\d+) ->", told)
     }
+
+
+def _always(condition: str, subjects: list[str]) -> bool:
+    """Whether ``condition`` on one of ``subjects`` (``n``, ``x dim 0``) holds for every value a dynamic graph
+    takes (2 and up: Dynamo compiles 0 and 1 apart), so it bounds nothing (``4 % (4*n) != 0``, ``n*n >= 2``)."""
+    for subject in subjects:
+        name, _, dim = subject.partition(" dim ")
+        said = f"{name}.size()[{dim}]" if dim else name
+        if said not in condition:
+            continue
+        spelled = re.compile(rf"(?<![\w.]){re.escape(said)}(?![\w(\[])")
+        found = [_holds_at(spelled.sub(str(n), condition), {}) for n in (*range(2, 34), 64, 127, 128, 1000, 4096)]
+        return all(found)  # None (not plain arithmetic) is no claim: the condition is told
+    return False
 
 
 def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
