@@ -484,3 +484,31 @@ def test_a_condition_every_dynamic_value_meets_is_never_told_as_a_bound():
     text = table.to_text()
     assert "curriculum_seqlen <= 31" in text, text  # the bound line 70's < sets
     assert "% (" not in text and "curriculum_seqlen*curriculum_seqlen" not in text, text  # true for every 2 and up
+
+
+def get_action(states, actions, max_length=5):  # transformers' run_decision_transformer.py, its padding only
+    states, actions = states[-max_length:], actions[-max_length:]
+    states = torch.cat([torch.zeros(max_length - states.shape[0], 3), states], dim=0)
+    actions = torch.cat([torch.zeros(max_length - actions.shape[0], 2), actions], dim=0)
+    return (states.sum(1) + actions.sum(1)).cumsum(0)[-1]
+
+
+def test_a_pad_to_a_maximum_length_reaching_1_is_told_as_the_0_1_rule_and_padding_outside_is_the_fix():
+    def run(padded):
+        act = torch.compile(get_action, backend="aot_eager")
+
+        def episode():
+            for steps in (1, 2, 4, 5):  # an episode's growing history
+                states, actions = torch.randn(steps, 3), torch.randn(steps, 2)
+                if padded:  # the printed fix: pad to the full length outside the compiled function
+                    states = torch.cat([torch.zeros(5 - steps, 3), states])
+                    actions = torch.cat([torch.zeros(5 - steps, 2), actions])
+                act(states, actions)
+
+        return episode
+
+    table = watched(run(False))
+    text = table.to_text()
+    assert "5 - actions.size()[0], a size your code computes from actions (a pad to a length of 5), is now 1" in text
+    assert "shares one graph" not in text and "DataLoader" not in text, text
+    assert table.total_compiles == 4 and watched(run(True)).total_compiles == 1  # applied

@@ -42,4 +42,5 @@ def test_a_forward_that_calls_its_module_s_reads_as_the_same_forward_written_wit
         "graph (another instance of Block than the one the graph was compiled for: instances share the compiled "
         "code's graphs)"
     ), cause.words
-    assert "as each Block holds its own value" in cause.fix
+    # made dynamic: the third block reuses the graph, so no per-instance advice on the recompile limit
+    assert "recompile_limit" not in cause.fix and row.compiles == 2, (cause.fix, row.compiles)

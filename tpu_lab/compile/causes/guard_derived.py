@@ -66,3 +66,23 @@ def _short(where: str) -> str:
 
     path, _, line = where.rpartition(":")
     return where_label(path, int(line)) if line.isdigit() else where
+
+
+_SIZE_LEFT = re.compile(r"\(?(?P<n>\d+) \+ \(\(-1\)\*(?P<name>.+?)\.size\(\)\[(?P<i>\d+)\]\)\)? != (?P<v>[01])")
+
+
+def size_left_words(guard: str, at: str = "") -> Cause | None:
+    """``(5 + ((-1)*actions.size()[0])) != 1`` failed: a size the code computes as a length minus this size (a pad
+    to a maximum length) became 1 or 0, which Dynamo compiles apart; None for any other guard."""
+    if not (m := _SIZE_LEFT.fullmatch(local_name(guard.strip()))):
+        return None
+    left = f"{m['n']} - {m['name']}.size()[{m['i']}]"
+    words = (
+        f"{left}, a size your code computes from {m['name']} (a pad to a length of {m['n']}), is now {m['v']}: "
+        "Dynamo compiles sizes 0 and 1 as graphs of their own"
+    )
+    fix = (
+        f"expected once for each of 1 and 0, as {m['name']} dimension {m['i']} reaches {m['n']}; to skip them, pad "
+        f"to the full length {m['n']} outside the compiled function, so the size it computes stays 0"
+    )
+    return Cause("size_one", words, guard, fix, at)

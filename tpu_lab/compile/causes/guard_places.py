@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.cause import Failure, bare, local_name
 from tpu_lab.compile.causes.guard_members import member_said
 from tpu_lab.compile.causes.source_file import statement_at, whole_statement
 from tpu_lab.compile.sources.frames import renamed, where_label
-from tpu_lab.compile.sources.packages import USER, package_of, unshortened
+from tpu_lab.compile.sources.packages import USER, package_of, short_path, unshortened
 
 _PLACE = re.compile(r"(?P<file>\S+\.py):(?P<line>\d+) in ")
 _SIZE = re.compile(r"(?P<source>L\[[^\]]+\](?:\[[^\]]+\]|\.\w+)*)\.size\(\)\[(?P<dim>\d+)\]")
@@ -224,4 +224,6 @@ def condition_place(guard: str, places: Mapping[str, str]) -> str:
 
 def _short(where: str) -> str:
     path, _, line = where.rpartition(":")
+    if line.isdigit() and path.endswith("__init__.py"):  # a package's own file: by its package's folder too
+        return f"{short_path(unshortened(path) or path)}:{line}"
     return where_label(path, int(line)) if line.isdigit() else where

@@ -12,7 +12,7 @@ from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_attributes import attribute_words
 from tpu_lab.compile.causes.guard_backend import backend_words
 from tpu_lab.compile.causes.guard_containers import container_words
-from tpu_lab.compile.causes.guard_derived import derived_words
+from tpu_lab.compile.causes.guard_derived import derived_words, size_left_words
 from tpu_lab.compile.causes.guard_hooks import hook_words
 from tpu_lab.compile.causes.guard_layouts import described, layout_words, offset_words, rank_fix
 from tpu_lab.compile.causes.guard_members import member_words
@@ -273,7 +273,7 @@ def words(
         name = local_name(m["name"])
         detail = f"the graph assumed stride {m['i']} equal to {'a size' if '*' not in g else 'a product of sizes'}"
         return layout_words(name, detail, g, (inputs or {}).get(name), False)
-    if (cause := offset_words(g)) is not None:
+    if (cause := offset_words(g) or size_left_words(g, at)) is not None:  # a pad's length at 0 or 1
         return cause
     kept = as_range(g, ()) if _BOUND.search(g) else ""  # what a condition on one size keeps of it
     if _BOUND.search(g) and " % " not in kept and (cause := size_value_words(g, set_by(f)[0], at, f.code)):

@@ -21,6 +21,7 @@ from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
+_BOUND_STAYS = "mark_unbacked would not share one graph, as sizes outside what this graph holds compile another"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
 _MARK = re.compile(rf"to skip even this one: {MARK_SAID.pattern}, or pad to a few sizes")
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
@@ -75,7 +76,7 @@ def bounded(
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         c = _branched_too(c, conditions, places)
         found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
-        found = [(w, g) for w, g in found if not _always(w, made[1].split(", ") if made else [])]
+        found = _past_one(found, made[1].split(", ") if made else [])
         if found and made and all(member_said(g) for _, g in found):  # `i in n`: the graph holds n's values
             c = _members_held(c, made[1], found, places)
         elif found and made:
@@ -92,6 +93,8 @@ def bounded(
             )
             if "from your line" in said:  # an unbacked size cannot decide the user's own comparison: a break there
                 fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
+            else:  # a bound the graph holds still compiles sizes past it: one graph is not shared
+                fix = re.sub(_UNBACKED.format("[^)]*"), _BOUND_STAYS, fix)
             if any(
                 (_ONE_RANGE.fullmatch(w) or _count_held(g)) and "from your line" in condition_place(g, places)
                 for w, g in found
@@ -127,18 +130,28 @@ def _first_sizes(causes: Iterable[RowCause]) -> dict[str, int]:
     }
 
 
-def _always(condition: str, subjects: list[str]) -> bool:
-    """Whether ``condition`` on one of ``subjects`` (``n``, ``x dim 0``) holds for every value a dynamic graph
-    takes (2 and up: Dynamo compiles 0 and 1 apart), so it bounds nothing (``4 % (4*n) != 0``, ``n*n >= 2``)."""
-    for subject in subjects:
-        name, _, dim = subject.partition(" dim ")
-        said = f"{name}.size()[{dim}]" if dim else name
-        if said not in condition:
-            continue
+def _past_one(found: list[tuple[str, str]], subjects: list[str]) -> list[tuple[str, str]]:
+    """``found`` (words, guard) less the conditions every value from 2 up meets (``4 % (4*n) != 0``, ``n*n >= 2``):
+    on a size they bound nothing (Dynamo compiles sizes 0 and 1 apart); on a number, which a dynamic graph
+    takes at 0 and 1 too, they are said as the one condition they make together (``n >= 2``)."""
+    out, small, first = [], set(), ("", "")
+    for w, g in found:
+        said = next((s for s in _spelled(subjects) if s in w), "")
         spelled = re.compile(rf"(?<![\w.]){re.escape(said)}(?![\w(\[])")
-        found = [_holds_at(spelled.sub(str(n), condition), {}) for n in (*range(2, 34), 64, 127, 128, 1000, 4096)]
-        return all(found)  # None (not plain arithmetic) is no claim: the condition is told
-    return False
+        at = {n: _holds_at(spelled.sub(str(n), w), {}) for n in (0, 1, *range(2, 34), 64, 127, 128, 1000, 4096)}
+        if not said or not all(v for n, v in at.items() if n > 1):  # None (not plain arithmetic): told as it is
+            out.append((w, g))
+        elif ".size()[" not in said:  # a number: 0 and 1, where they fail it, are what it bounds
+            small |= {n for n in (0, 1) if not at[n]}
+            first = first if first[0] else (said, g)
+    if small:
+        out.insert(0, (f"{first[0]} >= 2" if small == {0, 1} else f"{first[0]} != {min(small)}", first[1]))
+    return out
+
+
+def _spelled(subjects: list[str]) -> list[str]:
+    """How conditions spell each subject: ``n``; ``x dim 0`` as ``x.size()[0]``."""
+    return [f"{n}.size()[{d}]" if d else n for n, _, d in (s.partition(" dim ") for s in subjects)]
 
 
 def _holds_at(condition: str, sizes: Mapping[str, int]) -> bool | None:
