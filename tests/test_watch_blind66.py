@@ -512,3 +512,24 @@ def test_a_pad_to_a_maximum_length_reaching_1_is_told_as_the_0_1_rule_and_paddin
     assert "5 - actions.size()[0], a size your code computes from actions (a pad to a length of 5), is now 1" in text
     assert "shares one graph" not in text and "DataLoader" not in text, text
     assert table.total_compiles == 4 and watched(run(True)).total_compiles == 1  # applied
+
+
+def deepar_loss(mu, sigma, labels):  # zhykoties/TimeSeries' net.py loss_fn: a masked Gaussian likelihood
+    zero_index = labels != 0
+    distribution = torch.distributions.normal.Normal(mu[zero_index], sigma[zero_index])
+    likelihood = distribution.log_prob(labels[zero_index])
+    return -torch.mean(likelihood)
+
+
+def test_a_value_carried_as_an_argument_still_to_be_used_is_named_by_it_never_by_what_the_line_assigns():
+    loss = torch.compile(deepar_loss, backend="aot_eager")
+
+    def run():
+        for kept in (8, 5):  # the mask keeps 8, then 5 of the 8 steps
+            labels = torch.cat([torch.rand(kept) + 1, torch.zeros(8 - kept)])
+            loss(torch.randn(8), torch.rand(8) + 0.5, labels)
+
+    table = watched(run)
+    said = " ".join(c.words for r in table.rows for c in r.causes)
+    assert "mu[zero_index] changed size (dimension 0: 8 -> 5)" in said, table.to_text()
+    assert "distribution changed size" not in said, said  # a Normal, made after the break
