@@ -23,7 +23,7 @@ _CARRIED_NAMED = re.compile(r"\bthe carried value(?!\w| \d)")  # whole, or an it
 _RESHAPING = re.compile(
     r"at \.(?!(?:astype|to|float|double|half|bfloat16|int|long|bool|type|contiguous|clone|detach|cpu|cuda|numpy)\()"
 )
-_AT_PART = re.compile(r"at (?!\.)")  # at sigma[zero_index]: the next argument, not a method on the value
+_AT_PART = re.compile(r"at (?![.\[])")  # at sigma[zero_index]: the next argument, not a method or item of the value
 _TYPED = r"(?::[^=]+)?"  # an annotation between the name and the = (out: ModelOutput = self.model(...))
 _SLOT = re.compile(
     r"\bthe carried value(?: (\d+))?(?!\w)"
@@ -67,12 +67,11 @@ def _break_line(function: FunctionKey, names: Sequence[tuple[str, str]] = ()) ->
     code = statement_at(code, f"{function.filename}:{line}", 2000) or code  # a call over several lines, whole
     slots = sorted((int(m[1]), user) for raw, user in names if (m := re.fullmatch(r"___stack(\d+)", raw)))
     # resumed at another part of the line (Normal(mu[m], sigma[m]) resumes at sigma[m]): the carried value is an
-    # argument still to be used there, never what the line assigns
-    if (
-        function.resumes_in == "inside line"
-        or _RESHAPING.match(function.resumes_in)
-        or _AT_PART.match(function.resumes_in)
-    ) and slots:
+    # argument still to be used there, never what the line assigns (torch.where(c)[0] resumes at the value itself)
+    elsewhere = (
+        bool(slots) and _AT_PART.match(function.resumes_in) and not function.resumes_in[3:].startswith(slots[-1][1])
+    )
+    if (function.resumes_in == "inside line" or _RESHAPING.match(function.resumes_in) or elsewhere) and slots:
         return line, code, slots[-1][1], {}
     target = re.match(rf"^([A-Za-z_]\w*)\s*{_TYPED}=(?!=)", code)
     items = _unpacked(code)
