@@ -533,3 +533,31 @@ def test_a_value_carried_as_an_argument_still_to_be_used_is_named_by_it_never_by
     said = " ".join(c.words for r in table.rows for c in r.causes)
     assert "mu[zero_index] changed size (dimension 0: 8 -> 5)" in said, table.to_text()
     assert "distribution changed size" not in said, said  # a Normal, made after the break
+
+
+@pytest.mark.slow  # three compiled BERTs
+def test_a_collators_batch_that_changed_length_together_is_marked_key_by_key():
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    model = BertForMaskedLM(config).eval()
+    keys = ("input_ids", "token_type_ids", "attention_mask", "labels")
+
+    def run(marked=()):
+        net = torch.compile(model, backend="aot_eager")
+
+        def batches():  # DataCollatorForLanguageModeling pads each batch to its longest sequence
+            for i, length in enumerate((14, 12)):
+                batch = {k: torch.randint(0, 2, (4, length)) for k in keys}
+                for k in marked if i == 0 else ():  # the printed fix, before the first call
+                    torch._dynamo.maybe_mark_dynamic(batch[k], 1)
+                net(**batch)
+
+        return batches
+
+    table = watched(run())
+    fix = next(c.fix for r in table.rows for c in r.causes if c.kind == "size")
+    assert all(f"torch._dynamo.maybe_mark_dynamic({k}, 1)" in fix for k in keys), fix
+    forward = lambda t: sum(r.compiles for r in t.rows if "(backward)" not in r.function)  # noqa: E731
+    assert forward(watched(run(keys[:1]))) == 2 and forward(watched(run(keys))) == 1  # applied: one mark saves none

@@ -171,6 +171,7 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         # the fix of a model input the batch builds (input_ids), where one is named: the user acts on that
         batch = first.kind == "size" and any(k in n for n in names for k in _TOKENS[:2])  # a tokenizer built it
         token = next((c.fix for n, c in same if any(k in n for k in _TOKENS)), None) if batch else None
+        token = token.replace(mark[0], every) if token and mark else token  # a collator's batch: every key marked
         marked = first.fix.replace(mark[0], every) if mark else first.fix + also
         fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), token or marked)
         out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))
