@@ -10,12 +10,14 @@ import collections
 import functools
 import logging
 import re
+import sys
 import traceback
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from tpu_lab.compile.causes.source_file import enclosing_def
 from tpu_lab.compile.sources import dynamo_source
+from tpu_lab.compile.sources.dynamo_failures import value_sized_in
 from tpu_lab.compile.sources.frames import RESUME
 from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.stack_place import break_location
@@ -30,6 +32,8 @@ class GraphBreak(NamedTuple):
     library: str = ""  # file:line where it broke, when that is library code (torch, site-packages)
     stopped_at: int = 0
     """A break Dynamo could not resume from: the line it compiled the function up to (the rest runs eagerly)."""
+    value_sized: tuple[str, int, str] = ("", 0, "")
+    """A backend's failure on an op whose size depends on values: the user's line that makes it."""
 
 
 _UNRESUMABLE = "Encountered graph break that we cannot resume from"
@@ -48,6 +52,7 @@ class _Heard(NamedTuple):
     takes, so a break is paired only with the record that follows it."""
     logged_at: traceback.FrameSummary | None = None
     """Where Dynamo's log places it ("in user code at file:line")."""
+    value_sized: tuple[str, int, str] = ("", 0, "")
 
 
 _heard: collections.deque[_Heard] = collections.deque(maxlen=64)  # newest last
@@ -87,7 +92,10 @@ def _emit(record: logging.LogRecord) -> None:
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
     _note_retry(_SKIPPED in head)
-    _heard.append(_Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at))
+    sized = value_sized_in(sys.exc_info()[1])  # logged while Dynamo handles the error: still in flight
+    _heard.append(
+        _Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at, sized)
+    )
 
 
 _last_broke = ""  # the compile that logged the latest break, with the resets before it
@@ -175,7 +183,9 @@ def _unresumable(checkpoint: list, index: int) -> GraphBreak | None:
     inside = found.stack[at(found.stack) :] if at(found.stack) >= 0 else found.stack if repeat else list(checkpoint)
     if at(found.stack) < 0 and not repeat and found.logged_at:
         inside = [traceback.FrameSummary(point.filename, found.logged_at.lineno or 0, name)]
-    return GraphBreak(found.reason, *break_location(inside), stopped_at=int(point.lineno or 0))
+    return GraphBreak(
+        found.reason, *break_location(inside), stopped_at=int(point.lineno or 0), value_sized=found.value_sized
+    )
 
 
 def graph_break_marker() -> tuple[int, int, int]:

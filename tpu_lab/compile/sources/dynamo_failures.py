@@ -6,9 +6,12 @@ Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from typing import Any, NamedTuple
+
+from tpu_lab.compile.sources.packages import is_library
 
 _MAX = 256  # failures kept (oldest dropped): a watch reads its own right after the call
 
@@ -21,6 +24,9 @@ class FailureTrace(NamedTuple):
     operator: str = ""
     """The higher-order operator whose own code the innermost error passed through (``cond.py:358 in
     backward``: torch.cond's backward), where one did; a backend's failure names no other place."""
+    value_sized: tuple[str, int, str] = ("", 0, "")
+    """A backend that failed on an op whose output size depends on values (``aten.nonzero``): the user's
+    ``(file, line, what)`` in the graph it was given that makes the op (``what``: "a boolean-mask assignment")."""
 
 
 _failures: dict[str, FailureTrace] = {}
@@ -42,7 +48,68 @@ def on_compile_end(args: Any) -> None:
         seen = seen.__cause__ or seen.__context__
     if len(_failures) >= _MAX:
         _failures.pop(next(iter(_failures)))
-    _failures[str(getattr(args, "compile_id", ""))] = FailureTrace(stack, tuple(chain), operator)
+    sized = value_sized_in(error)
+    _failures[str(getattr(args, "compile_id", ""))] = FailureTrace(stack, tuple(chain), operator, sized)
+
+
+def value_sized_in(error: BaseException | None) -> tuple[str, int, str]:
+    """Where a backend's DynamicOutputShapeException behind ``error`` comes from: the backend names only the
+    aten op, and the user's line is in the graph Dynamo handed it (a frame's ``gm``), on the first node that
+    makes that op. Read while the error is in flight (a failed compile's end, the graph break it logs)."""
+    errors: list[BaseException] = []
+    while error is not None and len(errors) < 8:
+        errors.append(error)
+        error = error.__cause__ or error.__context__
+    if not errors or type(errors[-1]).__name__ != "DynamicOutputShapeException":
+        return "", 0, ""
+    op = str(errors[-1]).split(".")[1] if str(errors[-1]).startswith("aten.") else ""
+    graph = _graph_handed(errors[0])
+    for node in graph.graph.nodes if graph is not None and op else ():
+        name = str(getattr(node.target, "__name__", node.target)).strip("_")
+        if op == "nonzero" and name in ("setitem", "getitem", "index_put", "index_put_") and _bool_index(node):
+            what = "a boolean-mask index" if name == "getitem" else "a boolean-mask assignment"
+        elif op in name:
+            what = f"{name}()"
+        else:
+            continue
+        frame = _user_frame(str(node.meta.get("stack_trace") or ""))
+        if frame[0]:
+            return (*frame, what)
+    return "", 0, ""
+
+
+def _graph_handed(error: BaseException) -> Any:
+    """The FX graph Dynamo passed to the backend: ``gm`` in Dynamo's own frame that called it."""
+    import torch.fx
+
+    tb = error.__traceback__
+    while tb is not None:
+        graph = tb.tb_frame.f_locals.get("gm") if "/_dynamo/" in tb.tb_frame.f_code.co_filename else None
+        if isinstance(graph, torch.fx.GraphModule):
+            return graph
+        tb = tb.tb_next
+    return None
+
+
+def _bool_index(node: Any) -> bool:
+    """A node indexed by a boolean tensor (``t[mask]``, ``t[:, mask] = v``): its index lowers to aten.nonzero."""
+    import torch
+
+    index = node.args[1] if len(node.args) > 1 else None
+    for part in index if isinstance(index, (tuple, list)) else (index,):
+        value = part.meta.get("example_value") if hasattr(part, "meta") else None
+        if isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8):
+            return True
+    return False
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _user_frame(stack_trace: str) -> tuple[str, int]:
+    """The innermost frame of a node's stack trace outside any library: the user's line."""
+    found = [(f, int(n)) for f, n in _FRAME.findall(stack_trace) if not is_library(f)]
+    return found[-1] if found else ("", 0)
 
 
 _OPERATORS = "/torch/_higher_order_ops/"

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from tpu_lab.compile.causes.backend_failures import backend_told
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import SKIPPED_LATER, Cause, as_logged, local_name, without_fullgraph_hint
@@ -80,6 +81,8 @@ def failed_compile(
     at = f" at {where}" + (f" ({whole_statement(code)})" if whole_statement(code) else "") if where else ""
     at += _in_loop(reason, file, line)
     name = _frame_named(cap.function)
+    cause, placed = backend_told(cause, reason, trace.value_sized if trace else ("", 0, ""), name)
+    at = "" if placed else at  # the words say where
     if not reason:  # no error: the frame traced no tensor operation, and Dynamo skips it from now on
         changed = "; ".join(re.sub(r"\s*\([^()]*\)$", "", c.words) for c in recompile)  # a recompile's, asides cut
         words = (
@@ -240,14 +243,11 @@ _TRANSFORM_FIX = (  # a compiled function passed into an eager transform is not 
     "it inside an eager transform)"
 )
 
-# torch.cond / torch.while_loop / torch.map (higher-order ops) refuse what their branches may not do
-
 _NO_FAKE = re.compile(r"Please use `([\w.]+)\.register_fake`")
-
-
 _MARKED = re.compile(
     r"You marked (?P<source>\S+?)\.size\(\)\[(?P<dim>\d+)\] as dynamic but your code specialized it to be a constant \((?P<size>\d+)\)"
 )
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] | None:
@@ -264,9 +264,6 @@ def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] |
         code = linecache.getline(stack[-1][0], stack[-1][1]).strip().rstrip(":")  # a loop header without its colon
         fixed_at = f" at {frames.where_label(*stack[-1])}" + (f" ({code})" if code else "")
     return frames.renamed(local_name(m["source"]), cap.names), m["dim"], m["size"], fixed_at
-
-
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 _LOOP = "graph break in loop"

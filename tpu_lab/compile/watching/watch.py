@@ -19,6 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from tpu_lab.compile.causes.backend_failures import backend_told
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import as_logged
 from tpu_lab.compile.causes.first_compile import EAGER_BACKWARD
@@ -70,10 +71,8 @@ class Watch:
         self._with_backward: dict[int, bool] = {}  # a graph whose backward AOTAutograd compiled with it
         self._elsewhere = 0  # graphs compiled meanwhile where this watch was not listening
         self._handled: set[str] = set()  # compile ids folded from a capture (their records are not counted twice)
-        self.refusals = 0
-        """Compiles Dynamo refused at the recompile limit, so far."""
-        self.version = 0
-        """Bumped whenever the table changes (a live view redraws then)."""
+        self.refusals = 0  # compiles Dynamo refused at the recompile limit, so far
+        self.version = 0  # bumped whenever the table changes (a live view redraws then)
         self._started = time.perf_counter()
         self._last_record = dynamo.newest_record()
         self._records: list[Any] = []  # taken at each compile: Dynamo keeps only its newest 64 records
@@ -259,7 +258,8 @@ class Watch:
         for b in found:
             where = frames.where_label(b.filename, b.line) if b.filename else "?"
             code = linecache.getline(b.filename, b.line).strip() if b.filename else ""
-            cause = as_logged(graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at))
+            cause = graph_break_words(b.reason, b.library, code, (b.filename, b.line), b.stopped_at)
+            cause = as_logged(backend_told(cause, b.reason, b.value_sized, "the compiled function")[0])
             said = with_numpy_setting(cause, b.library, self._fold.hooks, self._pending, (b.filename, code))
             self._fold.add_break(said, where)
 
