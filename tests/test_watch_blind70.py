@@ -76,3 +76,61 @@ def _lora_eager(steps):
         loss.backward()
         out.append(loss.item())
     return out
+
+
+SKIP = {41, 42, 43}  # ColBERT's punctuation ids (colbert/modeling/colbert.py builds them from the tokenizer)
+
+
+class ColBERTMask(nn.Module):  # stanford-futuredata/ColBERT colbert/modeling/colbert.py: doc() and mask()
+    def __init__(self, tensor_ops=False):
+        super().__init__()
+        self.linear = nn.Linear(4, 4, bias=False)
+        self.embed = nn.Embedding(50, 4)
+        self.tensor_ops = tensor_ops
+        self.skiplist = {w: True for w in SKIP}
+
+    def mask(self, input_ids):
+        mask = [[(x not in self.skiplist) and (x != 0) for x in d] for d in input_ids.cpu().tolist()]
+        return mask
+
+    def forward(self, input_ids):
+        d = self.linear(self.embed(input_ids))
+        if self.tensor_ops:  # the fix the watch prints: the same mask, from the tensor with tensor ops
+            mask = ((input_ids != 0) & ~torch.isin(input_ids, torch.tensor(sorted(SKIP)))).unsqueeze(2).float()
+        else:
+            mask = torch.tensor(self.mask(input_ids)).unsqueeze(2).float()
+        return nn.functional.normalize(d * mask, p=2, dim=2)
+
+
+def _colbert(batches, tensor_ops=False):
+    torch.manual_seed(0)
+    model = ColBERTMask(tensor_ops)
+    compiled = torch.compile(model, backend=counting_backend)
+    g = torch.Generator().manual_seed(1)
+    return [compiled(torch.randint(0, 50, (2, 6), generator=g)) for _ in range(batches)]
+
+
+def test_a_list_of_bools_from_tolist_is_said_as_data_baked_in_and_tensor_ops_keep_one_graph():
+    table = watched(lambda: _colbert(3))
+    said = [c for r in table.rows for c in r.causes if "items of self.mask(input_ids) changed" in c.words]
+    assert len(said) == 2, table  # the second and third batches
+    for items in said:
+        assert items.kind == "value" and "each is a Python bool baked into the graph" in items.words, items
+        assert "compute them from that tensor with tensor ops" in items.fix, items
+    (tolist,) = [b for b in table.breaks if "read back as a Python number" in b.words]
+    assert "capture_scalar_outputs only moves the break" in tolist.fix, tolist  # the values decide `and`, `in`
+    assert not [c for r in table.rows for c in r.causes if c.kind == "flag"], "each item told as a flag"
+    torch._dynamo.reset()
+    with DynamoAccount() as account:  # the fix applied: one graph for every batch, the same outputs
+        fixed = _colbert(3, tensor_ops=True)
+    assert len(account.compiled()) == 1 and not account.failed(), account.compiled()
+    torch._dynamo.reset()
+    for a, b in zip(fixed, _colbert(3), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_two_list_comprehensions_on_one_line_that_fail_once_each_are_not_said_to_be_retried():
+    table = watched(lambda: _colbert(3))  # the outer and the inner comprehension: two code objects, one line
+    (row,) = [r for r in table.rows if r.function.startswith("<listcomp>")]
+    (failed,) = row.causes
+    assert row.failed == 2 and failed.count == 2 and "tries to compile it again" not in failed.words, row

@@ -8,20 +8,16 @@ import itertools
 import re
 
 from tpu_lab.compile.causes import library_breaks as lib
+from tpu_lab.compile.causes import read_back_use as use
 from tpu_lab.compile.causes.branch_origin import (
     CHECK_FIX,
-    CONTROL_FIX,
     NUMPY_SAID,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
     RANDOM_MASK_FIX,
     RANDOM_VALUE_FIX,
-    bookkeeping_fix,
     branch_origin,
-    branched_again,
-    controls_python,
     enclosing_loop,
-    feeds_bookkeeping,
     numpy_branch,
     only_raises,
     tensor_drawn,
@@ -135,7 +131,7 @@ _SIZES_FIX = (  # the value the branch reads sets a tensor's size later: sizes a
     "torch.cond holds it: compute it outside the compiled function as Python ints (.tolist()) and compile only the "
     "work per size (each value a graph of its own), or leave this part uncompiled"
 )
-_NO_READ_FIX = CONTROL_FIX.replace(": capture_scalar_outputs only moves the break there;", ";")  # no .item() here
+_NO_READ_FIX = use.CONTROL_FIX.replace(": capture_scalar_outputs only moves the break there;", ";")  # no .item() here
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
@@ -177,7 +173,7 @@ def _break_words(
             fix = (RANDOM_LOOP_FIX if enclosing_loop(*at)[0] else RANDOM_BRANCH_FIX) if drawn else cause.fix
             cause = dataclasses.replace(cause, words=words, fix=fix)  # a draw per layer: LayerDrop's loop fix
         cause = numpy_branch(tensor_drawn(cause, code), inner, code) if not origin else cause
-        if (again := branched_again(code, *at)) and cause.fix == BRANCH_FIX:  # gamma = ... if ...; if gamma > 0:
+        if (again := use.branched_again(code, *at)) and cause.fix == BRANCH_FIX:  # gamma = ... if ...; if gamma > 0:
             cause = dataclasses.replace(cause, fix=f"{BRANCH_FIX}, {again}")
         if only_raises(*at):
             cause = dataclasses.replace(cause, fix=CHECK_FIX)
@@ -276,12 +272,12 @@ def _break_words(
     )
     if ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
-    elif ours and (scalar or "data-dependent" in reason.lower()) and controls_python(code, *at):
+    elif ours and (scalar or "data-dependent" in reason.lower()) and use.controls_python(code, *at):
         sized = sizes_set_by(code, *at)  # TimesNet's period: a size, which no mask or torch.cond can hold
-        fix = _SIZES_FIX.format(sized) if sized else CONTROL_FIX if scalar else _NO_READ_FIX
+        fix = _SIZES_FIX.format(sized) if sized else use.CONTROL_FIX if scalar else _NO_READ_FIX
         cause = dataclasses.replace(cause, fix=fix)
-    elif ours and scalar and feeds_bookkeeping(code, *at):
-        cause = dataclasses.replace(cause, fix=bookkeeping_fix(code))
+    elif ours and scalar and use.feeds_bookkeeping(code, *at):
+        cause = dataclasses.replace(cause, fix=use.bookkeeping_fix(code))
     if "failed with aten._local_scalar_dense" in cause.words:  # the backend met a value read back: a 0-d index
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
         words = cause.words.replace("aten._local_scalar_dense.default", said + read_back_at(inner, *at))

@@ -126,8 +126,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             key = (cause.kind, derived_key(cause), "")
         elif cause.kind in _BRANCHES and (c := _CROSSED.match(cause.words)) and c["verb"] == "crossed":
             key = (cause.kind, c["numbers"], "")  # one number, many conditions (a view's arithmetic): one
-        elif cause.kind == "value" and name and (item := _ITEM.fullmatch(name)):  # a list's items: one change
-            key = (cause.kind, f"{item[1]}[]", "")
+        elif cause.kind in ("value", "flag") and name and (item := _ITEM.fullmatch(name)):  # a list's items: one
+            key = ("value", f"{item[1]}[]", "")
         elif cause.kind == "members":  # values come into a list and leave it: one change
             key = (cause.kind, cause.fix, "")
         elif cause.kind in _ONE_PER_INPUT:  # a reordered dict fails one key guard per position
@@ -152,7 +152,7 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if first.kind == "members":
             out.append(members_joined([c for _, c in same]))
             continue
-        if first.kind == "value" and len(names) > 1 and (item := _ITEM.fullmatch(names[0])):
+        if first.kind in ("value", "flag") and len(names) > 1 and (item := _ITEM.fullmatch(names[0])):
             out.append(_items_changed(item[1], same, guards))
             continue
         if len(names) < 2:  # one input, or words that name none (each parameter's optimizer state)
@@ -184,25 +184,31 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
     return out
 
 
-_ITEM = re.compile(r"(.+)\[\d+\]")
+_ITEM = re.compile(r"(.+?)(?:\[\d+\])+")  # every index off: a list of lists' items are one list's
 
 
 def _items_changed(base: str, same: Sequence[tuple[str, Cause]], guards: str) -> Cause:
     """Items of one list baked into the graph, several changed at once (``ids.tolist()[0]``, ``[1]``, ...):
     one change, said once with the first few values."""
     first = same[0][1]
-    was = [f"{n} was {m[1]}" for n, c in same if (m := re.search(r"\(was ([^;(),:]+)", c.words))]  # its value alone
+    values = [
+        (n, c.flag[1] if c.flag else m[1] if (m := re.search(r"\(was ([^;(),:]+)", c.words)) else "") for n, c in same
+    ]
+    was = [f"{n} was {v}" for n, v in values if v]  # its value alone
     limit = re.search(r", at most \d+", first.words)
+    flags = sum(c.kind == "flag" for _, c in same)
+    what = "bool" if flags == len(same) else "value" if flags else "number"
     words = (
         f"{len(same)} items of {base} changed ({', '.join(was[:3])}{', ...' if len(was) > 3 else ''}): each is a "
-        f"Python number baked into the graph, so each new set of values compiles a graph of its own"
+        f"Python {what} baked into the graph, so each new set of values compiles a graph of its own"
         + (limit[0] if limit else "")
     )
     fix = (
-        f"keep {base}'s values in a tensor (where they come from a tensor's .tolist(), index a lookup tensor with "
-        "that tensor itself, not a Python dict or list), or do that work outside the compiled function"
+        f"keep {base}'s values in a tensor (where they come from a tensor's .tolist(), compute them from that "
+        "tensor with tensor ops, or index a lookup tensor with it, not a Python dict or list), or do that work "
+        "outside the compiled function and pass the result in as a tensor"
     )
-    return Cause(first.kind, words, guards, fix, first.where)
+    return Cause("value", words, guards, fix, first.where)
 
 
 _CROSSED = re.compile(

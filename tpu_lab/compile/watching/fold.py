@@ -54,18 +54,16 @@ class Fold:
         self.dynamic: dict[FunctionKey, str] = {}
         self.limited: set[FunctionKey] = set()
         self.raising: set[FunctionKey] = set()  # its refusal at the limit raised (fullgraph=True): a later one too
-        self.pinned: dict[FunctionKey, set[str]] = {}
-        """Per function, the dimensions a graph pinned to one size though Dynamo traced them dynamic."""
-        self.compared: dict[FunctionKey, set[tuple[str, str]]] = {}
-        """Per function, the sizes (input, dim) its code compares: mark_unbacked is never offered on them."""
+        self.pinned: dict[FunctionKey, set[str]] = {}  # dims a graph pinned to one size, though traced dynamic
+        self.compared: dict[FunctionKey, set[tuple[str, str]]] = {}  # sizes compared: no mark_unbacked on them
         self.lengths: dict[FunctionKey, dict[str, list[int]]] = {}
-        self.flags: dict[FunctionKey, dict[str, str]] = {}
-        """Per function, the flags a compile's cause showed changing, with their values since (``use_cache``)."""
+        self.flags: dict[FunctionKey, dict[str, str]] = {}  # flags a cause showed changing, and their values since
         self.nones: dict[FunctionKey, set[str]] = {}
         """Per function, the inputs its rows show as None (a failed guard named them): a counted call shows them too."""
         self.forward_of: dict[str, Capture] = {}  # compile id -> its forward, until its backward compiles
         self.calls: Counter[FunctionKey] = Counter()
         self.breaks: dict[tuple[str, str], list[Any]] = {}
+        self.failed_codes: set[tuple[FunctionKey, int]] = set()  # a function's code objects that failed
         self.hooks: dict[FunctionKey, list[Any]] = {}  # each function's graphs' snapshots, in order (hooks_changed)
         self.hooks_seen: dict[FunctionKey, Any] = {}  # a hooks note a later compile's start saw (hooks_changed)
         self.timeline: list[Point] = []
@@ -213,7 +211,9 @@ class Fold:
         row.failed += 1
         row.raised += failed.raises
         shown = "\n".join(self._shown(g, cap) for g in failed.guard.splitlines())  # the user's names
-        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed", shown_guard=shown))
+        again = (cap.function, id(cap.code)) in self.failed_codes  # not a second code object (an inner listcomp)
+        self.failed_codes.add((cap.function, id(cap.code)))
+        row.add(RowCause(failed.words, failed.guard, failed.fix, "failed", shown_guard=shown), retried=again)
         if failed.break_at and not retried(cap.compile_id):  # a retry logs the break its first attempt did
             self.add_break(failed.cause, failed.break_at)
         return CompileEvent("dynamo", cap.reason, 0.0, cause=failed.words)

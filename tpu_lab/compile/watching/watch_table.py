@@ -74,8 +74,8 @@ class WatchRow:
     dynamic: str = ""
     """Inputs made dynamic by automatic dynamic shapes (e.g. ``x dim 0``)."""
 
-    def add(self, cause: RowCause) -> None:
-        again = cause.words.replace(_EAGER, _TRIED) if cause.kind == "failed" else cause.words
+    def add(self, cause: RowCause, *, retried: bool = True) -> None:  # retried: the same code object failed again
+        again = cause.words.replace(_EAGER, _TRIED) if cause.kind == "failed" and retried else cause.words
         for c in self.causes:
             if c.words in (cause.words, again):
                 c.count += cause.count
