@@ -4,6 +4,7 @@ applied where it is an action."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _dynamo_oracle import watched_clean
@@ -134,3 +135,102 @@ def test_two_list_comprehensions_on_one_line_that_fail_once_each_are_not_said_to
     (row,) = [r for r in table.rows if r.function.startswith("<listcomp>")]
     (failed,) = row.causes
     assert row.failed == 2 and failed.count == 2 and "tries to compile it again" not in failed.words, row
+
+
+class ComputeLoss:  # ultralytics/yolov5 utils/loss.py: a callable object, compiled whole
+    def __init__(self):
+        self.gain = torch.ones(6)
+
+    def __call__(self, p, targets):
+        t = targets * self.gain
+        if self.broken:  # build_targets' loop, which Dynamo cannot trace, in the original
+            torch._dynamo.graph_break()
+        return p.square().mean() + t[:, 2:].abs().mean()
+
+
+def _losses(counts, mark=False, broken=True):
+    compute = ComputeLoss()
+    compute.broken = broken
+    loss_fn = torch.compile(compute, backend=counting_backend)
+    out = []
+    for n in counts:
+        targets = torch.arange(n * 6.0).view(n, 6)
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(targets, 0)
+        out.append(loss_fn(torch.ones(2, 3), targets))
+    return out
+
+
+def test_a_callable_objects_wrapper_row_names_its_inputs_and_itself_as_torch_compiles_wrapper():
+    alone = {r.function.split(" (")[0] for r in watched(lambda: _losses([5, 8], broken=False)).rows}
+    assert alone == {"ComputeLoss.__call__"}, alone  # Dynamo traces __call__ inside its wrapper: one frame
+    table = watched(lambda: _losses([5, 8, 7]))
+    names = {r.function for r in table.rows}
+    assert any(n.startswith("ComputeLoss.__call__ via torch.compile's wrapper (") for n in names), names
+    assert any(n.startswith("ComputeLoss.__call__ (") for n in names), names  # its own frame, named by its class
+    said = [c for r in table.rows for c in r.causes if c.kind == "size"]
+    assert said and all("args[" not in c.words + c.fix for c in said), said
+    assert any("maybe_mark_dynamic(targets, 0)" in c.fix for c in said), said
+    torch._dynamo.reset()
+    with DynamoAccount() as plain:
+        _losses([5, 8, 7])
+    torch._dynamo.reset()
+    with DynamoAccount() as marked:  # the fix applied: every size in the first graph of each frame
+        _losses([5, 8, 7], mark=True)
+    assert len(marked.compiled()) < len(plain.compiled()), (marked.compiled(), plain.compiled())
+
+
+def greedy_assignment(cost):  # scipy's linear_sum_assignment as DETR forks without scipy write it
+    cost = np.array(cost, dtype=np.float64, copy=True)
+    rows, cols = [], []
+    for _ in range(min(cost.shape)):
+        i, j = np.unravel_index(np.argmin(cost), cost.shape)
+        rows.append(i)
+        cols.append(j)
+        cost[i, :], cost[:, j] = np.inf, np.inf
+    return np.array(rows), np.array(cols)
+
+
+class HungarianMatcher(nn.Module):  # facebookresearch/detr models/matcher.py, shrunk
+    @torch.no_grad()
+    def forward(self, outputs, targets):
+        c = torch.cdist(outputs, torch.cat([t["boxes"] for t in targets]).unsqueeze(0), p=1).cpu()
+        sizes = [len(t["boxes"]) for t in targets]
+        indices = [greedy_assignment(part[0]) for i, part in enumerate(c.split(sizes, -1))]
+        return [(torch.as_tensor(i), torch.as_tensor(j)) for i, j in indices]
+
+
+def _match(counts):
+    matcher = torch.compile(HungarianMatcher(), backend=counting_backend)
+    g = torch.Generator().manual_seed(0)
+    return [
+        matcher(torch.rand(1, 6, 4, generator=g), [{"boxes": torch.rand(n, 4, generator=g)} for n in ns])
+        for ns in counts
+    ]
+
+
+def test_a_break_inside_a_comprehension_dynamo_cannot_resume_in_is_the_cause_and_counted_once_each():
+    numpy_line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1) if "np.unravel_index(" in t)
+    table = watched(lambda: _match([[3, 2], [4, 1]]))  # the oracle checks every break Dynamo logged is counted
+    (forward,) = [
+        c for r in table.rows for c in r.causes if c.kind == "failed" and "HungarianMatcher.forward" in c.words
+    ]
+    assert "NumPy's unravel_index" in forward.words and f"test_watch_blind70.py:{numpy_line}" in forward.words
+    assert "it would have to rebuild the iterator that line walks" in forward.words, forward
+    assert "generator with variable mutations" not in forward.words + forward.fix, forward
+    assert "@torch.compiler.disable" in forward.fix, forward
+    names = {r.function.split(" (")[0] for r in table.rows}
+    assert "HungarianMatcher.forward via torch.compile's wrapper" in names and not any(
+        "wrap_inline" in n for n in names
+    )
+
+
+def test_a_per_sample_list_of_dicts_is_never_told_to_become_one_tensor():
+    from tpu_lab.compile.causes.cause import Cause
+    from tpu_lab.compile.causes.joined import per_sample_list
+
+    batch = Cause("size", "x dimension 0 changed 2 -> 3", "tensor 'x' size mismatch at index 0. expected 2, actual 3")
+    listed = Cause("length", "targets has a different length (was 2)", "len(targets) == 2")
+    for now, tensor in (("list len=3 of dicts", False), ("list len=3 of numbers", True)):
+        (joined,) = per_sample_list([batch, listed], {"targets": now, "x": "f32[3, 4]"})
+        assert ("torch.tensor(targets)" in joined.fix) is tensor, (now, joined.fix)

@@ -172,13 +172,16 @@ def _limit(r: Any) -> bool:
 
 
 def distinct_breaks(logged: list[tuple[str, str]]) -> list[str]:
-    """The messages of (compile id, graph-break message) pairs in log order, less each ``RETRY`` that follows a
-    break its own compile logged."""
+    """The messages of (compile id, graph-break message) pairs in log order, less each ``RETRY`` that follows
+    the same break (the same first line of the break reported) logged by its own compile."""
     out, last = [], None
     for compile_id, message in logged:
-        if not (RETRY in message and compile_id and compile_id == last):
+        reported = message.partition("Graph Break Reason:")[2]
+        reported = reported.partition("Graph break encountered:")[2] or reported.partition(":\n\n")[2] or reported
+        kind = next((line.strip() for line in reported.splitlines() if line.strip()), "")
+        if not (RETRY in message and compile_id and (compile_id, kind) == last):
             out.append(message)
-        last = compile_id
+        last = (compile_id, kind)
     return out
 
 

@@ -79,11 +79,15 @@ def per_sample_list(causes: list[Cause], now: dict[str, str]) -> list[Cause]:
             f"{batch.words.split(';')[0]}, and {m[1]} with it (one item per sample: length {m[2]} -> {held[1]}): "
             "Dynamo fixes a list's length into the graph, so each batch size is a graph of its own, marked or not"
         )
+        one = (  # a list of dicts (DETR's targets) or of tensors is no tensor: torch.tensor() raises on it
+            f"where the code only reads the values (no loop over the items), pass them as one tensor (torch.tensor("
+            f"{m[1]})) in place of the list, so sizes can share a graph; "
+            if not re.search(r" of dicts|\(\w+\[", now.get(m[1], ""))
+            else ""
+        )
         fix = (
             "expected once per batch size: keep batch sizes few (pad the last batch to the full size, or "
-            "drop_last=True in the DataLoader); where the code only reads the values (no loop over the items), pass "
-            f"them as one tensor (torch.tensor({m[1]})) in place of the list, so sizes can share a graph; a mark on "
-            "the batch dimension saves nothing while the list is there"
+            f"drop_last=True in the DataLoader); {one}a mark on the batch dimension saves nothing while the list is there"
         )
         joined = Cause("length", words, f"{batch.guard}\n{c.guard}", fix)
         return [joined if x is batch else x for x in causes if x is not c]

@@ -91,20 +91,29 @@ def _emit(record: logging.LogRecord) -> None:
     import torch._dynamo.utils as dynamo_utils
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
-    _note_retry(_SKIPPED in head)
+    _note_retry(_SKIPPED in head, _break_type(reason))
+    if (first := _first.get(_last_broke[0])) is not None and not first[0]:
+        _first[_last_broke[0]] = (reason.strip(), frames)
     sized = value_sized_in(sys.exc_info()[1])  # logged while Dynamo handles the error: still in flight
     _heard.append(
         _Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at, sized)
     )
 
 
-_last_broke = ""  # the compile that logged the latest break, with the resets before it
+_last_broke = ("", "")  # the compile that logged the latest break (with the resets before it), and its type
 _retried: set[str] = set()  # compiles that gave up and logged the break they had just logged again (bounded)
 
 
-def _note_retry(skipped: bool) -> None:
+def _break_type(reason: str) -> str:
+    """The first line of the break a message reports (its registry type), whatever Dynamo says around it."""
+    core = reason.partition("Graph break encountered:")[2] or reason
+    return next((line.strip() for line in core.splitlines() if line.strip()), "")
+
+
+def _note_retry(skipped: bool, kind: str) -> None:
     """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged just before
-    ("Failed to handle graph break gracefully"): the same break, not another one."""
+    ("Failed to handle graph break gracefully"): the same break, not another one. A retry that met another
+    break (DETR's matcher: numpy first, then a generator it cannot rebuild) is a break of its own."""
     global _last_broke
     try:
         from torch._guards import CompileContext
@@ -115,11 +124,25 @@ def _note_retry(skipped: bool) -> None:
     if trace is None:
         return
     compile_id = f"{dynamo_source.resets}:{trace.compile_id}"
-    if skipped and compile_id == _last_broke:
+    if skipped and (compile_id, kind) == _last_broke:
         if len(_retried) > 4096:
             _retried.clear()
         _retried.add(compile_id)
-    _last_broke = compile_id
+    _last_broke = (compile_id, kind)
+    if not skipped and compile_id not in _first:
+        if len(_first) > 256:
+            _first.clear()
+        _first[compile_id] = ("", [])  # filled by the caller, with the break's reason and stack
+
+
+def first_break(compile_id: str) -> tuple[str, list[traceback.FrameSummary]] | None:
+    """The break compile ``compile_id`` met first (its reason and the user's stack), where it later gave up on
+    another (a generator it could not rebuild to resume after it): the break that started it."""
+    found = _first.get(f"{dynamo_source.resets}:{compile_id}")
+    return found if found and found[0] else None
+
+
+_first: dict[str, tuple[str, list[traceback.FrameSummary]]] = {}
 
 
 def retried(compile_id: str) -> bool:

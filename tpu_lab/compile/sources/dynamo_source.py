@@ -28,7 +28,6 @@ from tpu_lab.compile.sources import (
     dynamo_unconverted,
     listening,
     stack_place,
-    wrappers,
 )
 from tpu_lab.compile.sources.dynamo_dynamic import automatic_dynamic_off, dynamic_from_the_start, tree_parts
 from tpu_lab.compile.sources.dynamo_guards import every_failure
@@ -44,10 +43,11 @@ from tpu_lab.compile.sources.frames import (
 )
 from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.listening import outside_dynamo
+from tpu_lab.compile.sources.module_hooks import module_hooks
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
 from tpu_lab.compile.sources.resume_code import carried_names
 from tpu_lab.compile.sources.self_writes import rewritten
-from tpu_lab.compile.sources.wrappers import closure_names, compared, function_key, instance_of, user_names
+from tpu_lab.compile.sources.wrappers import closure_names, compared, field_names, function_key, instance_of, user_names
 
 LIMIT_TRIGGER = "recompile_limit"  # a Capture's trigger when Dynamo refused to compile: runs uncompiled, or raises
 
@@ -217,7 +217,7 @@ def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str,
         if heard:
             reasons = every_failure(frame, reasons) if reasons else reasons
             names, caller = user_names(frame.f_code, frame.f_locals), library_caller(sys._getframe(2))
-            names += closure_names(frame, reasons) + wrappers.field_names(frame.f_locals) + carried_names(frame)
+            names += closure_names(frame, reasons) + field_names(frame.f_locals) + carried_names(frame)
             now = subjects(frame, reasons)
             signature = with_nones(signature, guarded_nones(frame, reasons))  # a None whose change made it
             pipeline = bool(caller) and in_pipeline(sys._getframe(2))
@@ -247,7 +247,7 @@ def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str,
         if frame is not None and heard
         else (),
         all_dynamic=dynamic_from_the_start(),
-        hooks=wrappers.module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
+        hooks=module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
         callers=stack_place.callers(sys._getframe(2)) if frame is not None and heard else (),
         rewritten=rewritten(frame, reasons) if frame is not None and heard and reasons else (),
     )

@@ -78,7 +78,7 @@ class FunctionKey(NamedTuple):
             at = f", resuming at line {self.resumes_at}" if self.resumes_at else ""
             at = f", resuming {self.resumes_in} {self.resumes_at}" if self.resumes_in else at
             return f"{fn} after the graph break at line {line}{at}{backward} ({where})"
-        if self.via.startswith("torch."):  # torch's grad-mode decorator: what the graph runs under, always said
+        if self.via.startswith("torch.") and self.via != "torch.compile":  # a grad-mode decorator: always said
             return self.through
         return f"{self.name} ({where})"
 
@@ -92,6 +92,8 @@ class FunctionKey(NamedTuple):
     def wrapper(self) -> str:
         """The wrapper ``via`` names: ``@logged``, or ``Module's wrapper`` for a hook's (``Module.__call__``)."""
         owner, _, last = self.via.rpartition(".")
+        if self.via == "torch.compile":  # its own frame around a callable object: no decorator of the user's
+            return "torch.compile's wrapper"
         return f"{owner}'s wrapper" if last.startswith("__") and owner else f"@{self.via}"
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import re
 import weakref
 from typing import Any
@@ -44,7 +43,10 @@ def function_key(code: Any, values: dict[str, Any]) -> FunctionKey:
     if code.co_name.startswith(RESUME):  # one resume function per branch target: tell them apart
         line, rest = resume_point(code)
         return FunctionKey(code.co_name, code.co_filename, code.co_firstlineno, line, resumes_in=rest)
-    return _decorated_key(code, values) or FunctionKey(code.co_name, code.co_filename, code.co_firstlineno)
+    name = code.co_name
+    if name.startswith("__") and not isinstance(owner := method_owner(code, values), (type, type(None))):
+        name = f"{type(owner).__name__}.{name}"  # a dunder method (__call__) by its class: alone it says nothing
+    return _decorated_key(code, values) or FunctionKey(name, code.co_filename, code.co_firstlineno)
 
 
 def method_owner(code: Any, values: dict[str, Any]) -> Any:
@@ -78,6 +80,8 @@ def user_names(code: Any, values: dict[str, Any]) -> tuple[tuple[str, str], ...]
         return _partial_names(values["fn"], args, kwargs)
     if not isinstance(module, torch.nn.Module) and args and isinstance(args[0], torch.nn.Module):
         module, skip = args[0], 1  # a decorated forward: args[0] is the model
+    if not isinstance(module, torch.nn.Module) and code.co_name == "inner" and callable(values.get("fn")):
+        return _partial_names(values["fn"], args, kwargs)  # torch.compile(obj): its __call__'s, less self
     if not isinstance(module, torch.nn.Module):
         return _wrapped_names(code, values)
     try:
@@ -190,6 +194,7 @@ def _callable_code(fn: Any) -> bool:  # a function, or a partial of one: vmap(pa
     return inspect.isfunction(fn.func if isinstance(fn, functools.partial) else fn)
 
 
+COMPILE_WRAPPER = "torch.compile"  # the ``via`` of torch.compile's own frame around a callable object
 _CALLS = ("forward", "__call__", "_call_impl", "_wrapped_call_impl")  # a module's call: named after its class
 
 
@@ -223,7 +228,10 @@ def decorator_name(code: Any, values: dict[str, Any]) -> str:
     ``ctx_factory`` is a method of the context manager)."""
     name = getattr(code, "co_qualname", code.co_name).split(".<locals>", 1)[0]
     inner = getattr(values.get("fn"), "__code__", None)
-    if code.co_filename.replace("\\", "/").endswith("torch/_dynamo/external_utils.py") and inner is not None:
+    dynamo_own = code.co_filename.replace("\\", "/").endswith("torch/_dynamo/external_utils.py")
+    if dynamo_own and inner is None:  # torch.compile's frame around a module or object it calls: no decorator
+        return COMPILE_WRAPPER
+    if dynamo_own and inner is not None:
         try:  # Dynamo's own frame around a wrapper it skips (wrap_inline): the wrapper inside it, by its cells
             cells = zip(inner.co_freevars, (c.cell_contents for c in values["fn"].__closure__ or ()), strict=False)
             return decorator_name(inner, dict(cells))
@@ -257,10 +265,13 @@ def _wrapped_key(fn: Any) -> FunctionKey | None:
         fn = fn.func
     code = getattr(inspect.unwrap(fn), "__code__", None) if inspect.isroutine(fn) else None
     name = getattr(fn, "__qualname__", "")
-    if code is None and callable(fn):
+    via = ""
+    if code is None and callable(fn):  # its __call__ compiles as a frame of its own too: this row is the wrapper's
         call = inspect.unwrap(type(fn).__call__)
-        code, name = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__"
-    return FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno) if code else None
+        code, name, via = getattr(call, "__code__", None), f"{type(fn).__name__}.__call__", COMPILE_WRAPPER
+    return (
+        FunctionKey(name.rsplit("<locals>.", 1)[-1], code.co_filename, code.co_firstlineno, via=via) if code else None
+    )
 
 
 _CELL = re.compile(r"(?<![\w.])(?:[LG]\['(?P<quoted>\w+)'\]|(?P<plain>\w+))\.__closure__\[(?P<i>\d+)\]\.cell_contents")
@@ -303,26 +314,3 @@ def field_names(values: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         for said in (CARRIED_VALUE, carried_name(name)) if name == "___stack0" else (name,):
             add(said, value, 0)
     return tuple(out)
-
-
-HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
-def module_hooks(code: Any, values: dict[str, Any]) -> tuple[tuple[str, Any, tuple[int, ...]], ...]:
-    """Each submodule of the module a frame compiles (``self``, or the module torch.compile's wrapper calls),
-    with its hook count per dict now: Dynamo does not guard a submodule's empty hook dicts
-    (``skip_nnmodule_hook_guards``), so a hook added there after the compile is silently not run. The
-    module's own hooks run outside its graph, so it is left out."""
-    import torch
-
-    fn = values.get("fn")
-    root = method_owner(code, values)
-    root = root if isinstance(root, torch.nn.Module) else getattr(fn, "__self__", fn)
-    if not isinstance(root, torch.nn.Module):
-        return ()
-    return tuple((name, weakref.ref(m), hook_count(m)) for name, m in itertools.islice(root.named_modules(), 1, 1025))
-
-
-def hook_count(module: Any) -> tuple[int, ...]:
-    """How many hooks each of ``module``'s hook dicts holds (``HOOK_DICTS``' order)."""
-    return tuple(len(getattr(module, a, None) or ()) for a in HOOK_DICTS)

@@ -23,6 +23,7 @@ from tpu_lab.compile.sources.dynamo_catalog import internal_error
 from tpu_lab.compile.sources.dynamo_failures import FailureTrace, failure_of
 from tpu_lab.compile.sources.frames import RESUME, Capture
 from tpu_lab.compile.sources.packages import is_library, package_of, short_path
+from tpu_lab.compile.watching.cannot_resume import cannot_resume
 
 # Dynamo then runs the code eagerly (Unsupported and UserError are its "soft" failures, never re-raised)
 _FALLS_BACK = ("Unsupported", "UserError", "SkipFrame", "SkipCodeRecursiveException")
@@ -102,9 +103,7 @@ def failed_compile(
             fix = SKIPPED_LATER.format(name)
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
-    earlier = (breaks_at or {}).get(where) if reason.startswith(_REBUILD) else None
-    if earlier is not None and earlier.words not in cause.words:  # the break it could not resume after
-        cause = _cannot_resume(earlier, file, line)
+    cause = cannot_resume(cause, reason, cap.compile_id, (file, line), (breaks_at or {}).get(where))
     if kind not in _FALLS_BACK and internal_error(kind):  # Dynamo's own bug, whatever the code or fullgraph
         return _internal(cap, record, kind, reason, where or library, recompile)
     if cap.fullgraph:
@@ -177,21 +176,6 @@ def failed_compile(
 
 
 _STAND_IN = "Dynamo's own stand-in for "  # a polyfill: Dynamo's code for a builtin (itertools.permutations)
-_REBUILD = "Reconstruction failure"  # Dynamo cannot rebuild, for the code after a break, what it needs
-
-
-def _cannot_resume(earlier: Cause, file: str, line: int) -> Cause:
-    """A frame given up on because Dynamo could not resume after a graph break (it cannot rebuild the loop's
-    iterator, a ``zip`` over a ModuleList): the break is the cause, and its fix the fix."""
-    number, code = enclosing_loop(file, line)
-    inside = (
-        f" inside the loop at line {number}" + (f" ({whole_statement(code)})" if whole_statement(code) else "")
-        if number
-        else ""
-    )
-    what = "the loop's iterator" if number else "the values live there"
-    words = f"{earlier.words}, and it cannot resume after that break{inside}: it cannot rebuild {what}"
-    return dataclasses.replace(earlier, words=words)
 
 
 def _frame_named(fn: frames.FunctionKey) -> str:

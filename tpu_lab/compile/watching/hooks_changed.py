@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tpu_lab.compile.sources.wrappers import HOOK_DICTS, hook_count
+from tpu_lab.compile.sources.module_hooks import HOOK_DICTS, hook_count
 from tpu_lab.compile.watching.watch_table import RowCause
 
 HOOKS_FIX = (
