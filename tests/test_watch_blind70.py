@@ -234,3 +234,46 @@ def test_a_per_sample_list_of_dicts_is_never_told_to_become_one_tensor():
     for now, tensor in (("list len=3 of dicts", False), ("list len=3 of numbers", True)):
         (joined,) = per_sample_list([batch, listed], {"targets": now, "x": "f32[3, 4]"})
         assert ("torch.tensor(targets)" in joined.fix) is tensor, (now, joined.fix)
+
+
+class Mel(nn.Module):  # pytorch/audio transforms.MelSpectrogram, shrunk: its own break inside
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, waveform):
+        spec = self.proj(waveform.unfold(-1, 4, 2))
+        torch._dynamo.graph_break()  # torch.jit.isinstance in torchaudio's amplitude_to_DB
+        return spec.square()
+
+
+class LogMel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mel = Mel()
+
+    def forward(self, wav):
+        return self.mel(wav).clamp(min=1e-5).log()
+
+
+def _log_mel(lengths, mark=False):
+    model = torch.compile(LogMel(), backend=counting_backend)
+    for n in lengths:
+        clip = torch.ones(2, n)
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(clip, 1)
+        model(clip)
+
+
+def test_a_tensor_passed_on_unchanged_is_marked_by_the_callers_name_and_the_mark_reaches_the_inner_frame():
+    table = watched(lambda: _log_mel([16, 20, 24]))
+    said = [c for r in table.rows if r.function.startswith("Mel.forward") for c in r.causes if c.kind == "size"]
+    assert said and all("nothing to mark" not in c.fix for c in said), said
+    assert any("maybe_mark_dynamic(clip, 1)" in c.fix and "your code holds in _log_mel" in c.fix for c in said), said
+    torch._dynamo.reset()
+    with DynamoAccount() as plain:
+        _log_mel([16, 20, 24])
+    torch._dynamo.reset()
+    with DynamoAccount() as marked:  # the fix applied: the caller's clip marked, every frame it reaches shares
+        _log_mel([16, 20, 24], mark=True)
+    assert len(marked.compiled()) < len(plain.compiled()), (len(marked.compiled()), len(plain.compiled()))

@@ -45,6 +45,7 @@ from tpu_lab.compile.sources.guarded import guarded_nones, subjects
 from tpu_lab.compile.sources.listening import outside_dynamo
 from tpu_lab.compile.sources.module_hooks import module_hooks
 from tpu_lab.compile.sources.packages import in_pipeline, library_caller
+from tpu_lab.compile.sources.passed_in import passed_in
 from tpu_lab.compile.sources.resume_code import carried_names
 from tpu_lab.compile.sources.self_writes import rewritten
 from tpu_lab.compile.sources.wrappers import closure_names, compared, field_names, function_key, instance_of, user_names
@@ -57,8 +58,7 @@ _lock = threading.Lock()
 _last_seen: dict[FunctionKey, Signature] = {}  # bounded: one entry per compiled function
 _graphs: dict[str, tuple[FunctionKey, Signature]] = {}  # compile id -> function, inputs (bounded)
 _owners: dict[str, tuple[str, Any] | None] = {}  # compile id -> (class, weakref) of the instance it ran on (bounded)
-resets = 0
-"""torch._dynamo.reset() calls seen since tpu_lab first listened."""
+resets = 0  # torch._dynamo.reset() calls seen since tpu_lab first listened
 _filtering = False
 
 
@@ -194,8 +194,7 @@ def _on_compile_start(args: Any) -> None:
         dynamo_pins.compile_started(compile_id)
 
 
-TORCH_FUNC = "torch.func"
-"""The caller named for a function compiled through torch.func's transforms (vmap, grad)."""
+TORCH_FUNC = "torch.func"  # the caller named for a function compiled through torch.func's transforms (vmap, grad)
 
 
 def _capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str, ...], heard: bool = True) -> Capture:
@@ -249,6 +248,7 @@ def _read_capture(compile_id: str, trigger: str, frame: Any, reasons: tuple[str,
         all_dynamic=dynamic_from_the_start(),
         hooks=module_hooks(frame.f_code, frame.f_locals) if frame is not None and heard else (),
         callers=stack_place.callers(sys._getframe(2)) if frame is not None and heard else (),
+        passed=passed_in(frame.f_locals, sys._getframe(2)) if frame is not None and heard else (),
         rewritten=rewritten(frame, reasons) if frame is not None and heard and reasons else (),
     )
 

@@ -156,6 +156,8 @@ class Capture(NamedTuple):
     """(name, weak reference, hook count) of each submodule of the compiled module, as the graph saw them."""
     callers: tuple[Any, ...] = ()
     """(file, first line, name) of the code on the stack as it started: a function compiled inside another's call."""
+    passed: tuple[tuple[str, str, str], ...] = ()
+    """(input, the name a caller up the stack holds the same tensor under, that caller's function): a mark there reaches it."""
     scope: Any = None
     """The compiled frame's globals, where Dynamo installs the compiled graph (``__compiled_fn_*``)."""
     pins: tuple[Any, ...] = ()

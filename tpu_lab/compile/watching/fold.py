@@ -70,6 +70,7 @@ class Fold:
         self.code_of: dict[FunctionKey, Any] = {}
         self.under: dict[Any, set[FunctionKey]] = {}  # a code (file, line, name) -> functions compiled in its calls
         self.caller_of: dict[FunctionKey, str] = {}
+        self.passed: dict[FunctionKey, tuple[tuple[str, str, str], ...]] = {}
 
     def compiled(
         self,
@@ -89,6 +90,7 @@ class Fold:
         self.forward_of[cap.compile_id] = cap
         self.code_of[cap.function] = cap.code and (cap.code.co_filename, cap.code.co_firstlineno, cap.code.co_name)
         self.caller_of[cap.function] = cap.caller  # the package whose code called it ("": the user's)
+        self.passed[cap.function] = cap.passed  # its inputs a caller holds too: a mark there reaches them
         for code in cap.callers:
             self.under.setdefault(code, set()).add(cap.function)
         if cap.hooks:
@@ -164,7 +166,7 @@ class Fold:
                     else r.causes
                 )
         for name, dim in pinned_sizes.keyed(causes):  # the size is a dict key: no part of the function may mark it
-            self._unmark(cap.function, name, dim)
+            pinned_sizes.unmark_parts(self.rows, cap.function, name, dim)
         seconds = compile_seconds(record) if record is not None else 0.0
         self.rows = what_next.flags_before(self.rows, cap.function, said)
         # a flag this graph is guarded on has the value the graph was compiled for, though no cause names it
@@ -262,22 +264,6 @@ class Fold:
         entry = self.breaks.setdefault((cause.words.split(", computed from")[0], where), [cause, 0])  # an if: once
         entry[0], entry[1] = max(entry[0], cause, key=lambda c: len(c.words)), entry[1] + 1  # with its origin
 
-    def _unmark(self, function: FunctionKey, name: str, dim: str) -> None:
-        """Rows of ``function``'s other parts that said to mark ``name`` dim ``dim`` dynamic: it is a dict key."""
-        base = (
-            function.name.removeprefix(RESUME).rpartition("_at_")[0]
-            if function.name.startswith(RESUME)
-            else function.name
-        )
-        where = "the code after the graph break" if function.name.startswith(RESUME) else f"{base}"
-        for (k, _), row in self.rows.items():
-            if (
-                k != function
-                and k.filename == function.filename
-                and (k.name == base or k.name.startswith(f"{RESUME}{base}_at_"))
-            ):
-                row.causes = [pinned_sizes.unmarked(c, name, dim, where) for c in row.causes]
-
     def _none_before(self, function: FunctionKey, names: list[str]) -> None:
         """The function's earlier rows show each of ``names`` as None: a later compile found it was None there
         (the inputs shown skip a None, an unused default, but not one whose change made a graph). A row whose
@@ -318,7 +304,9 @@ class Fold:
             callees = (k for k in self.under.get(self.code_of.get(key), ()) if k not in empty)
             later = key in worked and key.name.startswith(RESUME)
             r.causes = empty_graphs.as_now(r.causes, key, self._broken(key) or later, callees)
-        nested_library.said_at_the_call((k for k, _ in self.rows), rows, self.under, self.code_of, self.caller_of)
+        nested_library.said_at_the_call(
+            (k for k, _ in self.rows), rows, self.under, self.code_of, self.caller_of, self.passed
+        )
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)

@@ -6,6 +6,7 @@ Its causes keep their words; their fixes say what the user can change instead.""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,11 +23,13 @@ def said_at_the_call(
     under: Mapping[Any, set[FunctionKey]],
     code_of: Mapping,
     caller_of: Mapping[FunctionKey, str],
+    passed: Mapping[FunctionKey, tuple[tuple[str, str, str], ...]] | None = None,
 ) -> None:
     """``rows`` (one per key, in order) of a library function that another library's code called inside
     another row's call, fixed in place; ``under``: a code -> the functions compiled in its calls; ``code_of``:
     a function -> its code; ``caller_of``: a function -> the package whose code called it ("": the user's,
-    through torch's own frames: a compiled ``opt.step()``'s step, whose optimizer the user holds)."""
+    through torch's own frames: a compiled ``opt.step()``'s step, whose optimizer the user holds); ``passed``: a
+    function -> its inputs a caller holds too, by that caller's name (``dynamo_source``'s ``passed_in``)."""
     keys = list(keys)
     outers = sorted(set(keys), key=lambda k: k.name.startswith(RESUME))  # the function itself, before its parts
     forward = [o for o in outers if "(backward)" not in o.name]
@@ -43,7 +46,8 @@ def said_at_the_call(
             home = enclosing_def(top.filename, top.line)  # a resumed part's own function, by its class
             caller = next((o.name for o in forward if o.filename == top.filename and o.line == home), top.label)
             caller = caller.split(" after the graph break")[0]
-            row.causes = [dataclasses.replace(c, fix=MARK_SAID.sub(_made_by(caller), c.fix)) for c in row.causes]
+            held = {i: (o, w) for i, o, w in (passed or {}).get(key, ())}
+            row.causes = [dataclasses.replace(c, fix=_marked_where_held(c.fix, held, caller)) for c in row.causes]
         elif caller_of.get(key) or stdlib:
             fix = _fix(key, outer)
             row.causes = [
@@ -55,6 +59,23 @@ def said_at_the_call(
                 else c
                 for c in row.causes
             ]
+
+
+def _marked_where_held(fix: str, held: Mapping[str, tuple[str, str]], caller: str) -> str:
+    """The fix's mark on inputs every one of which a caller holds as it is (ColBERT's ``D[0]``, passed on through
+    ``self.doc(*D)``): said on the caller's tensors, whose mark reaches this frame; else nothing to mark."""
+    said = MARK_SAID.search(fix)
+    marks = re.findall(r"maybe_mark_dynamic\(([^,()]+), (\d+)\)", said[0]) if said else []
+    if not marks or any(name not in held for name, _ in marks):
+        return MARK_SAID.sub(_made_by(caller), fix)
+    calls = " and ".join(f"torch._dynamo.maybe_mark_dynamic({held[n][0]}, {d})" for n, d in marks)
+    where = held[marks[0][0]][1]
+    return MARK_SAID.sub(
+        f"mark the dimension dynamic on the tensor{'s' * (len(marks) > 1)} your code holds in {where} and passes on, "
+        f"before the call ({calls}): the same tensor reaches this frame, so the mark does too",
+        fix,
+        count=1,
+    )
 
 
 def _made_by(caller: str) -> str:

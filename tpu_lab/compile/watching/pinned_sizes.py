@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import CodeType
+from typing import Any
 
 from tpu_lab.compile.causes.cause import local_name
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.causes.resumed import UNTIL_MARKED
 from tpu_lab.compile.causes.size_uses import pinned_by
-from tpu_lab.compile.sources.frames import Capture
+from tpu_lab.compile.sources.frames import RESUME, Capture, FunctionKey
 from tpu_lab.compile.watching.heard_pins import FIXED_FIX, PINNED_FIX, heard_pin, static_sizes
-from tpu_lab.compile.watching.watch_table import RowCause
+from tpu_lab.compile.watching.watch_table import RowCause, WatchRow
 
 
 def settled(
@@ -224,6 +225,22 @@ def _dim_of(c: RowCause) -> tuple[str, str] | None:
 def keyed(causes: Iterable[RowCause]) -> list[tuple[str, str]]:
     """(input, dimension) that these causes found used as a dict key (each size its own graph)."""
     return re.findall(r"the code uses (\S+)\.shape\[(\d+)\] as a dict key", " ".join(c.words for c in causes))
+
+
+def unmark_parts(rows: Mapping[tuple[FunctionKey, Any], WatchRow], function: FunctionKey, name: str, dim: str) -> None:
+    """Rows of ``function``'s other parts that said to mark ``name`` dim ``dim`` dynamic, told that it is a dict
+    key there (fixed in place)."""
+    base = (
+        function.name.removeprefix(RESUME).rpartition("_at_")[0] if function.name.startswith(RESUME) else function.name
+    )
+    where = "the code after the graph break" if function.name.startswith(RESUME) else f"{base}"
+    for (k, _), row in rows.items():
+        if (
+            k != function
+            and k.filename == function.filename
+            and (k.name == base or k.name.startswith(f"{RESUME}{base}_at_"))
+        ):
+            row.causes = [unmarked(c, name, dim, where) for c in row.causes]
 
 
 def unmarked(c: RowCause, name: str, dim: str, where: str) -> RowCause:

@@ -1,0 +1,44 @@
+"""Which of a compiled frame's input tensors the code that called it holds too, under its own name: a layer
+Dynamo compiles on its own inside another compiled call (after a graph break) often gets the caller's tensor
+as it is (``self.mel(wav)``), and a mark on that tensor before the call reaches the inner frame. Read from the
+live stack at the compile, by identity; per compile, never per call. Part of the Dynamo source seam."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpu_lab.compile.sources.packages import is_library
+
+_MOST_FRAMES = 64
+_MOST_INPUTS = 32
+
+
+def passed_in(values: dict[str, Any], caller: Any) -> tuple[tuple[str, str, str], ...]:
+    """(input name, the name the outermost user frame on the stack holds the same tensor under, that frame's
+    function), for each tensor among ``values`` (the compiled frame's inputs) some caller holds; ``caller``:
+    the frame that called it. Library frames (torch's, transformers') are passed over: no user name there."""
+    import torch
+
+    tensors = {id(v): n for n, v in list(values.items())[:_MOST_INPUTS] if isinstance(v, torch.Tensor)}
+    found: dict[str, tuple[str, str]] = {}
+    f, seen = caller, 0
+    while f is not None and seen < _MOST_FRAMES and tensors:
+        seen += 1
+        if not is_library(f.f_code.co_filename):
+            for name, value in _held(f.f_locals):
+                if id(value) in tensors and isinstance(value, torch.Tensor):
+                    found[tensors[id(value)]] = (name, f.f_code.co_name)  # the outermost wins: walked outward
+        f = f.f_back
+    return tuple((inner, outer, where) for inner, (outer, where) in found.items())
+
+
+def _held(local: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A frame's locals by name, and the items of its tuples and lists (``D[0]`` of ``model(Q, D)``)."""
+    out = []
+    for name, value in list(local.items()):
+        if name.startswith("."):  # a comprehension's hidden iterator
+            continue
+        out.append((name, value))
+        if isinstance(value, (tuple, list)):
+            out += [(f"{name}[{i}]", item) for i, item in enumerate(value[:8])]
+    return out
