@@ -277,3 +277,34 @@ def test_a_tensor_passed_on_unchanged_is_marked_by_the_callers_name_and_the_mark
     with DynamoAccount() as marked:  # the fix applied: the caller's clip marked, every frame it reaches shares
         _log_mel([16, 20, 24], mark=True)
     assert len(marked.compiled()) < len(plain.compiled()), (len(marked.compiled()), len(plain.compiled()))
+
+
+def dpo_metrics(policy, chosen, rejected, beta=0.1):  # eric-mitchell/direct-preference-optimization trainers.py
+    metrics = {}
+    chosen_rewards = beta * policy(chosen).sum(-1)
+    rejected_rewards = beta * policy(rejected).sum(-1)
+    losses = -nn.functional.logsigmoid(chosen_rewards - rejected_rewards)
+    metrics["rewards_train/chosen"] = chosen_rewards.detach().cpu().numpy().tolist()
+    metrics["rewards_train/rejected"] = rejected_rewards.detach().cpu().numpy().tolist()
+    metrics["loss/train"] = losses.detach().cpu().numpy().tolist()
+    return losses.mean(), metrics
+
+
+def _dpo(steps):
+    torch.manual_seed(0)
+    policy = nn.Linear(4, 3)
+    step = torch.compile(dpo_metrics, backend=counting_backend)
+    return [step(policy, torch.randn(2, 4), torch.randn(2, 4))[0] for _ in range(steps)]
+
+
+def test_logged_floats_carried_over_a_break_are_said_made_dynamic_never_baked_each_value_a_graph():
+    table = watched(lambda: _dpo(4))
+    said = [c for r in table.rows for c in r.causes]
+    assert not [c for c in said if "each new value compiles a graph of its own" in c.words], said
+    assert not [c for c in said if c.kind == "derived"], said  # metrics['loss/train'][0] is a dict's item, not math
+    dynamic = [c for c in said if "Python float" in c.words]
+    assert dynamic and all(c.kind == "value_dynamic" for c in dynamic), dynamic
+    (rewards,) = [b for b in table.breaks if "s05" not in b.words and "chosen_rewards" in b.fix]
+    assert "call .detach().cpu().numpy().tolist() outside" in rewards.fix, rewards.fix
+    resumed = [r for r in table.rows if "after the graph break" in r.function]
+    assert max(r.compiles for r in resumed) <= 2, resumed  # Dynamo's account: later values reuse the second graph

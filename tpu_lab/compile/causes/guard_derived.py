@@ -18,8 +18,9 @@ _WAS = re.compile(r"\(was ([^;]+); it is baked")
 def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
     """The cause for ``expression == value`` where the expression computes on the user's numbers; None
     where it is a plain input or attribute (a value guard of its own)."""
-    plain = r"(?:list\([\w.\[\]']+\.values\(\)\))?[\w.\[\]']+"
-    if re.fullmatch(r"[\w.\[\]']+", expression.strip()) or re.fullmatch(plain, local_name(expression.strip())):
+    item = r"(?:[\w.]|\[(?:'[^']*'|\"[^\"]*\"|-?\d+)\])+"  # a dict's key may hold any text: metrics['loss/train']
+    plain = rf"(?:list\({item}\.values\(\)\))?{item}"
+    if re.fullmatch(item, expression.strip()) or re.fullmatch(plain, local_name(expression.strip())):
         return None  # an input, an attribute, a dict's item (list(opt.state.values())[0]['step']): a value of its own
     found = [
         m[0] for m in _NAME.finditer(expression) if not expression[m.end() :].lstrip().startswith("(")

@@ -148,11 +148,13 @@ def _local(file: str, line: int, name: str) -> bool:
 
 def bookkeeping_fix(code: str) -> str:
     """The fix for a number handed to Python bookkeeping, naming the tensor the line reads it from."""
-    m = re.search(r"([\w.\[\]'\"]+)\.(?:item|tolist)\(\)", code)
-    tensor = m[1] if m else "the tensor"
+    m = re.search(
+        r"([\w\[\]'\"]+(?:\.\w+(?:\(\))?)*?)((?:\.(?:cpu|numpy|detach|float|double)\(\))*\.(?:item|tolist)\(\))", code
+    )
+    tensor, read = (m[1], m[2].lstrip(".")) if m else ("the tensor", "item()")
     return (
         f"keep {tensor} a tensor inside the compiled function (return it, or store {tensor}.detach()) and call "
-        ".item() outside, where the logging runs; capture_scalar_outputs=True would trace the bookkeeping too (a "
+        f".{read} outside, where the logging runs; capture_scalar_outputs=True would trace the bookkeeping too (a "
         "list it grows is guarded on its length: a recompile at every logged step)"
     )
 

@@ -92,13 +92,26 @@ def pinned(guards: list[str]) -> tuple[frozenset[str], frozenset[tuple[str, int]
     return values, frozenset(sizes)
 
 
-def dynamic_scalars(record: Any, guards: list[str] | None) -> frozenset[str]:
+def dynamic_scalars(record: Any, guards: list[str] | None, reasons: tuple[str, ...] = ()) -> frozenset[str]:
     """The Python numbers (Dynamo's sources, ``L['n']``) that automatic dynamic shapes made symbolic in
     this record's graph: marked auto-dynamic in Dynamo's per-code state, and not pinned by the graph's own
     ``guards``, neither themselves nor a value computed from them (None: they cannot be read, so no number
-    is claimed dynamic)."""
+    is claimed dynamic); and the numbers a failed guard in ``reasons`` held to one value that the new graph
+    guards no more (DPO's logged rewards, carried over a break: later values reuse it)."""
     made, computed, _ = _made_dynamic(record, guards)
-    return made - computed
+    failed = [
+        re.sub(r"^\d+/\d+: ", "", r.strip().splitlines()[0]).split("  #")[0].strip() for r in reasons if r.strip()
+    ]
+    held = {m["source"].strip() for r in failed if (m := _EQUALS.match(r)) and not r.endswith(("True", "False"))}
+    named = [re.sub(r"\bL\['(\w+)'\]", r"\1", g) for g in guards or ()]  # as the reasons spell them: ___stack0[1]
+    dropped = {_as_guarded(s) for s in held if guards and not any(s in g for g in named)}
+    return (made - computed) | frozenset(dropped)
+
+
+def _as_guarded(source: str) -> str:
+    """A failed guard's source as the graph's guards spell it: ``___stack0[1]`` -> ``L['___stack0'][1]``."""
+    m = re.match(r"([A-Za-z_]\w*)(.*)", source)
+    return f"L['{m[1]}']{m[2]}" if m else source
 
 
 def baked_scalars(record: Any, guards: list[str] | None) -> dict[str, str]:

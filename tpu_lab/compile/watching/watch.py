@@ -235,7 +235,7 @@ class Watch:
             with_backward = compiled_with_forward(cap.code, cap.compile_id, cap.scope)
         cap = cap._replace(pins=pins_of(cap.compile_id))
         guards = graph_guards(parts) if record is not None else None  # the new graph's own
-        scalars = dynamic_scalars(record, guards) if cap.reasons else frozenset()
+        scalars = dynamic_scalars(record, guards, cap.reasons) if cap.reasons else frozenset()
         places = guard_places(parts) if guards else {}
         pins = baked_scalars(record, guards) if cap.reasons else {}
         baked = {source: (g, places.get(g, "")) for source, g in pins.items()}
