@@ -118,7 +118,7 @@ def test_a_list_of_bools_from_tolist_is_said_as_data_baked_in_and_tensor_ops_kee
     for items in said:
         assert items.kind == "value" and "each is a Python bool baked into the graph" in items.words, items
         assert "compute them from that tensor with tensor ops" in items.fix, items
-    (tolist,) = [b for b in table.breaks if "read back as a Python number" in b.words]
+    (tolist,) = [b for b in table.breaks if "read back as Python numbers" in b.words]
     assert "capture_scalar_outputs only moves the break" in tolist.fix, tolist  # the values decide `and`, `in`
     assert not [c for r in table.rows for c in r.causes if c.kind == "flag"], "each item told as a flag"
     torch._dynamo.reset()
@@ -308,3 +308,41 @@ def test_logged_floats_carried_over_a_break_are_said_made_dynamic_never_baked_ea
     assert "call .detach().cpu().numpy().tolist() outside" in rewards.fix, rewards.fix
     resumed = [r for r in table.rows if "after the graph break" in r.function]
     assert max(r.compiles for r in resumed) <= 2, resumed  # Dynamo's account: later values reuse the second graph
+
+
+class Expert(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return nn.functional.silu(self.w1(x))
+
+
+class MoE(nn.Module):  # deepseek-ai/DeepSeek-V3 inference/model.py MoE.forward, shrunk
+    def __init__(self, experts=4):
+        super().__init__()
+        self.gate = nn.Linear(8, experts)
+        self.experts = nn.ModuleList(Expert() for _ in range(experts))
+
+    def forward(self, x):
+        weights, indices = self.gate(x).softmax(-1).topk(2, dim=-1)
+        y = torch.zeros_like(x)
+        counts = torch.bincount(indices.flatten(), minlength=len(self.experts)).tolist()
+        for i in range(len(self.experts)):
+            if counts[i] == 0:
+                continue
+            idx, top = torch.where(indices == i)
+            y[idx] += self.experts[i](x[idx]) * weights[idx, top, None]
+        return y
+
+
+def test_counts_read_back_then_branched_on_get_the_control_flow_fix_and_routed_rows_no_last_batch_advice():
+    torch.manual_seed(0)
+    moe = torch.compile(MoE().eval(), backend=counting_backend)
+    with torch.no_grad():
+        table = watched(lambda: [moe(torch.randn(n, 8)) for n in (14, 14, 6)])
+    (tolist,) = [b for b in table.breaks if "(.tolist())" in b.words]
+    assert "capture_scalar_outputs only moves the break" in tolist.fix, tolist  # `if counts[i] == 0` tests them
+    fixes = [c.fix for r in table.rows if r.function.startswith("Expert.forward") for c in r.causes if c.kind == "size"]
+    assert fixes and not [f for f in fixes if "last, smaller batch" in f], fixes  # an expert's rows, no batch

@@ -30,11 +30,11 @@ def controls_python(code: str, file: str = "", line: int = 0) -> bool:
     at, header = enclosing_loop(file, line)
     if _ON_VALUES.match(header) and (not _SIZED.match(header) or _branches_on_items(file, at)):
         return True
-    return bool(at) and bool(_SCALAR.search(code)) and _feeds_branch(code, file, line)  # a number read back
+    return bool(_SCALAR.search(code)) and _feeds_branch(code, file, line)  # a number read back, then tested
 
 
 def _feeds_branch(code: str, file: str, line: int) -> bool:
-    """Inside a loop, the name ``code`` assigns reaches an if/while of the same block through later
+    """The name ``code`` assigns reaches a later if/while of the same block (or of a loop in it) through later
     assignments (torchvision's ``target_area = ... .item()``, then ``w = ...target_area...``, then ``if 0 < w
     <= width:``, a retry loop): the number decides Python control flow, as a branch on it would."""
     return later_branch(code, file, line, follow=True)[0] > 0

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tpu_lab.compile.causes.guard_sizes import DROP_LAST
 from tpu_lab.compile.causes.instances import MARK_SAID
 from tpu_lab.compile.causes.source_file import enclosing_def
 from tpu_lab.compile.sources.frames import RESUME, FunctionKey
@@ -66,8 +67,8 @@ def _marked_where_held(fix: str, held: Mapping[str, tuple[str, str]], caller: st
     ``self.doc(*D)``): said on the caller's tensors, whose mark reaches this frame; else nothing to mark."""
     said = MARK_SAID.search(fix)
     marks = re.findall(r"maybe_mark_dynamic\(([^,()]+), (\d+)\)", said[0]) if said else []
-    if not marks or any(name not in held for name, _ in marks):
-        return MARK_SAID.sub(_made_by(caller), fix)
+    if not marks or any(name not in held for name, _ in marks):  # made there: no batch of the user's (an expert's rows)
+        return MARK_SAID.sub(_made_by(caller), _LAST_BATCH.sub("", fix))
     calls = " and ".join(f"torch._dynamo.maybe_mark_dynamic({held[n][0]}, {d})" for n, d in marks)
     where = held[marks[0][0]][1]
     return MARK_SAID.sub(
@@ -76,6 +77,11 @@ def _marked_where_held(fix: str, held: Mapping[str, tuple[str, str]], caller: st
         fix,
         count=1,
     )
+
+
+_LAST_BATCH = re.compile(
+    rf"if this is the last, smaller batch: pad it to \d+ or drop it {re.escape(f'({DROP_LAST})')}; else "
+)
 
 
 def _made_by(caller: str) -> str:
