@@ -346,3 +346,30 @@ def test_counts_read_back_then_branched_on_get_the_control_flow_fix_and_routed_r
     assert "capture_scalar_outputs only moves the break" in tolist.fix, tolist  # `if counts[i] == 0` tests them
     fixes = [c.fix for r in table.rows if r.function.startswith("Expert.forward") for c in r.causes if c.kind == "size"]
     assert fixes and not [f for f in fixes if "last, smaller batch" in f], fixes  # an expert's rows, no batch
+
+
+def l1_boxes(src, target):  # facebookresearch/detr models/detr.py SetCriterion.loss_boxes, shrunk
+    return nn.functional.l1_loss(src, target, reduction="none").sum()
+
+
+def test_a_size_of_one_refused_at_the_limit_is_not_expected_once_and_unbacked_marks_together_are_warned():
+    step = torch.compile(l1_boxes, backend=counting_backend, recompile_limit=2)
+    table = watched(lambda: [step(torch.ones(n, 4), torch.ones(n, 4)) for n in (3, 4, 1)])
+    (limit,) = [c for r in table.rows for c in r.causes if c.kind == "limit" and c.guard]
+    assert limit.fix.startswith("the recompile limit (2) is spent, so these inputs run uncompiled"), limit.fix
+    assert "expected once" not in limit.fix, limit.fix
+    assert "compares that size to a number or another size" in limit.fix, limit.fix  # l1_loss compares src, target
+
+
+def test_mark_unbacked_offered_on_several_tensors_at_once_warns_that_comparing_them_breaks_the_graph():
+    from tpu_lab.compile.causes.guard_words import parse, words
+    from tpu_lab.compile.causes.joined import merged
+
+    said = [
+        (n, words(f, inputs={n: "i64[1]"}))
+        for n in ("indices", "boxes")
+        for f in parse([f"0/1: tensor 'L['{n}']' size mismatch at index 0. expected 3, actual 1"])
+    ]
+    (joined,) = merged(said)
+    assert "mark_unbacked(indices, 0)" in joined.fix, joined.fix
+    assert "marked unbacked each, sizes the code then compares or broadcasts together break" in joined.fix, joined

@@ -266,8 +266,8 @@ def words(
             f"{name} dimension {m['i']} is now {now or '0 or 1'} (the graph held is dynamic there, for sizes 2 and "
             "up): Dynamo compiles sizes 0 and 1 as graphs of their own",
             g,
-            "expected once: leave it, or keep that size above 1; torch._dynamo.decorators.mark_unbacked("
-            f"{name}, {m['i']}) before the first call shares one graph only where no code compares that size to a number",
+            f"expected once: leave it, or keep that size above 1; torch._dynamo.decorators.mark_unbacked({name}, {m['i']}) "
+            f"before the first call shares one graph only where no code compares that size to a number or another size",
         )
     if m := _STRIDE_IS_SIZE.fullmatch(g.strip()):  # a dynamic graph's layout, seen through its symbolic strides
         name = local_name(m["name"])

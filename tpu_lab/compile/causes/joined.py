@@ -170,6 +170,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
             out.append(cause)
             continue
         also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
+        if also and "mark_unbacked(" in first.fix:  # DETR's matched boxes: each unbacked, l1_loss compares them
+            also += "; marked unbacked each, sizes the code then compares or broadcasts together break the graph there"
         if mark := re.search(rf"([\w.]*mark_dynamic)\({re.escape(names[0])}, (\d+)\)", first.fix):  # mark each one
             also, every = "", " and ".join(f"{mark[1]}({n}, {mark[2]})" for n in names)
         # the fix of a model input the batch builds (input_ids), where one is named: the user acts on that
@@ -183,6 +185,8 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if len(tensors) > 1:
             names, first = [n for n, _ in tensors], tensors[0][1]
             also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
+        if also and "mark_unbacked(" in first.fix:  # DETR's matched boxes: each unbacked, l1_loss compares them
+            also += "; marked unbacked each, sizes the code then compares or broadcasts together break the graph there"
             guards = "\n".join(c.guard for _, c in tensors)
             out[slot[held]] = Cause(first.kind, _merged_words(names, tensors), guards, first.fix + also, first.where)
     return out

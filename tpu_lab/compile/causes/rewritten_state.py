@@ -22,7 +22,9 @@ REWRITTEN_FIX = (
     "expected while the code rewrites it; to compile once per input shape, compute it inside the call from the "
     "input every time instead of keeping it on the module (inside the graph it costs little), or build it "
     "outside the compiled function and pass it in (a cache that grows: build it once at the largest size it will "
-    "need, before the first compiled call)"
+    "need, before the first compiled call, only where a slice of the larger one holds the same values: a plain "
+    "position table does; one whose values depend on the length it was built for, as Dynamic NTK scaling's base "
+    "does, does not, and there computing it inside the call each time is the fix)"
 )
 
 

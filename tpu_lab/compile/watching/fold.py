@@ -245,7 +245,7 @@ class Fold:
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
         last = pinned_sizes.at_limit(last, self.pinned.get(cap.function, set()))
         last = what_next.told_as(last, [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes])
-        fixes, raised = list(dict.fromkeys(c.fix for c in last if c.fix)), ""
+        fixes, raised = what_next.refused_fixes([c.fix for c in last if c.fix], cap.limit_value), ""
         if cap.raises:
             self.raising.add(cap.function)
             row.raised += 1

@@ -281,3 +281,19 @@ def marks_of(cap: Capture) -> dict[str, str]:
         for m in re.finditer(r"\b((?:maybe_)?mark_dynamic|mark_unbacked)\[([\d, ]+)\]", said)
         for i in m[2].split(", ")
     }
+
+
+_EXPECTED = re.compile(r"^(?:expected once|none needed)[^;]*; ")  # true of a graph compiled, not of one refused
+
+
+def refused_fixes(fixes: list[str], limit: int | None) -> list[str]:
+    """The fixes of a compile refused at the recompile limit: "expected once" holds for a graph that compiles, not
+    for calls that now run uncompiled; said once, first, as the limit's own fix."""
+    if not any(_EXPECTED.match(f) for f in fixes):
+        return list(dict.fromkeys(fixes))
+    spent = (
+        f"the recompile limit ({limit}) is spent, so these inputs run uncompiled: raise "
+        "torch._dynamo.config.recompile_limit (or the function's own recompile_limit=) above it, or keep the "
+        "inputs to the graphs already compiled"
+    ).replace(" (None)", "")
+    return [spent, *dict.fromkeys(_EXPECTED.sub("", f) for f in fixes)]
