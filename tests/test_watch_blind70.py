@@ -373,3 +373,30 @@ def test_mark_unbacked_offered_on_several_tensors_at_once_warns_that_comparing_t
     (joined,) = merged(said)
     assert "mark_unbacked(indices, 0)" in joined.fix, joined.fix
     assert "marked unbacked each, sizes the code then compares or broadcasts together break" in joined.fix, joined
+
+
+class DiscreteVAE(nn.Module):  # lucidrains/DALLE-pytorch dalle_pytorch.py: forward(..., return_logits, temp=None)
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(4, 6)
+        self.temperature = 0.9
+
+    def forward(self, img, return_logits=False, temp=None):
+        logits = self.encoder(img)
+        if return_logits:
+            return logits  # get_codebook_indices: the codebook ids, before any gumbel step
+        temp = self.temperature if temp is None else temp
+        return nn.functional.gumbel_softmax(logits, tau=temp, dim=1).sum()
+
+
+def test_an_evaluation_call_that_differs_in_several_ways_is_not_told_a_value_for_none_keeps_one_graph():
+    vae = torch.compile(DiscreteVAE(), backend=counting_backend)
+
+    def run():
+        vae(torch.randn(3, 4), temp=1.0).backward()
+        with torch.no_grad():
+            vae(torch.randn(3, 4), return_logits=True)
+
+    said = [c for r in watched(run).rows for c in r.causes if c.kind in ("none", "type")]
+    assert said and all("to keep one graph" not in c.fix for c in said), said
+    assert any("saves nothing here: this compile needs a graph of its own anyway" in c.fix for c in said), said

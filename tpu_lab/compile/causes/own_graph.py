@@ -121,4 +121,9 @@ def own_graph_first(causes: list[_C]) -> list[_C]:
         for c in causes
         if c is not case
     ]
+    also = next((c for c in rest if forces_own_graph(c) or c.kind == "global_state"), None)
+    if also is not None and "to keep one graph" in case.fix:  # DALL-E's eval call: no_grad and return_logits too
+        fix = "expected once per case; a value in place of None saves nothing here: this compile needs a graph of its "
+        fix += f"own anyway ({_forced(also)})"
+        case = dataclasses.replace(case, fix=fix)
     return [case, *rest]

@@ -83,8 +83,10 @@ def _writer(cls: type, attr: str) -> str:
         found.sort(key=lambda mn: isinstance(v := getattr(mn[1], "value", None), ast.Constant) and v.value is None)
         for method, node in found[:1]:
             code = ast.get_source_segment("".join(linecache.getlines(file)), node) or ""
-            code = code.splitlines()[0] if code else ""
-            return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, 'lineno', 0)}: {code.strip()})"
+            code = " ".join(part.strip() for part in code.splitlines())  # a call across lines, whole
+            code = re.sub(r"\s+([)\]])", r"\1", re.sub(r"([(\[])\s+", r"\1", code))
+            code = code if len(code) <= 100 else code[:97].rstrip() + "..."
+            return f"{klass.__name__}.{method} ({file.rsplit('/', 1)[-1]}:{getattr(node, 'lineno', 0)}: {code})"
     return ""
 
 
