@@ -400,3 +400,22 @@ def test_an_evaluation_call_that_differs_in_several_ways_is_not_told_a_value_for
     said = [c for r in watched(run).rows for c in r.causes if c.kind in ("none", "type")]
     assert said and all("to keep one graph" not in c.fix for c in said), said
     assert any("saves nothing here: this compile needs a graph of its own anyway" in c.fix for c in said), said
+
+
+def test_a_size_relation_set_by_a_line_with_no_branch_is_not_told_to_become_torch_cond():
+    from tpu_lab.compile.causes.guard_words import parse, words
+
+    here = Path(__file__)
+    for code, cond in (("attn_score = AC + BD", False), ("if klen > qlen:", True)):
+        guard = f"0/0: (6 + L['mems'].size()[0]) == L['r'].size()[0]  # {code}  # {here}:12 in forward"
+        (said,) = [words(f) for f in parse([guard])]
+        assert said.kind == "specialised" and ("torch.cond" in said.fix) is cond, (code, said.fix)
+
+
+def test_a_global_registry_keyed_by_type_is_expected_once_never_a_cache_per_size():
+    from tpu_lab.compile.causes.guard_words import parse, words
+
+    guard = "0/1: not ___dict_contains(<class 'torch.nn.parameter.Parameter'>, G['einops']._backends._type2backend)"
+    (said,) = [words(f) for f in parse([guard])]
+    assert "a registry keyed by type" in said.words and "per new size" not in said.words, said
+    assert said.fix.startswith("expected once per type"), said.fix

@@ -176,6 +176,9 @@ def container_words(
         if m["name"].startswith("G[") and now == "gained" and (of := re.fullmatch(r"\(\d{9,}, (.+)\)", m["key"])):
             words = f"{name} (a global dict) gained a key for one more object (its id, with {of[1]}){_PER_OBJECT}"
             return Cause("dict_keys", words, g, _PER_OBJECT_FIX)  # parametrize.cached(): (id(module), 'weight')
+        if m["name"].startswith("G[") and now == "gained" and m["key"].startswith("<class "):  # einops' backends
+            words = f"{name} (a global dict) gained the key {m['key']}{_PER_TYPE}"
+            return Cause("dict_keys", words, g, _PER_TYPE_FIX)
         if m["name"].startswith("G[") and now == "gained":  # a global the code fills on a miss: a cache
             return Cause("dict_keys", f"{name} (a global dict) gained the key {m['key']}{CACHE_WORDS}", g, CACHE_FIX)
         if replaced := forward_replaced(g, name, m["key"], (inputs or {}).get("self", "")):
@@ -214,6 +217,14 @@ CACHE_WORDS = (
 )
 _PER_OBJECT = " (absent when this graph was compiled): a cache keyed by object gains one key per object it holds"
 _PER_OBJECT_FIX = "fill it before the first compiled call (run what fills it once outside, under the same context)"
+_PER_TYPE = (
+    " (absent when this graph was compiled): a registry keyed by type, filled once for each new type it meets "
+    "(einops' backends: a Parameter beside a plain tensor)"
+)
+_PER_TYPE_FIX = (
+    "expected once per type: nothing in your code to change (to skip even this compile, run one call before "
+    "compiling, so the registry holds every type the calls pass)"
+)
 _SETTING = " (absent when this graph was compiled): a setting the code reads picks its path, each setting a graph"
 _SETTING_FIX = (
     "expected once per setting (a config the code reads inside forward: each set of keys and values is a graph "

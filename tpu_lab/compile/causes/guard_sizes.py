@@ -302,8 +302,8 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
     return Cause(
         "size_value",
         f"a number computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "
-        "the code uses it as a Python number (how many chunks split() makes, a loop count), so each value "
-        "of it is a graph of its own, even with dynamic shapes",
+        "it is used as a Python number (how many chunks split() makes, a loop count, how a view or reshape splits "
+        "a dimension), so each value of it is a graph of its own, even with dynamic shapes",
         g,
         "pad that dimension so the number stays the same (a multiple of the chunk size, a fixed length), or "
         "keep the size out of Python numbers (one op over the whole tensor instead of a loop over pieces)",

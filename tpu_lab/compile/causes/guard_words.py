@@ -295,7 +295,10 @@ def words(
             else "expected once per side of that bound; to stay on one side, pad that dimension to one side of it"
             if library
             else "expected once per side of that branch; if sizes cross it often, pad them to one side "
-            "or express the branch with torch.cond",
+            "or express the branch with torch.cond"
+            if re.match(r"\s*(?:if|elif|while|assert)\b|.* if .* else ", f.code or "") or not f.code
+            else "expected once per side: your line needs these sizes so (an op on both: a broadcast, a view); pad "
+            "them to keep one side (a short last segment to the full length)",
             at,
         )
     if (numbers := numbers_compared(g, inputs or {})) and not _VALUE.match(g):
@@ -320,11 +323,3 @@ def _size_now(description: str, dim: int) -> str:
     """Dimension ``dim`` of a tensor's description (``f32[1, 16]``) where it is 0 or 1, else ''."""
     sizes = m[1].split(", ") if (m := re.match(r"\w+\[([\d, ]*)\]", description)) else []
     return sizes[dim] if dim < len(sizes) and sizes[dim] in ("0", "1") else ""
-
-
-def _short(where: str) -> str:
-    """``/a/b/train.py:81`` -> ``train.py:81``; a notebook cell -> its cell."""
-    from tpu_lab.compile.sources.frames import where_label
-
-    path, _, line = where.rpartition(":")
-    return where_label(path, int(line)) if line.isdigit() else where
