@@ -185,8 +185,6 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if len(tensors) > 1:
             names, first = [n for n, _ in tensors], tensors[0][1]
             also = f" (the same for {_join(names[1:])})" if names[0] in first.fix else ""
-        if also and "mark_unbacked(" in first.fix:  # DETR's matched boxes: each unbacked, l1_loss compares them
-            also += "; marked unbacked each, sizes the code then compares or broadcasts together break the graph there"
             guards = "\n".join(c.guard for _, c in tensors)
             out[slot[held]] = Cause(first.kind, _merged_words(names, tensors), guards, first.fix + also, first.where)
     return out

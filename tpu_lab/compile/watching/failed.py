@@ -103,7 +103,8 @@ def failed_compile(
             fix = SKIPPED_LATER.format(name)
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "")
     kind = str(getattr(record, "fail_type", "") or "")
-    cause = cannot_resume(cause, reason, cap.compile_id, (file, line), (breaks_at or {}).get(where))
+    if not library.startswith(_STAND_IN):  # inside Dynamo's stand-in for a builtin: told as such below
+        cause = cannot_resume(cause, reason, cap.compile_id, (file, line), (breaks_at or {}).get(where))
     if kind not in _FALLS_BACK and internal_error(kind):  # Dynamo's own bug, whatever the code or fullgraph
         return _internal(cap, record, kind, reason, where or library, recompile)
     if cap.fullgraph:
