@@ -137,9 +137,12 @@ def _past_one(found: list[tuple[str, str]], subjects: list[str]) -> list[tuple[s
     out, small, first = [], set(), ("", "")
     for w, g in found:
         said = next((s for s in _spelled(subjects) if s in w), "")
+        if not said:  # a condition on another subject: told as it is, nothing to evaluate
+            out.append((w, g))
+            continue
         spelled = re.compile(rf"(?<![\w.]){re.escape(said)}(?![\w(\[])")
         at = {n: _holds_at(spelled.sub(str(n), w), {}) for n in (0, 1, *range(2, 34), 64, 127, 128, 1000, 4096)}
-        if not said or not all(v for n, v in at.items() if n > 1):  # None (not plain arithmetic): told as it is
+        if not all(v for n, v in at.items() if n > 1):  # None (not plain arithmetic): told as it is
             out.append((w, g))
         elif ".size()[" not in said:  # a number: 0 and 1, where they fail it, are what it bounds
             small |= {n for n in (0, 1) if not at[n]}
