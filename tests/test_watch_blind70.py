@@ -419,3 +419,59 @@ def test_a_global_registry_keyed_by_type_is_expected_once_never_a_cache_per_size
     (said,) = [words(f) for f in parse([guard])]
     assert "a registry keyed by type" in said.words and "per new size" not in said.words, said
     assert said.fix.startswith("expected once per type"), said.fix
+
+
+def cfg_step(latents, guidance_scale):  # diffusers' classifier-free guidance: on while guidance_scale > 1
+    x = torch.cat([latents] * 2) if guidance_scale > 1.0 else latents
+    return x.sum() * guidance_scale
+
+
+def test_a_float_bound_is_said_as_the_guard_holds_it_never_as_an_int_bound():
+    step = torch.compile(cfg_step, backend=counting_backend)
+    table = watched(lambda: [step(torch.ones(2, 3), s) for s in (7.5, 5.0)])
+    said = [c for r in table.rows for c in r.causes if "guidance_scale dynamic" in c.words]
+    assert said and all("guidance_scale > 1.0 holds" in c.words for c in said), said
+    assert not [c for c in said if ">= 2" in c.words + c.fix], said
+    with DynamoAccount() as later:  # 1.5 passes `> 1.0`: the graph is reused, as said
+        step(torch.ones(2, 3), 1.5)
+    assert not later.compiled(), later.compiled()
+
+
+def beam_step(scores, beams, width=2):  # a hand-written beam search's bookkeeping (length-penalised sort)
+    candidates = []
+    for k in range(len(beams)):
+        for j in range(width):
+            candidates.append((beams[k] + [j], scores[k, j].item()))
+    return sorted(candidates, key=lambda c: c[1] / len(c[0]) ** 0.6, reverse=True)[:width]
+
+
+def test_values_read_back_that_a_sort_orders_get_the_control_flow_fix_never_capture_scalar_outputs():
+    step = torch.compile(beam_step, backend=counting_backend)
+    table = watched(lambda: step(torch.rand(2, 2), [[0], [1]]))
+    said = [b.fix for b in table.breaks] + [c.fix for r in table.rows for c in r.causes if c.kind == "failed"]
+    assert said and all("capture_scalar_outputs only moves the break" in f for f in said), said
+
+
+def fcos_targets(gt_labels, points):  # open-mmlab mmdetection fcos_head.py _get_target_single, shrunk
+    num_gts = gt_labels.size(0)
+    if num_gts == 0:
+        return points.new_zeros(points.size(0))
+    return points.sum(-1) + gt_labels.float().mean()
+
+
+def test_a_size_the_code_compares_through_a_name_is_never_offered_mark_unbacked():
+    step = torch.compile(fcos_targets, backend=counting_backend)
+    table = watched(lambda: [step(torch.ones(n), torch.ones(5, 2)) for n in (3, 5, 0)])
+    fixes = [c.fix for r in table.rows for c in r.causes if c.kind == "size_one"]
+    assert fixes and all("mark_unbacked(" not in f and "your code compares that size" in f for f in fixes), fixes
+
+
+def fcos_decode(scores, img_shape):  # mmdetection's _get_bboxes_single: the image size's ints beside the sizes
+    return (scores * scores.new_tensor(img_shape[:2])).clamp(max=img_shape[1]).sum()
+
+
+def test_a_size_beside_a_numbers_first_change_is_told_its_mark_saves_nothing_in_that_compile():
+    step = torch.compile(fcos_decode, backend=counting_backend)
+    table = watched(lambda: [step(torch.ones(n, 2), [32, 8 * n, 3]) for n in (4, 6, 8)])
+    sizes = [c for r in table.rows for c in r.causes if c.kind == "size" and "dimension 0 changed 4 -> 6" in c.words]
+    assert sizes and all("this compile needs a graph of its own anyway" in c.fix for c in sizes), sizes

@@ -54,10 +54,10 @@ _NUMBER = re.compile(r"^Python (?:int|float|bool) (?P<name>\S+) changed \(")
 def each_value_a_graph(c: _Told) -> bool:
     """A Python number whose every value is a graph of its own (baked in, or made dynamic yet held to one value
     by how the code uses it): a new value compiles, whatever else changed."""
-    return (
-        c.kind == "value"
-        and _NUMBER.match(c.words) is not None
-        and (BAKED in c.words or "a graph of its own" in c.words)
+    items = re.match(r"^\d+ items of \S+ changed \(.*\): each is a Python \w+ baked into the graph", c.words)
+    return c.kind == "value" and (
+        (_NUMBER.match(c.words) is not None and (BAKED in c.words or "a graph of its own" in c.words))
+        or items is not None  # FCOS's img_shape: a list's ints, each set of values a graph
     )
 
 
@@ -66,6 +66,8 @@ def forces_own_graph(c: _Told) -> bool:
     dtype, a new value of a number each value of which is a graph."""
     fix = getattr(c, "fix", "")
     static = c.kind in ("string", "training") or fix.startswith(("expected once per parameter shape", _CAST))
+    # a number on the other side of a branch; a number's first change (Dynamo makes it dynamic only now)
+    static = static or c.kind in ("number_branch", "value_dynamic")
     return another_path(c) or static or each_value_a_graph(c)
 
 

@@ -9,7 +9,7 @@ import linecache
 import re
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
-from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.causes.source_file import enclosing_def, parsed_file
 
 CONTROL_FIX = (
     "the value decides Python control flow (a loop or branch): capture_scalar_outputs only moves the break "
@@ -48,16 +48,23 @@ def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, st
     if not (target and file and line):
         return 0, ""
     tracked, indent = {target[1] or target[2]}, len(code) - len(code.lstrip())
+    if follow and (home := enclosing_def(file, line)):  # followed, it may leave the block: the rest of the function
+        indent = len(linecache.getline(file, home)) - len(linecache.getline(file, home).lstrip()) + 1
     for n in range(line + 1, line + 30):
         text = linecache.getline(file, n)
         if text.strip() and len(text) - len(text.lstrip()) < indent:
             break
         used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
-        if used and re.match(r"\s*(?:if|elif|while)\b", text):
+        if used and (re.match(r"\s*(?:if|elif|while)\b", text) or (follow and _ORDERS.search(text))):
             return n, text.strip()
         if follow and used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
             tracked.add(a[1])
+        if follow and used and (a := re.match(r"\s*([A-Za-z_]\w*)\.(?:append|extend|insert)\(", text)):
+            tracked.add(a[1])  # a beam's candidates, appended to the list it then sorts
     return 0, ""
+
+
+_ORDERS = re.compile(r"\bsorted\(|\.sort\(|\b(?:min|max)\(|\bheapq\.")  # Python picks by the values: control
 
 
 def _tests_items(code: str) -> bool:

@@ -60,7 +60,7 @@ def _scan(
             names = [t.strip() for t in unpacked[1].split(",")]  # B, L_Q, H, D = queries.shape
             if int(dim) < len(names) and names[int(dim)] != "_":
                 aliases[names[int(dim)]] = f"{names[int(dim)]} (= {name}.shape[{dim}], line {n})"
-        used = size + "".join(rf"|\b{a}\b(?!\s*=)" for a in aliases)
+        used = size + "".join(rf"|\b{a}\b(?!\s*=(?!=))" for a in aliases)  # not its assignment; == is a use
         branch = re.match(
             rf"(?:if|elif|while|assert)\b.*?(?:(?:{used})\s*(?:[<>]=?|[!=]=)|(?:[<>]=?|[!=]=)\s*(?:{used}))", text
         )

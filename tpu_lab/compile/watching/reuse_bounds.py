@@ -19,7 +19,10 @@ from tpu_lab.compile.causes.instances import MARK_SAID
 from tpu_lab.compile.causes.size_uses import size_in_source
 from tpu_lab.compile.watching.watch_table import RowCause
 
-_UNBACKED = r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
+_UNBACKED = (  # with its own proviso, where said
+    r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
+    r"(?: only where no code compares that size to a number or another size)?"
+)
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _BOUND_STAYS = "mark_unbacked would not share one graph, as sizes outside what this graph holds compile another"
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
@@ -137,7 +140,7 @@ def _past_one(found: list[tuple[str, str]], subjects: list[str]) -> list[tuple[s
     out, small, first = [], set(), ("", "")
     for w, g in found:
         said = next((s for s in _spelled(subjects) if s in w), "")
-        if not said:  # a condition on another subject: told as it is, nothing to evaluate
+        if not said or re.search(r"\d\.\d|\be[-+]?\d", w):  # another subject's, or a float's (1.5 > 1.0): as it is
             out.append((w, g))
             continue
         spelled = re.compile(rf"(?<![\w.]){re.escape(said)}(?![\w(\[])")
