@@ -475,3 +475,44 @@ def test_a_size_beside_a_numbers_first_change_is_told_its_mark_saves_nothing_in_
     table = watched(lambda: [step(torch.ones(n, 2), [32, 8 * n, 3]) for n in (4, 6, 8)])
     sizes = [c for r in table.rows for c in r.causes if c.kind == "size" and "dimension 0 changed 4 -> 6" in c.words]
     assert sizes and all("this compile needs a graph of its own anyway" in c.fix for c in sizes), sizes
+
+
+class Up(nn.Module):  # milesial/Pytorch-UNet unet/unet_parts.py Up.forward: pad amounts built as tensors
+    def __init__(self, as_ints=False):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(2, 2, kernel_size=2, stride=2)
+        self.as_ints = as_ints
+
+    def forward(self, x1, x2):
+        x1 = self.up(x1)
+        if self.as_ints:  # the printed fix: Python ints, which Dynamo keeps as symbolic sizes
+            diffY = x2.size()[2] - x1.size()[2]
+            diffX = x2.size()[3] - x1.size()[3]
+        else:
+            diffY = torch.tensor([x2.size()[2] - x1.size()[2]])
+            diffX = torch.tensor([x2.size()[3] - x1.size()[3]])
+        x1 = nn.functional.pad(x1, [diffX // 2, diffX - diffX // 2,
+                                    diffY // 2, diffY - diffY // 2])  # fmt: skip
+        return torch.cat([x2, x1], dim=1)
+
+
+def _unet(as_ints=False):
+    up = torch.compile(Up(as_ints), backend=counting_backend)
+    torch.manual_seed(0)
+    return [up(torch.randn(1, 2, h // 2, w // 2), torch.randn(1, 2, h, w)) for h, w in ((9, 12), (11, 14))]
+
+
+def test_pad_amounts_built_as_tensors_from_sizes_are_told_to_stay_ints_which_removes_the_break():
+    table = watched(_unet)
+    said = [b for b in table.breaks if "read back as a Python number" in b.words]
+    assert said and all("diffY and diffX are tensors your code builds from sizes" in b.fix for b in said), said
+    assert all("keep them Python ints (diffY = x2.size()[2] - x1.size()[2]" in b.fix for b in said), said
+    every = " ".join(c.fix for r in table.rows for c in r.causes) + " ".join(b.fix for b in table.breaks)
+    assert "___stack0" not in every and "torch_dynamo_resume" not in every, every
+    torch._dynamo.reset()
+    with DynamoAccount() as fixed:  # the fix applied: no break, and the same outputs
+        out = _unet(as_ints=True)
+    assert not fixed.graph_breaks() and not fixed.failed(), fixed.graph_breaks()
+    torch._dynamo.reset()
+    for a, b in zip(out, _unet(), strict=True):
+        torch.testing.assert_close(a, b)

@@ -178,3 +178,31 @@ _AGAIN = (
     "together with line {0} ({1}), which branches on what this line assigns (made branchless alone, the break "
     "moves there); or compile only the tensor work the loop calls (a model, say) and keep the loop eager"
 )
+
+
+def size_made_tensor(code: str, file: str, line: int) -> str:
+    """The fix where ``code`` reads back numbers from tensors its function built from sizes a few lines above
+    (Pytorch-UNet's ``diffY = torch.tensor([x2.size()[2] - x1.size()[2]])``, then ``F.pad(x1, [diffY // 2, ...])``):
+    a Python int there is a size Dynamo keeps symbolic, with no break; '' where no such name is read."""
+    for n in range(line + 1, line + 6):  # the statement whole: F.pad(x1, [diffX // 2, ...,\n diffY // 2, ...])
+        if code.count("(") + code.count("[") <= code.count(")") + code.count("]"):
+            break
+        code += linecache.getline(file, n)
+    names, made = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code)), []
+    for n in range(line - 1, max(line - 30, 0), -1):
+        text = linecache.getline(file, n).strip()
+        if text.startswith(("def ", "async def ")):
+            break
+        m = re.fullmatch(r"([A-Za-z_]\w*)\s*=\s*torch\.(?:tensor|as_tensor)\(\[?(.+?)\]?\)", text)
+        if m and m[1] in names and re.search(r"\.(?:size\(|shape\b)", m[2]) and m[1] not in (x for x, _, _ in made):
+            made.insert(0, (m[1], n, m[2]))
+    if not made:
+        return ""
+    them = " and ".join(x for x, _, _ in made)
+    lines = ", ".join(str(n) for _, n, _ in made)
+    return (
+        f"{them} {'is a tensor' if len(made) == 1 else 'are tensors'} your code builds from sizes (line"
+        f"{'s' if len(made) > 1 else ''} {lines}: torch.tensor([...])), read back here as numbers: keep "
+        f"{'it a Python int' if len(made) == 1 else 'them Python ints'} ({'; '.join(f'{x} = {e}' for x, _, e in made)}), "
+        "which Dynamo keeps as symbolic sizes, with no break"
+    )

@@ -24,7 +24,7 @@ def passed_in(values: dict[str, Any], caller: Any) -> tuple[tuple[str, str, str]
     f, seen = caller, 0
     while f is not None and seen < _MOST_FRAMES and tensors:
         seen += 1
-        if not is_library(f.f_code.co_filename):
+        if not is_library(f.f_code.co_filename) and not _compiled(f.f_code):  # a mark inside compiled code raises
             for name, value in _held(f.f_locals):
                 if id(value) in tensors and isinstance(value, torch.Tensor):
                     found[tensors[id(value)]] = (name, f.f_code.co_name)  # the outermost wins: walked outward
@@ -36,9 +36,23 @@ def _held(local: dict[str, Any]) -> list[tuple[str, Any]]:
     """A frame's locals by name, and the items of its tuples and lists (``D[0]`` of ``model(Q, D)``)."""
     out = []
     for name, value in list(local.items()):
-        if name.startswith("."):  # a comprehension's hidden iterator
+        if name.startswith((".", "___")):  # a comprehension's hidden iterator, a value Dynamo carries
             continue
         out.append((name, value))
         if isinstance(value, (tuple, list)):
             out += [(f"{name}[{i}]", item) for i, item in enumerate(value[:8])]
     return out
+
+
+def _compiled(code: Any) -> bool:
+    """A frame running code Dynamo compiled (its rewrite of a function, or the rest after a graph break): the
+    names there are inside the compiled call, where a mark raises."""
+    from tpu_lab.compile.sources.resume_code import RESUME
+
+    if code.co_name.startswith(RESUME):
+        return True
+    try:
+        from torch._dynamo.utils import orig_code_map
+    except ImportError:  # another torch: a resumed part is still told apart by its name
+        return False
+    return code in orig_code_map
