@@ -322,7 +322,7 @@ def _break_words(
         generic = fix.startswith("it is in library code")  # no more specific fix (a logger's, Dynamo's setting)
         setting, behind = lib.setting_behind(library, code) if generic and not special else ("", "")  # its default
         fix = special or behind or fix
-        made = use.size_made_tensor(code, *at) if re.search(r"_local_scalar_dense|\.item\(\)", reason) else ""
-        fix = made or fix  # Pytorch-UNet's pad amounts: torch.tensor([a size]), read back inside F.pad
+        sized = use.size_made_tensor(code, *at) if re.search(r"_local_scalar_dense|\.item\(\)", reason) else ""
+        fix = sized or fix  # Pytorch-UNet's pad amounts: torch.tensor([a size]), read back inside F.pad
     words = cause.words.replace(_PASSED, " that library code makes")  # deepcopy's OrderedDict iterator: not passed in
     return dataclasses.replace(cause, words=f"{words} (inside {library}, library code{setting})", fix=fix)

@@ -188,7 +188,7 @@ def size_made_tensor(code: str, file: str, line: int) -> str:
         if code.count("(") + code.count("[") <= code.count(")") + code.count("]"):
             break
         code += linecache.getline(file, n)
-    names, made = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code)), []
+    names, made = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code)), list[tuple[str, int, str]]()
     for n in range(line - 1, max(line - 30, 0), -1):
         text = linecache.getline(file, n).strip()
         if text.startswith(("def ", "async def ")):
