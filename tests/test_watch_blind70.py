@@ -516,3 +516,23 @@ def test_pad_amounts_built_as_tensors_from_sizes_are_told_to_stay_ints_which_rem
     torch._dynamo.reset()
     for a, b in zip(out, _unet(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+class GBN(nn.Module):  # dreamquark-ai/tabnet tab_network.py GBN: ghost batch norm over np.ceil(...) chunks
+    def __init__(self, virtual_batch_size=8):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.virtual_batch_size = virtual_batch_size
+
+    def forward(self, x):
+        chunks = x.chunk(int(np.ceil(x.shape[0] / self.virtual_batch_size)), 0)
+        return torch.cat([self.bn(x_) for x_ in chunks], dim=0)
+
+
+def test_a_count_numpy_computes_from_a_size_is_never_told_torch_ceil_nor_that_later_sizes_reuse_the_graph():
+    gbn = torch.compile(GBN(), backend=counting_backend)
+    table = watched(lambda: [gbn(torch.randn(n, 4)) for n in (32, 20, 12)])
+    said = [c for r in table.rows for c in r.causes if c.kind in ("size", "size_value")]
+    assert said and not [c for c in said if "torch.ceil" in c.fix], said  # torch.ceil(float) raises TypeError
+    sizes = [c for c in said if c.kind == "size"]
+    assert sizes and all("later sizes reuse this graph" not in c.fix for c in sizes), sizes

@@ -288,7 +288,8 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
             "scale_factor=), or keep to a few sizes",
             at,
         )
-    if numpy := re.search(r"\b(?:np|numpy)\.(\w+)\(", line):  # DiT's sin-cos table: np.arange(grid_size)
+    # DiT's sin-cos table: np.arange(grid_size), an array torch builds from a symbolic size too (not np.ceil's count)
+    if numpy := re.search(r"\b(?:np|numpy)\.(arange|linspace|zeros|ones|empty|full|eye|meshgrid|indices)\(", line):
         return Cause(
             "size_value",
             f"a number computed from a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "

@@ -98,10 +98,14 @@ def bounded(
                 fix = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
             else:  # a bound the graph holds still compiles sizes past it: one graph is not shared
                 fix = re.sub(_UNBACKED.format("[^)]*"), _BOUND_STAYS, fix)
-            if any(
-                (_ONE_RANGE.fullmatch(w) or _count_held(g)) and "from your line" in condition_place(g, places)
+            held_one = [
+                w
                 for w, g in found
-            ):
+                if (_ONE_RANGE.fullmatch(w) or _count_held(g)) and "from your line" in condition_place(g, places)
+            ]
+            if held_one and (c.kind == "size" or " stays " in said):  # one size only: nothing later reuses it
+                fix = f"{_NUMBER_HELD} (in this graph, {said})"  # TabNet's np.ceil chunk count
+            elif held_one:
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
                 fix = fix.replace(ON_TPU, "")  # the fix pads already
             elif failed := next((w for w, _ in found if _holds_at(w, first) is False), None):
