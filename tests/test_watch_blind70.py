@@ -536,3 +536,14 @@ def test_a_count_numpy_computes_from_a_size_is_never_told_torch_ceil_nor_that_la
     assert said and not [c for c in said if "torch.ceil" in c.fix], said  # torch.ceil(float) raises TypeError
     sizes = [c for c in said if c.kind == "size"]
     assert sizes and all("later sizes reuse this graph" not in c.fix for c in sizes), sizes
+
+
+def test_a_modules_container_filled_at_the_first_call_is_expected_once_not_a_graph_per_length():
+    from tpu_lab.compile.causes.guard_words import parse, words
+
+    # lucidrains/reformer-pytorch: LSHAttention._cache, filled by cache_method_decorator at the first call
+    (f,) = parse(["0/0: not L['self']._cache"])
+    filled = words(f, inputs={"self": "LSHAttention (train)"})
+    assert "holds items now" in filled.words, filled
+    assert filled.fix.startswith("expected once: the first call fills it"), filled.fix
+    assert "torch.compiler.disable" not in filled.fix, filled.fix  # a helper there breaks the graph each call

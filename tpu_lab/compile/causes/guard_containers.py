@@ -12,6 +12,7 @@ from tpu_lab.compile.causes.guard_hooks import forward_replaced
 from tpu_lab.compile.causes.guard_loops import iterator_words
 from tpu_lab.compile.causes.length_fixes import LENGTH_FIX, global_dict, length_fix, not_passed_fix, on_module
 from tpu_lab.compile.causes.library_memos import memo_words
+from tpu_lab.compile.causes.rewritten_state import FILLED_FIX
 
 _LEN = re.compile(r"^len\((?P<name>.+?)\) (?:==|!=) (?P<n>\d+)$")  # != : how Dynamo words a dict's length
 _KEY = re.compile(r"list\(dict\.keys\((?P<name>.+?)\)\)\[(?P<i>\d+)\] == (?P<key>.+)$")
@@ -83,8 +84,11 @@ def container_words(
             g,
             "call it the same way every time"
             if name == "args"
+            else f"{FILLED_FIX}; if it gains a key per new input (a cache keyed by size), each key is a graph of its own: "
+            "read it outside the compiled function and pass in only what the code needs"
+            if on_module(name, inputs)  # Reformer's cache: filled at the first call, a compile once
             else not_passed_fix(name)
-            if m["name"].startswith("G[") or on_module(name, inputs)
+            if m["name"].startswith("G[")
             else LENGTH_FIX,
         )
     if (m := _PARAMETER_LIST.match(g)) and any("nn/modules/container.py" in w for _, w in f.also):  # len() in torch
