@@ -118,7 +118,7 @@ def test_a_list_of_bools_from_tolist_is_said_as_data_baked_in_and_tensor_ops_kee
     for items in said:
         assert items.kind == "value" and "each is a Python bool baked into the graph" in items.words, items
         assert "compute them from that tensor with tensor ops" in items.fix, items
-    (tolist,) = [b for b in table.breaks if "read back as Python numbers" in b.words]
+    (tolist,) = [b for b in table.breaks if "(.tolist())" in b.words]
     assert "capture_scalar_outputs only moves the break" in tolist.fix, tolist  # the values decide `and`, `in`
     assert not [c for r in table.rows for c in r.causes if c.kind == "flag"], "each item told as a flag"
     torch._dynamo.reset()

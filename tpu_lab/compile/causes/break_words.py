@@ -247,7 +247,9 @@ def _break_words(
         cause = dataclasses.replace(cause, fix=fix)
     if dense := _DENSE.search(cause.words):  # the op behind .item(), int(t) and a 0-d tensor used as an index
         said = "a tensor's value is read back as a Python number here (.item(), int(t), or a 0-d tensor as an index)"
-        said = "a tensor's values are read back as Python numbers here (.tolist())" if ".tolist()" in code else said
+        said = (
+            "a tensor's values are each read back as a Python number here (.tolist())" if ".tolist()" in code else said
+        )
         cause = dataclasses.replace(cause, words=cause.words.replace(dense[0], said))
     for said, fix in (("does not support sparse Tensors", SPARSE_FIX), ("`Tensor.backward()`", TRAINING_STEP_FIX)):
         cause = dataclasses.replace(cause, fix=fix) if said in cause.words else cause  # Dynamo's hints do not help

@@ -72,9 +72,10 @@ def _tests_items(code: str) -> bool:
     d] for d in ids.tolist()``: ColBERT's mask): membership and ``and``/``or``/``if`` need each value known."""
     if not re.search(r"\bfor\b.*\bin\b.*\.(?:tolist|item|nonzero|unique)\(", code):
         return False
+    tests = re.sub(r"\bfor\s+[A-Za-z_]\w*\s+in\b", "", code)  # the comprehension's own `for x in`: no test
     for item in re.findall(r"\bfor\s+([A-Za-z_]\w*)\s+in\b", code):
         tested = rf"\b{item}\b\s+(?:not\s+)?in\b|\b(?:if|and|or)\s+\(?\s*{item}\b|\b{item}\b[^,\]]*?\)?\s+(?:and|or)\b"
-        if re.search(tested, code):
+        if re.search(tested, tests):
             return True
     return False
 
