@@ -66,8 +66,10 @@ def forces_own_graph(c: _Told) -> bool:
     dtype, a new value of a number each value of which is a graph."""
     fix = getattr(c, "fix", "")
     static = c.kind in ("string", "training") or fix.startswith(("expected once per parameter shape", _CAST))
-    # a number on the other side of a branch; a number's first change (Dynamo makes it dynamic only now)
-    static = static or c.kind in ("number_branch", "value_dynamic")
+    # a number on the other side of a branch; an input number's first change (Dynamo makes it dynamic only now),
+    # not a value carried over a graph break (named by its call: removing the break removes that compile)
+    first_change = c.kind == "value_dynamic" and not re.match(r"Python \w+ \S*\(", c.words)
+    static = static or c.kind == "number_branch" or first_change
     return another_path(c) or static or each_value_a_graph(c)
 
 

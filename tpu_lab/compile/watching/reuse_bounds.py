@@ -103,7 +103,7 @@ def bounded(
                 for w, g in found
                 if (_ONE_RANGE.fullmatch(w) or _count_held(g)) and "from your line" in condition_place(g, places)
             ]
-            if held_one and (c.kind == "size" or " stays " in said):  # one size only: nothing later reuses it
+            if held_one and re.match(r"\S+ stays \d+\b", said):  # held to one size: no later size reuses it
                 fix = f"{_NUMBER_HELD} (in this graph, {said})"  # TabNet's np.ceil chunk count
             elif held_one:
                 fix = re.sub(_MARK, _NUMBER_HELD, fix.removeprefix("none needed: "), count=1)
