@@ -6,12 +6,11 @@ Part of the Dynamo source seam."""
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
 from typing import Any, NamedTuple
 
-from tpu_lab.compile.sources.packages import is_library
+from tpu_lab.compile.sources import stack_place
 
 _MAX = 256  # failures kept (oldest dropped): a watch reads its own right after the call
 
@@ -72,9 +71,8 @@ def value_sized_in(error: BaseException | None) -> tuple[str, int, str]:
             what = f"{name}()"
         else:
             continue
-        frame = _user_frame(str(node.meta.get("stack_trace") or ""))
-        if frame[0]:
-            return (*frame, what)
+        if lines := stack_place.user_lines(str(node.meta.get("stack_trace") or "")):
+            return (*lines[-1], what)
     return "", 0, ""
 
 
@@ -84,7 +82,7 @@ def _graph_handed(error: BaseException) -> Any:
 
     tb = error.__traceback__
     while tb is not None:
-        graph = tb.tb_frame.f_locals.get("gm") if "/_dynamo/" in tb.tb_frame.f_code.co_filename else None
+        graph = tb.tb_frame.f_locals.get("gm") if stack_place.dynamo_own(tb.tb_frame.f_code.co_filename) else None
         if isinstance(graph, torch.fx.GraphModule):
             return graph
         tb = tb.tb_next
@@ -101,15 +99,6 @@ def _bool_index(node: Any) -> bool:
         if isinstance(value, torch.Tensor) and value.dtype in (torch.bool, torch.uint8):
             return True
     return False
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
-def _user_frame(stack_trace: str) -> tuple[str, int]:
-    """The innermost frame of a node's stack trace outside any library: the user's line."""
-    found = [(f, int(n)) for f, n in _FRAME.findall(stack_trace) if not is_library(f)]
-    return found[-1] if found else ("", 0)
 
 
 _OPERATORS = "/torch/_higher_order_ops/"

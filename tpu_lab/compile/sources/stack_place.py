@@ -24,9 +24,9 @@ def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
     mine = mine or list(stack)
     if not mine:
         return "", 0, ""
-    inner = next((s for s in reversed(below) if not _dynamo_own(s.filename)), None)  # none: a builtin's stand-in
+    inner = next((s for s in reversed(below) if not dynamo_own(s.filename)), None)  # none: a builtin's stand-in
     # self.x = g in the user's line runs Module.__setattr__: the attribute access is the user's own, not torch's
-    own = all(s.name in _ATTRIBUTE_ACCESS for s in below if not _dynamo_own(s.filename))
+    own = all(s.name in _ATTRIBUTE_ACCESS for s in below if not dynamo_own(s.filename))
     return (
         mine[-1].filename,
         int(mine[-1].lineno or 0),
@@ -35,6 +35,15 @@ def break_location(stack: Sequence[Any]) -> tuple[str, int, str]:
 
 
 _ATTRIBUTE_ACCESS = ("__setattr__", "__getattr__", "__delattr__")  # a container's __getitem__ may do real work
+
+
+def user_lines(text: str) -> list[tuple[str, int]]:
+    """(file, line) of each ``File "...", line N`` in a printed stack (an FX node's ``stack_trace``, the user
+    stack Dynamo attaches to an error) outside any library, outermost first: the user's own lines."""
+    return [(f, int(n)) for f, n in _PRINTED_FRAME.findall(text) if package_of(f) == USER]
+
+
+_PRINTED_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def called_through(stack: Sequence[Any]) -> str:
@@ -51,14 +60,14 @@ def callers(frame: Any, most: int = 256) -> tuple[tuple[str, int, str], ...]:
     out: list[tuple[str, int, str]] = []
     f = frame
     while f is not None and len(out) < most:
-        if not _dynamo_own(f.f_code.co_filename):
+        if not dynamo_own(f.f_code.co_filename):
             out.append((f.f_code.co_filename, f.f_code.co_firstlineno, f.f_code.co_name))
         f = f.f_back
     return tuple(out)
 
 
 @functools.lru_cache(maxsize=1024)
-def _dynamo_own(filename: str) -> bool:
+def dynamo_own(filename: str) -> bool:
     """Dynamo's own files (its polyfills, its tracer), by torch's location here."""
     folder = torch_folder()
     return bool(folder) and os.path.realpath(filename).startswith(os.path.join(folder, "_dynamo") + os.sep)
@@ -69,7 +78,7 @@ def stand_in_call(stack: Sequence[Any], file: str, first_line: int) -> tuple[int
     placed in the compiled function (``file``, from its ``def`` at ``first_line``): (the first of its lines that
     calls the outermost stand-in, the builtin it stands in for, ``itertools.permutations``); (0, "") where the
     stack holds anything else or no line calls it."""
-    if not stack or not file or not all(_dynamo_own(s.filename) for s in stack):
+    if not stack or not file or not all(dynamo_own(s.filename) for s in stack):
         return 0, ""
     name, module = str(stack[0].name), os.path.splitext(os.path.basename(stack[0].filename))[0]
     builtin = name if module in ("builtins", "__init__") else f"{module}.{name}"

@@ -232,7 +232,6 @@ _NO_FAKE = re.compile(r"Please use `([\w.]+)\.register_fake`")
 _MARKED = re.compile(
     r"You marked (?P<source>\S+?)\.size\(\)\[(?P<dim>\d+)\] as dynamic but your code specialized it to be a constant \((?P<size>\d+)\)"
 )
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] | None:
@@ -243,7 +242,7 @@ def _marked_but_static(reason: str, cap: Capture) -> tuple[str, str, str, str] |
     if m is None:
         return None
     first = re.split(r"\n\s*- You marked|User stack:", reason.partition("User stack:")[2])[0]  # the mark named
-    stack = [(f, int(n)) for f, n in _USER_FRAME.findall(first) if not is_library(f)]
+    stack = stack_place.user_lines(first)
     fixed_at = ""
     if stack:
         code = linecache.getline(stack[-1][0], stack[-1][1]).strip().rstrip(":")  # a loop header without its colon
