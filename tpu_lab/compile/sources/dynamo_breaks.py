@@ -53,6 +53,8 @@ class _Heard(NamedTuple):
     logged_at: traceback.FrameSummary | None = None
     """Where Dynamo's log places it ("in user code at file:line")."""
     value_sized: tuple[str, int, str] = ("", 0, "")
+    compile_id: str = ""
+    """The compile that logged it (``resets:frame/attempt``), '' where torch does not say."""
 
 
 _heard: collections.deque[_Heard] = collections.deque(maxlen=64)  # newest last
@@ -91,12 +93,14 @@ def _emit(record: logging.LogRecord) -> None:
     import torch._dynamo.utils as dynamo_utils
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
-    _note_retry(_SKIPPED in head, _break_type(reason))
+    compile_id = _note_retry(_SKIPPED in head, _break_type(reason))
     if (first := _first.get(_last_broke[0])) is not None and not first[0]:
         _first[_last_broke[0]] = (reason.strip(), frames)
     sized = value_sized_in(sys.exc_info()[1])  # logged while Dynamo handles the error: still in flight
     _heard.append(
-        _Heard(reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at, sized)
+        _Heard(
+            reason.strip() or head, frames, unresumable, (recorded, dynamo_source.resets), logged_at, sized, compile_id
+        )
     )
 
 
@@ -110,19 +114,20 @@ def _break_type(reason: str) -> str:
     return next((line.strip() for line in core.splitlines() if line.strip()), "")
 
 
-def _note_retry(skipped: bool, kind: str) -> None:
+def _note_retry(skipped: bool, kind: str) -> str:
     """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged just before
     ("Failed to handle graph break gracefully"): the same break, not another one. A retry that met another
-    break (DETR's matcher: numpy first, then a generator it cannot rebuild) is a break of its own."""
+    break (DETR's matcher: numpy first, then a generator it cannot rebuild) is a break of its own. Returns the
+    compile that logged it ('' where torch does not say)."""
     global _last_broke
     try:
         from torch._guards import CompileContext
 
         trace = CompileContext.current_trace_id()
     except (ImportError, AttributeError):  # another torch: each logged break counts
-        return
+        return ""
     if trace is None:
-        return
+        return ""
     compile_id = f"{dynamo_source.resets}:{trace.compile_id}"
     if skipped and (compile_id, kind) == _last_broke:
         if len(_retried) > 4096:
@@ -133,6 +138,7 @@ def _note_retry(skipped: bool, kind: str) -> None:
         if len(_first) > 256:
             _first.clear()
         _first[compile_id] = ("", [])  # filled by the caller, with the break's reason and stack
+    return compile_id
 
 
 def first_break(compile_id: str) -> tuple[str, list[traceback.FrameSummary]] | None:
@@ -256,9 +262,12 @@ def _in_full(found: GraphBreak) -> str:
     return before if short and "\n" not in short and kind.endswith(")") and kind in before else found.reason
 
 
-def broke_in(code: Any) -> bool:
+def broke_in(code: Any, compile_id: str = "") -> bool:
     """Whether a graph break Dynamo logged lately was met while tracing ``code`` (a frame of it on the break's
-    user stack): a graph with no operation then stops at that break, else the function has no tensor work."""
+    user stack, or logged by its compile ``compile_id``: a break met again inside a call is logged by its place
+    alone): a graph with no operation then stops at that break, else the function has no tensor work."""
+    if compile_id and any(h.compile_id == f"{dynamo_source.resets}:{compile_id}" for h in _heard):
+        return True
     if code is None:
         return False
     lines = {line for _, _, line in code.co_lines() if line}

@@ -182,7 +182,7 @@ class Fold:
             row.add(c if c is counted or c.kind == "dynamic" else dataclasses.replace(c, count=0))
         row.dynamic = dynamic or row.dynamic
         if record is not None and empty_graph(record) and not any(c.kind in ("empty", "no_ops") for c in row.causes):
-            row.add(empty_note(broke_in(cap.code)))
+            row.add(empty_note(broke_in(cap.code, str(getattr(record, "compile_id", "") or ""))))
         cached = record is not None and served_from_cache(record)
         row.cached += cached
         self.timeline.append(Point(cap.at - self.started, str(cap.function), self.calls[cap.function]))

@@ -1,0 +1,54 @@
+"""tl.watch() checked blind, rounds 73 to 75: a graph left empty by a break met again inside a call, and
+more. Each is checked against Dynamo's own account, with the printed fix applied where it is an action."""
+
+import torch
+import torch.nn.functional as F
+from _dynamo_oracle import watched_clean
+from torch import nn
+
+from tpu_lab.compile.watching.empty_graphs import NO_OPS
+from tpu_lab.testing.dynamo_account import counting_backend
+
+
+class Up(nn.Module):  # milesial/Pytorch-UNet unet/unet_parts.py: pad amounts built as tensors, read by F.pad
+    def __init__(self, width):
+        super().__init__()
+        self.conv = nn.Conv2d(width * 2, width, 3, padding=1)
+
+    def forward(self, x1, x2):
+        x1 = F.interpolate(x1, scale_factor=2.0)
+        diff_y = torch.tensor([x2.size()[2] - x1.size()[2]])
+        diff_x = torch.tensor([x2.size()[3] - x1.size()[3]])
+        x1 = F.pad(x1, [diff_x // 2, diff_x - diff_x // 2, diff_y // 2, diff_y - diff_y // 2])
+        return self.conv(torch.cat([x2, x1], dim=1))
+
+
+class TwoUps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up1, self.up2 = Up(4), Up(4)
+        self.out = nn.Conv2d(4, 2, 1)
+
+    def forward(self, x, skip1, skip2):
+        x = self.up1(x, skip1)
+        x = self.up2(x, skip2)
+        return self.out(x)
+
+
+def test_a_graph_emptied_by_a_break_met_again_inside_a_call_is_never_said_to_have_no_break():
+    # the second Up's break is the first one's place again: Dynamo logs it by that place alone, so the part of
+    # forward between the two calls (an empty graph: it calls up2 at once) was told "with no graph break"
+    torch.manual_seed(0)
+    net = torch.compile(TwoUps(), backend=counting_backend)
+
+    def run():
+        inputs = torch.randn(1, 4, 7, 9), torch.randn(1, 4, 15, 18), torch.randn(1, 4, 17, 19)
+        for t in inputs:  # sizes as a second image would make them: the pad amounts are then read back
+            torch._dynamo.maybe_mark_dynamic(t, (2, 3))
+        with torch.no_grad():
+            net(*inputs)
+
+    table, _ = watched_clean(run)
+    said = [c.words for r in table.rows for c in r.causes]
+    assert table.graph_breaks, table.to_text()
+    assert not [w for w in said if NO_OPS in w], table.to_text()
