@@ -11,9 +11,9 @@ from tpu_lab.testing.dynamo_account import counting_backend
 
 
 class Up(nn.Module):  # milesial/Pytorch-UNet unet/unet_parts.py: pad amounts built as tensors, read by F.pad
-    def __init__(self, width):
+    def __init__(self, width, out=None):
         super().__init__()
-        self.conv = nn.Conv2d(width * 2, width, 3, padding=1)
+        self.conv = nn.Conv2d(width * 2, out or width, 3, padding=1)
 
     def forward(self, x1, x2):
         x1 = F.interpolate(x1, scale_factor=2.0)
@@ -52,3 +52,38 @@ def test_a_graph_emptied_by_a_break_met_again_inside_a_call_is_never_said_to_hav
     said = [c.words for r in table.rows for c in r.causes]
     assert table.graph_breaks, table.to_text()
     assert not [w for w in said if NO_OPS in w], table.to_text()
+
+
+class UNet(nn.Module):  # the same repository's unet_model.py, shrunk: two Up blocks of other widths share one code
+    def __init__(self):
+        super().__init__()
+        self.inc = nn.Conv2d(3, 4, 3, padding=1)
+        self.down1 = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(4, 8, 3, padding=1))
+        self.down2 = nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1))
+        self.up1, self.up2 = Up(8, 4), Up(4)
+
+    def forward(self, x):
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        x = self.up1(x3, x2)
+        return self.up2(x, x1)
+
+
+def test_a_recompile_is_told_against_its_own_instances_graph_not_one_another_instance_made_dynamic():
+    # image 3's up1 part fails the graph image 2 compiled for up1 on its sizes only, and up2's (dynamic) graph on
+    # up2's parameter shapes: it is told by its own sizes, never by another instance's parameters
+    torch.manual_seed(0)
+    net = torch.compile(UNet(), backend=counting_backend)
+
+    def run():
+        with torch.no_grad():
+            for h, w in ((32, 32), (30, 37), (33, 45)):
+                net(torch.randn(1, 3, h, w))
+
+    table, _ = watched_clean(run)
+    resumed = [r for r in table.rows if r.function.startswith("forward after the graph break")]
+    said = [c.words for r in resumed for c in r.causes if c.count]
+    assert said and not [w for w in said if "another instance of Up" in w and "dimension 2 changed" not in w], (
+        table.to_text()
+    )

@@ -155,7 +155,7 @@ def causes_of(
         for i in said[1:]:
             causes[i] = dataclasses.replace(causes[i], words=without_note(causes[i].words, STATIC_WORDS))
     inputs = dict(graphs)
-    best = nearest(per_graph, inputs, signature, failures, dynamic)
+    best = nearest(per_graph, inputs, signature, failures, dynamic, frozenset(dict(compared)))
     told = [in_case(keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
     return whose_graph(marked_each_call(told, best), dict(compared).get(best), signature)
 

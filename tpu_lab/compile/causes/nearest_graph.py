@@ -23,13 +23,15 @@ def nearest(
     signature: Signature,
     failures: Sequence[Any],
     dynamic: frozenset[str] = frozenset(),
+    elsewhere: frozenset[Any] = frozenset(),
 ) -> Any:
     """The graph (a key of ``per_graph``, its causes) nearest the call with ``signature``: ``inputs`` holds
     the inputs each graph was compiled for, where this process saw them; ``failures`` each graph's failed
-    guards; ``dynamic``: the numbers (Dynamo's sources) automatic dynamic made symbolic, by now."""
+    guards; ``dynamic``: the numbers (Dynamo's sources) automatic dynamic made symbolic, by now; ``elsewhere``:
+    graphs compiled for another instance or callable sharing the code."""
     order = list(per_graph)
     far = len(signature) * 64 + 64  # a graph whose inputs this process did not see
-    superseded = _superseded(failures, {local_name(d) for d in dynamic})
+    superseded = _superseded([f for f in failures if f.graph not in elsewhere], {local_name(d) for d in dynamic})
     return min(
         order,
         key=lambda g: (
@@ -44,6 +46,7 @@ def nearest(
             # was meant to reuse (LoRA's merged flag is told against the eval graph, not the train graph)
             any(_other_case(c) for c in per_graph[g]),
             # the graph that took the number dynamic is what the call meant to reuse: what failed there is why
+            # (one compiled for another instance is not: U-Net's up2 made sizes dynamic that up1's call held)
             g in superseded,
             sum(_changes(c) for c in _distinct(per_graph[g])),
             # as many changes: one to an attribute of a value of the same type (GELU's approximate) is nearer
