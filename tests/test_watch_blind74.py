@@ -87,3 +87,26 @@ def test_a_recompile_is_told_against_its_own_instances_graph_not_one_another_ins
     assert said and not [w for w in said if "another instance of Up" in w and "dimension 2 changed" not in w], (
         table.to_text()
     )
+
+
+def _grid(t, step_size):  # rtqichen/torchdiffeq solvers.py: the fixed-step grid of an ODE solver
+    start_time, end_time = t[0], t[-1]
+    niters = torch.ceil((end_time - start_time) / step_size + 1).item()
+    t_infer = torch.arange(0, niters, dtype=t.dtype, device=t.device) * step_size + start_time
+    if t_infer[-1] > t[-1]:
+        t_infer[-1] = t[-1]
+    return t_infer
+
+
+def test_a_break_dynamo_meets_again_after_restarting_its_analysis_is_one_break():
+    # the dynamic recompile of the part after .item() breaks at the branch, then Dynamo restarts that attempt
+    # (its pass turning Python floats into tensors) and records the same break again: one break, not two
+    grid = torch.compile(_grid, backend=counting_backend)
+
+    def run():
+        for t_end, n in ((1.0, 3), (1.5, 4)):
+            grid(torch.linspace(0.0, t_end, n), 0.25)
+
+    table, account = watched_clean(run)
+    branch = [b for b in table.breaks if "data-dependent branching" in b.words]
+    assert sum(b.count for b in branch) == 2, table.to_text()

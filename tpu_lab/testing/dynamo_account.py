@@ -172,25 +172,28 @@ def _limit(r: Any) -> bool:
 
 
 def distinct_breaks(logged: list[tuple[str, str]]) -> list[str]:
-    """The messages of (compile id, graph-break message) pairs in log order, less each ``RETRY`` that follows
-    the same break (the same first line of the break reported) logged by its own compile."""
-    out, last = [], None
-    for compile_id, message in logged:
+    """The messages of (compile attempt, graph-break message) pairs in log order, less each that follows the same
+    break (the same first line of the break reported) logged by its own compile: a ``RETRY``, or a later attempt
+    (``3/1_1``: Dynamo restarted its analysis after the break, and met it again)."""
+    out, last, last_attempt = [], None, 0
+    for trace, message in logged:
+        compile_id, _, attempt = trace.partition("_")
         reported = message.partition("Graph Break Reason:")[2]
         reported = reported.partition("Graph break encountered:")[2] or reported.partition(":\n\n")[2] or reported
         kind = next((line.strip() for line in reported.splitlines() if line.strip()), "")
-        if not (RETRY in message and compile_id and (compile_id, kind) == last):
+        again = RETRY in message or int(attempt or 0) > last_attempt
+        if not (again and compile_id and (compile_id, kind) == last):
             out.append(message)
-        last = (compile_id, kind)
+        last, last_attempt = (compile_id, kind), int(attempt or 0)
     return out
 
 
 def compiling() -> str:
-    """The compile being traced now, any attempt of it (``3/1``), '' outside one."""
+    """The compile attempt being traced now (``3/1``, a restarted one ``3/1_1``), '' outside one."""
     try:
         from torch._guards import CompileContext
 
         trace = CompileContext.current_trace_id()
     except (ImportError, AttributeError):  # another torch: every logged break counts
         return ""
-    return str(trace.compile_id) if trace is not None else ""
+    return str(trace) if trace is not None else ""

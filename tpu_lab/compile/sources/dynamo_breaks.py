@@ -93,7 +93,11 @@ def _emit(record: logging.LogRecord) -> None:
     import torch._dynamo.utils as dynamo_utils
 
     recorded = len(getattr(dynamo_utils, "graph_break_reasons", ()))
-    compile_id = _note_retry(_SKIPPED in head, _break_type(reason))
+    compile_id, restarted = _note_retry(_SKIPPED in head, _break_type(reason))
+    if restarted:  # the record this attempt adds repeats the one the restarted attempt added
+        if len(_restarted) > 4096:
+            _restarted.clear()
+        _restarted.add((recorded, dynamo_source.resets))
     if (first := _first.get(_last_broke[0])) is not None and not first[0]:
         _first[_last_broke[0]] = (reason.strip(), frames)
     sized = value_sized_in(sys.exc_info()[1])  # logged while Dynamo handles the error: still in flight
@@ -105,6 +109,8 @@ def _emit(record: logging.LogRecord) -> None:
 
 
 _last_broke = ("", "")  # the compile that logged the latest break (with the resets before it), and its type
+_last_attempt = 0  # the attempt of that compile which logged it (Dynamo restarts a compile's analysis)
+_restarted: set[tuple[int, int]] = set()  # (index in graph_break_reasons, resets): a restarted attempt's again
 _retried: set[str] = set()  # compiles that gave up and logged the break they had just logged again (bounded)
 
 
@@ -114,31 +120,34 @@ def _break_type(reason: str) -> str:
     return next((line.strip() for line in core.splitlines() if line.strip()), "")
 
 
-def _note_retry(skipped: bool, kind: str) -> str:
+def _note_retry(skipped: bool, kind: str) -> tuple[str, bool]:
     """A frame Dynamo gives up on logs, in a later attempt of the same compile, the break it logged just before
     ("Failed to handle graph break gracefully"): the same break, not another one. A retry that met another
-    break (DETR's matcher: numpy first, then a generator it cannot rebuild) is a break of its own. Returns the
-    compile that logged it ('' where torch does not say)."""
-    global _last_broke
+    break (DETR's matcher: numpy first, then a generator it cannot rebuild) is a break of its own. An attempt
+    Dynamo restarted after the break (torchdiffeq's step count: "Restarting analysis due to
+    _tensorify_python_scalars") meets the same break again and records it again. Returns the compile that
+    logged it ('' where torch does not say), and whether this is such a restart."""
+    global _last_broke, _last_attempt
     try:
         from torch._guards import CompileContext
 
         trace = CompileContext.current_trace_id()
     except (ImportError, AttributeError):  # another torch: each logged break counts
-        return ""
+        return "", False
     if trace is None:
-        return ""
+        return "", False
     compile_id = f"{dynamo_source.resets}:{trace.compile_id}"
-    if skipped and (compile_id, kind) == _last_broke:
+    again = (compile_id, kind) == _last_broke and (skipped or trace.attempt > _last_attempt)
+    if again and skipped:
         if len(_retried) > 4096:
             _retried.clear()
         _retried.add(compile_id)
-    _last_broke = (compile_id, kind)
+    _last_broke, _last_attempt = (compile_id, kind), trace.attempt
     if not skipped and compile_id not in _first:
         if len(_first) > 256:
             _first.clear()
         _first[compile_id] = ("", [])  # filled by the caller, with the break's reason and stack
-    return compile_id
+    return compile_id, again and not skipped
 
 
 def first_break(compile_id: str) -> tuple[str, list[traceback.FrameSummary]] | None:
@@ -237,6 +246,8 @@ def graph_breaks_since(marker: tuple[int, int, int]) -> tuple[list[GraphBreak], 
     start = marker[1] if same else 0
     out = []
     for index, item in enumerate(found[start:], start):
+        if (index, dynamo_source.resets) in _restarted:
+            continue
         stack = list(getattr(item, "user_stack", None) or [])
         heard = _unresumable(stack, index) if str(item.reason) == "step_unsupported" else None
         taken = heard or GraphBreak(str(item.reason), *break_location(stack))
