@@ -1,13 +1,14 @@
 """tl.watch() checked blind, rounds 73 to 75: a graph left empty by a break met again inside a call, and
 more. Each is checked against Dynamo's own account, with the printed fix applied where it is an action."""
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
 from torch import nn
 
 from tpu_lab.compile.watching.empty_graphs import NO_OPS
-from tpu_lab.testing.dynamo_account import counting_backend
+from tpu_lab.testing.dynamo_account import DynamoAccount, counting_backend
 
 
 class Up(nn.Module):  # milesial/Pytorch-UNet unet/unet_parts.py: pad amounts built as tensors, read by F.pad
@@ -107,6 +108,46 @@ def test_a_break_dynamo_meets_again_after_restarting_its_analysis_is_one_break()
         for t_end, n in ((1.0, 3), (1.5, 4)):
             grid(torch.linspace(0.0, t_end, n), 0.25)
 
-    table, account = watched_clean(run)
+    table, _ = watched_clean(run)
     branch = [b for b in table.breaks if "data-dependent branching" in b.words]
     assert sum(b.count for b in branch) == 2, table.to_text()
+
+
+def _pad_to_square(img, pad_value):  # eriklindernoren/PyTorch-YOLOv3 pytorchyolo/utils/datasets.py
+    _, h, w = img.shape
+    dim_diff = np.abs(h - w)
+    pad1, pad2 = dim_diff // 2, dim_diff - dim_diff // 2
+    pad = (0, 0, pad1, pad2) if h <= w else (pad1, pad2, 0, 0)
+    return F.pad(img, pad, "constant", value=pad_value)
+
+
+def _pad_to_square_fixed(img, pad_value):  # the printed fix applied
+    _, h, w = img.shape
+    dim_diff = abs(h - w)
+    pad1, pad2 = dim_diff // 2, dim_diff - dim_diff // 2
+    pad = (0, 0, pad1, pad2) if h <= w else (pad1, pad2, 0, 0)
+    return F.pad(img, pad, "constant", value=pad_value)
+
+
+def _letterbox(pad=_pad_to_square):
+    return lambda img: F.interpolate(pad(img, 0).unsqueeze(0), size=16, mode="nearest").squeeze(0)
+
+
+_IMAGES = [(20, 30), (30, 20), (24, 36), (40, 18)]
+
+
+def test_a_numpy_call_on_sizes_is_named_as_holding_their_relation_and_pythons_own_twin_keeps_one_graph():
+    torch.manual_seed(0)
+    images = [torch.rand(3, h, w) for h, w in _IMAGES]
+    compiled = torch.compile(_letterbox(), backend=counting_backend)
+    table, _ = watched_clean(lambda: [compiled(i) for i in images])
+    said = [c for r in table.rows for c in r.causes if "np.abs" in c.words]
+    assert said and all("use Python's abs(h - w) in place of np.abs(h - w)" in c.fix for c in said), table.to_text()
+    assert not [c for r in table.rows for c in r.causes if "memory layout changed" in c.words], table.to_text()
+
+    torch._dynamo.reset()
+    fixed = torch.compile(_letterbox(_pad_to_square_fixed), backend=counting_backend)
+    with DynamoAccount() as account:
+        outputs = [fixed(i) for i in images]
+    assert len(account.compiled()) < table.total_compiles
+    assert all(torch.equal(a, b) for a, b in zip(outputs, [_letterbox()(i) for i in images], strict=True))

@@ -24,6 +24,23 @@ def described(source: str, inputs: Mapping[str, str]) -> str | None:
     return described[int(carried[1])] if carried and int(carried[1]) < len(described) else None
 
 
+def strides_of_sizes(name: str, i: int, g: str, now: str | None) -> Cause | None:
+    """A contiguous tensor's stride guard in a dynamic graph (``img.stride()[0] == img.size()[1]*img.size()[1]``:
+    as many size factors as dimensions after ``i``, one size put for another the graph held equal) failing on
+    a tensor still contiguous (``now``, as described): its sizes broke a relation the graph held, its layout did
+    not change. None for any other guard or tensor."""
+    shape = re.fullmatch(r"\w+\[([\d, ]+)\]", now or "")
+    factors = g.strip().partition(" == ")[2].split("*")
+    if shape is None or len(factors) != len(shape[1].split(", ")) - i - 1:
+        return None
+    return Cause(
+        "specialised",
+        f"{name}'s strides follow its sizes, which broke a relation the graph held (its layout did not change)",
+        g,
+        "none of its own: it goes with the size change (see that cause)",
+    )
+
+
 def layout_words(name: str, detail: str, g: str, now: str | None, parameter: bool) -> Cause:
     """A tensor's memory layout changed (a stride guard): named as it is now where the call's input is
     described (``now``: ``f32[2, 3, 16, 16] channels_last``; contiguous where no layout is said), else in general."""

@@ -93,6 +93,9 @@ def set_by(f: Failure) -> tuple[str, str]:
     return f" by your code at {at}" + (f" ({code})" if code else "") + more, ""
 
 
+_SIZES_RELATED = re.compile(r"(\S+\.size\(\)\[\d+\]) == (?:-?\d+ \+ )?(\S+\.size\(\)\[\d+\])")
+
+
 def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
     """The conditions (``<``, ``<=``, ``!=``) a graph's own ``guards`` hold, by what they bound in the user's
     names (``x dim 0``, ``alpha``), each as (its words, Dynamo's guard): a value or size outside one
@@ -110,6 +113,7 @@ def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict
                 out.setdefault(renamed(local_name(item), names), []).append((member[0], g.strip()))
             continue
         held_to = re.fullmatch(r".+[-+*/%].+ == -?\d+(?:\.\d+)?", text)  # computed from sizes, held to one value
+        held_to = held_to or _SIZES_RELATED.fullmatch(text)  # np.abs(h - w): h == 10 + w
         if (
             ("==" in text and not held_to)
             or not (held_to or _COMPARED.search(text))

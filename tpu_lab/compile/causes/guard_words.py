@@ -14,7 +14,7 @@ from tpu_lab.compile.causes.guard_backend import backend_words
 from tpu_lab.compile.causes.guard_containers import container_words
 from tpu_lab.compile.causes.guard_derived import derived_words, size_left_words
 from tpu_lab.compile.causes.guard_hooks import hook_words
-from tpu_lab.compile.causes.guard_layouts import described, layout_words, offset_words, rank_fix
+from tpu_lab.compile.causes.guard_layouts import described, layout_words, offset_words, rank_fix, strides_of_sizes
 from tpu_lab.compile.causes.guard_members import member_words
 from tpu_lab.compile.causes.guard_objects import none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
@@ -34,6 +34,7 @@ from tpu_lab.compile.causes.guard_values import (
     value_words,
 )
 from tpu_lab.compile.causes.held_numbers import tuple_words
+from tpu_lab.compile.causes.numpy_sizes import numpy_relation_words
 from tpu_lab.compile.causes.tensor_kinds import tensor_type_words
 from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.sources.value_text import other_number
@@ -272,12 +273,15 @@ def words(
     if m := _STRIDE_IS_SIZE.fullmatch(g.strip()):  # a dynamic graph's layout, seen through its symbolic strides
         name = local_name(m["name"])
         detail = f"the graph assumed stride {m['i']} equal to {'a size' if '*' not in g else 'a product of sizes'}"
-        return layout_words(name, detail, g, (inputs or {}).get(name), False)
+        now = (inputs or {}).get(name)
+        return strides_of_sizes(name, int(m["i"]), g, now) or layout_words(name, detail, g, now, False)
     if (cause := offset_words(g) or size_left_words(g, at)) is not None:  # a pad's length at 0 or 1
         return cause
     kept = as_range(g, ()) if _BOUND.search(g) else ""  # what a condition on one size keeps of it
     if _BOUND.search(g) and " % " not in kept and (cause := size_value_words(g, set_by(f)[0], at, f.code)):
         return cause  # a number computed from a size, held to one value: each value is a graph (not odd sizes)
+    if not set_by(f)[1] and (cause := numpy_relation_words(g, set_by(f)[0], f.code, at)):
+        return cause  # np.abs(h - w) holds h - w to one value
     if _BOUND.search(g) and re.search(r"[<>]=?|[!=]=", g):
         line, library = set_by(f)
         said = kept or bare(local_name(g))
