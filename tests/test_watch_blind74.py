@@ -151,3 +151,41 @@ def test_a_numpy_call_on_sizes_is_named_as_holding_their_relation_and_pythons_ow
         outputs = [fixed(i) for i in images]
     assert len(account.compiled()) < table.total_compiles
     assert all(torch.equal(a, b) for a, b in zip(outputs, [_letterbox()(i) for i in images], strict=True))
+
+
+def _deform_attn(value, value_spatial_shapes, sampling_locations, attention_weights):
+    # fundamentalvision/Deformable-DETR models/ops/functions/ms_deform_attn_func.py (ms_deform_attn_core_pytorch)
+    N_, _S, M_, D_ = value.shape
+    _, Lq_, M_, L_, P_, _ = sampling_locations.shape
+    value_list = value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)
+    sampling_grids = 2 * sampling_locations - 1
+    sampling_value_list = []
+    for lid_, (H_, W_) in enumerate(value_spatial_shapes):
+        value_l_ = value_list[lid_].flatten(2).transpose(1, 2).reshape(N_ * M_, D_, H_, W_)
+        sampling_grid_l_ = sampling_grids[:, :, :, lid_].transpose(1, 2).flatten(0, 1)
+        sampling_value_list.append(F.grid_sample(value_l_, sampling_grid_l_, align_corners=False))
+    attention_weights = attention_weights.transpose(1, 2).reshape(N_ * M_, 1, Lq_, L_ * P_)
+    output = (torch.stack(sampling_value_list, dim=-2).flatten(-2) * attention_weights).sum(-1).view(N_, M_ * D_, Lq_)
+    return output.transpose(1, 2).contiguous()
+
+
+def _deform_inputs(shapes):
+    torch.manual_seed(0)
+    sizes = torch.tensor(shapes)
+    value = torch.randn(1, int(sizes.prod(1).sum()), 2, 4)
+    return value, sizes, torch.rand(1, 3, 2, len(shapes), 2, 2), torch.rand(1, 3, 2, len(shapes), 2).softmax(-1)
+
+
+def test_values_read_back_as_split_sizes_are_told_to_be_python_ints_never_capture_scalar_outputs():
+    # capture_scalar_outputs (Dynamo's own hint) made the compiled backward raise there in round 74
+    calls = [_deform_inputs(s) for s in ([[4, 4], [2, 2]], [[6, 4], [3, 2]])]
+    compiled = torch.compile(_deform_attn, backend=counting_backend)
+    table, _ = watched_clean(lambda: [compiled(*c) for c in calls])
+    (split,) = [b for b in table.breaks if "value_list = value.split(" in b.fix]
+    assert "capture_scalar_outputs" not in split.fix and "as Python ints (.tolist())" in split.fix, table.to_text()
+
+    torch._dynamo.reset()  # the fix applied: the sizes as Python ints, read once outside
+    with DynamoAccount() as account:
+        outputs = [compiled(v, s.tolist(), loc, w) for v, s, loc, w in calls]
+    assert not account.graph_breaks()
+    assert all(torch.allclose(a, _deform_attn(*c)) for a, c in zip(outputs, calls, strict=True))

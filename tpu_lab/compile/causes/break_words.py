@@ -29,7 +29,7 @@ from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_missing, numpy_
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
 from tpu_lab.compile.causes.resumed import carried_call
 from tpu_lab.compile.causes.rnn_breaks import with_rnn_cost
-from tpu_lab.compile.causes.shape_ops import SHAPED, shape_op_said, sizes_set_by
+from tpu_lab.compile.causes.shape_ops import SHAPED, SIZES_FIX, shape_op_said, sized_here, sizes_set_by
 from tpu_lab.compile.causes.symbolic_numbers import python_int_fix, python_result, symbolic_number
 from tpu_lab.compile.causes.whole_breaks import constructor_words, numpy_number, told_whole
 from tpu_lab.compile.sources.dynamo_catalog import break_type, unresolved_names
@@ -126,11 +126,6 @@ def _on_the_line(hint: str, code: str) -> str:
     return f"call `{name}` outside the compiled function and pass its result in (Dynamo cannot trace it)"
 
 
-_SIZES_FIX = (  # the value the branch reads sets a tensor's size later: sizes are Python ints in a graph
-    "the value also sets a tensor's size ({0}), and a graph's sizes are Python ints, so no mask, torch.where or "
-    "torch.cond holds it: compute it outside the compiled function as Python ints (.tolist()) and compile only the "
-    "work per size (each value a graph of its own), or leave this part uncompiled"
-)
 _NO_READ_FIX = use.CONTROL_FIX.replace(": capture_scalar_outputs only moves the break there;", ";")  # no .item() here
 BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
 TRAINING_STEP_FIX = (
@@ -275,9 +270,13 @@ def _break_words(
     )
     if ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
-    elif ours and (scalar or "data-dependent" in reason.lower()) and use.controls_python(code, *at):
+    elif (
+        ours
+        and (scalar or "data-dependent" in reason.lower())
+        and (use.controls_python(code, *at) or (scalar and sized_here(code)))
+    ):
         sized = sizes_set_by(code, *at)  # TimesNet's period: a size, which no mask or torch.cond can hold
-        fix = _SIZES_FIX.format(sized) if sized else use.CONTROL_FIX if scalar else _NO_READ_FIX
+        fix = SIZES_FIX.format(sized) if sized else use.CONTROL_FIX if scalar else _NO_READ_FIX
         cause = dataclasses.replace(cause, fix=fix)
     elif ours and scalar and use.feeds_bookkeeping(code, *at):
         cause = dataclasses.replace(cause, fix=use.bookkeeping_fix(code))

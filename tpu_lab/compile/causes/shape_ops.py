@@ -132,10 +132,25 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
 _SIZING = re.compile(r"\.(?:reshape|view|expand|new_zeros|unfold)\(|\btorch\.(?:zeros|ones|empty|full|arange)\(")
 
 
+SIZES_FIX = (  # a value read back sets a tensor's size (there, or later): sizes are Python ints in a graph
+    "the value also sets a tensor's size ({0}), and a graph's sizes are Python ints, so no mask, torch.where or "
+    "torch.cond holds it: compute it outside the compiled function as Python ints (.tolist()) and compile only the "
+    "work per size (each value a graph of its own), or leave this part uncompiled"
+)
+
+
+def sized_here(code: str) -> bool:
+    """Whether the user's line ``code`` itself sets sizes from what it reads (Deformable DETR's
+    ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])``): a value read back there is a size."""
+    return _SIZING.search(code) is not None or re.search(r"\.split\(\s*\[", code) is not None
+
+
 def sizes_set_by(code: str, file: str, line: int) -> str:
-    """A later line of the block around ``file:line`` (a branch on a value: ``if T % period != 0:``) that sets a
-    tensor's size with a name the branch reads (``out.reshape(B, length // period, period, N)``): "line N (its
-    code)", or ""."""
+    """The line at ``file:line`` where it sets sizes itself (``sized_here``), else a later line of the block
+    around it (a branch on a value: ``if T % period != 0:``) that sets a tensor's size with a name the branch
+    reads (``out.reshape(B, length // period, period, N)``): "line N (its code)", or ""."""
+    if sized_here(code):
+        return f"line {line} ({code.strip()})"
     # bare names only: a number (period), never a tensor the condition reads through a method (x.sum() > 0)
     names = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*[(.\[])", code)) - {
         "if",
