@@ -189,3 +189,28 @@ def test_values_read_back_as_split_sizes_are_told_to_be_python_ints_never_captur
         outputs = [compiled(v, s.tolist(), loc, w) for v, s, loc, w in calls]
     assert not account.graph_breaks()
     assert all(torch.allclose(a, _deform_attn(*c)) for a, c in zip(outputs, calls, strict=True))
+
+
+class _Scaled(nn.Linear):  # cloneofsimo/lora lora_diffusion/lora.py: LoraInjectedLinear's float scale
+    def __init__(self):
+        super().__init__(4, 4)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+def test_every_guard_merged_into_one_cause_is_shown_by_the_users_names():
+    # tune_lora_scale sets every injected layer's scale: eight guards in one cause, each shown as self[...]
+    layers = nn.Sequential(_Scaled(), nn.ReLU(), _Scaled())
+    model = torch.compile(layers, backend=counting_backend)
+
+    def run():
+        for scale in (0.0, 0.5):
+            for i in (0, 2):
+                layers[i].scale = scale
+            model(torch.randn(2, 4))
+
+    table, _ = watched_clean(run)
+    shown = [g for r in table.rows for g in r.shown_guard.splitlines()]
+    assert len([g for g in shown if "scale" in g]) == 2 and not [g for g in shown if "fn[" in g], shown

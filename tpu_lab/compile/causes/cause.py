@@ -132,7 +132,10 @@ _CONTAINS = re.compile(r"(?P<not>not )?___dict_contains\((?P<key>'[^']*'|\([^()]
 def readable_guard(guard: str, names: tuple[tuple[str, str], ...] = ()) -> str:
     """Dynamo's guard text as the user's code names things (what it checks is unchanged): inputs by their
     names (``args[0]`` -> ``pixel_values``, ``L['x']`` -> ``x``), a module's children as attributes, a
-    type check as ``type(x) is float``, an identity check as ``x is the same object``."""
+    type check as ``type(x) is float``, an identity check as ``x is the same object``. Guards merged into one
+    text (one per line) are each read so."""
+    if "\n" in guard:
+        return "\n".join(readable_guard(line, names) for line in guard.splitlines())
     g = _TYPE_CHECK.sub(
         lambda m: f"type({m['name']}) is {m['cls'].rsplit('.', 1)[-1]}" if m["cls"] else f"type({m['name']}) unchanged",
         guard,
