@@ -93,7 +93,9 @@ def set_by(f: Failure) -> tuple[str, str]:
     return f" by your code at {at}" + (f" ({code})" if code else "") + more, ""
 
 
-_SIZES_RELATED = re.compile(r"(\S+\.size\(\)\[\d+\]) == (?:-?\d+ \+ )?(\S+\.size\(\)\[\d+\])")
+# two sizes held a fixed distance apart (np.abs(h - w) took their difference as a number); equal sizes are a
+# broadcast's or a cat's, which every later pair of equal sizes meets: no bound worth telling
+_SIZES_RELATED = re.compile(r"(\S+\.size\(\)\[\d+\]) == -?\d+ \+ (\S+\.size\(\)\[\d+\])")
 
 
 def held(guards: Sequence[str] | None, names: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
