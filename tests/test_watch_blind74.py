@@ -214,3 +214,26 @@ def test_every_guard_merged_into_one_cause_is_shown_by_the_users_names():
     table, _ = watched_clean(run)
     shown = [g for r in table.rows for g in r.shown_guard.splitlines()]
     assert len([g for g in shown if "scale" in g]) == 2 and not [g for g in shown if "fn[" in g], shown
+
+
+class _Filter:  # KalmanNet filters/Linear_KF.py: a plain object whose batched state is an attribute
+    def __init__(self, batch):
+        self.m1x_0 = torch.zeros(batch, 2, 1)
+        self.F = torch.eye(2)
+
+    def step(self, y):
+        self.m1x_0 = self.F @ self.m1x_0 + y
+        return self.m1x_0
+
+
+def test_a_mark_on_a_plain_objects_tensor_names_that_object_never_a_module():
+    def run():
+        for batch in (4, 3):
+            kf = _Filter(batch)
+            torch.compile(kf.step, backend=counting_backend)(torch.randn(batch, 2, 1))
+
+    table, _ = watched_clean(run)
+    fixes = [c.fix for r in table.rows for c in r.causes if "maybe_mark_dynamic(" in c.fix]
+    assert fixes and all("module" not in f and "obj being the _Filter whose method you compiled" in f for f in fixes), (
+        table.to_text()
+    )

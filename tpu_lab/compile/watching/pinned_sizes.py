@@ -58,7 +58,7 @@ def settled(
             every = ", ".join(d for d in dict.fromkeys(f"{n} dim {i}" for n, i in _MARKS.findall(c.fix)) if d in dims)
             fix = f"none needed: Dynamo made {every or dim} dynamic, so later sizes reuse this graph; to skip even this one: "
             c = dataclasses.replace(c, fix=fix + c.fix if dim not in before else fix.split(";")[0] + _AFTER_PINS)
-            c = _held(_together(c, [o for o in causes if o.kind == "size"], dims))
+            c = _held(_together(c, [o for o in causes if o.kind == "size"], dims), cap)
         elif not m and c.kind == "size" and (made := _mismatched(c.guard)) and made <= dims:  # a library's input
             fix = f"none needed: Dynamo made {', '.join(sorted(made))} dynamic, so later sizes reuse this graph"
             rest = c.fix.replace(UNTIL_DYNAMIC, "").removeprefix(UNTIL_MARKED)
@@ -139,13 +139,18 @@ def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
     )
 
 
-def _held(c: RowCause) -> RowCause:
-    """A mark on a tensor the module keeps (``self.content_loss_4.target``), by a name the user holds."""
+def _held(c: RowCause, cap: Capture | None) -> RowCause:
+    """A mark on a tensor the module keeps (``self.content_loss_4.target``), by a name the user holds: the
+    module compiled, or the plain object whose method was compiled (a Kalman filter's ``KF.GenerateBatch``)."""
     if "maybe_mark_dynamic(self." not in c.fix:
         return c
-    fix = c.fix.replace("maybe_mark_dynamic(self.", "maybe_mark_dynamic(model.")
-    last = list(re.finditer(r"torch\._dynamo\.maybe_mark_dynamic\([^()]*\)", fix))[-1]  # then who model is
-    return dataclasses.replace(c, fix=f"{fix[: last.end()]}, model being the module you compiled{fix[last.end() :]}")
+    kind = dict(cap.signature).get("self", "") if cap is not None else ""
+    plain = bool(kind) and not re.search(r" \((?:train|eval)\)$", kind)
+    holder, said = ("obj", f"obj being the {kind} whose method you compiled") if plain else ("model", "")
+    fix = c.fix.replace("maybe_mark_dynamic(self.", f"maybe_mark_dynamic({holder}.")
+    last = list(re.finditer(r"torch\._dynamo\.maybe_mark_dynamic\([^()]*\)", fix))[-1]  # then who it is
+    said = said or "model being the module you compiled"
+    return dataclasses.replace(c, fix=f"{fix[: last.end()]}, {said}{fix[last.end() :]}")
 
 
 _KEPT = re.compile(r"(self\.[\w.]+), a tensor the module keeps between calls, changed size \(dimension (\d+):")
