@@ -237,3 +237,51 @@ def test_a_mark_on_a_plain_objects_tensor_names_that_object_never_a_module():
     assert fixes and all("module" not in f and "obj being the _Filter whose method you compiled" in f for f in fixes), (
         table.to_text()
     )
+
+
+class _Decoder(nn.Module):  # itsmesauravk/Neural-Machine-Translation... langconv_api/app/models/decoder.py
+    def __init__(self, vocab=13, width=8):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, width)
+        self.rnn = nn.GRU(width, width, batch_first=True)
+        self.fc_out = nn.Linear(width, vocab)
+
+    def forward(self, input, hidden):
+        output, hidden = self.rnn(self.embedding(input.unsqueeze(1)), hidden)
+        return self.fc_out(output.squeeze(1)), hidden
+
+
+class _Seq2Seq(nn.Module):  # the same repository's seq2seq.py: teacher forcing feeds a column of trg, or top1
+    def __init__(self, contiguous=False):
+        super().__init__()
+        self.decoder, self.contiguous = _Decoder(), contiguous
+
+    def forward(self, trg, teacher_forcing_ratio=0.5):
+        hidden = torch.zeros(1, trg.shape[0], 8)
+        input = trg[:, 0].contiguous() if self.contiguous else trg[:, 0]
+        for t in range(1, trg.shape[1]):
+            output, hidden = self.decoder(input, hidden)
+            teacher_force = torch.rand(1).item() < teacher_forcing_ratio
+            column = trg[:, t].contiguous() if self.contiguous else trg[:, t]
+            input = column if teacher_force else output.argmax(1)
+        return output
+
+
+def _translate(model):
+    torch.manual_seed(0)
+    compiled = torch.compile(model, backend=counting_backend)
+    outputs = [compiled(torch.randint(1, 13, (2, n))) for n in (4, 4, 5)]  # training, teacher forcing half the time
+    with torch.no_grad():  # then evaluation: each step feeds the argmax back
+        return [o.detach() for o in outputs] + [compiled(torch.randint(1, 13, (2, 4)), 0)]
+
+
+def test_a_strided_column_then_a_tensor_of_its_own_is_told_as_a_view_and_contiguous_removes_the_compiles():
+    table, _ = watched_clean(lambda: _translate(_Seq2Seq()))
+    said = [c for r in table.rows for c in r.causes]
+    assert not [c for c in said if "an input is now of another type" in c.words], table.to_text()
+    assert [c for c in said if ".contiguous() where" in c.fix], table.to_text()
+
+    torch._dynamo.reset()
+    with DynamoAccount() as fixed:
+        _translate(_Seq2Seq(contiguous=True))
+    assert len(fixed.compiled()) < table.total_compiles

@@ -93,10 +93,11 @@ _OFFSET = re.compile(r"^(?:(?P<lo>\d+) <= )?(?P<name>.+?)\.storage_offset\(\)(?:
 
 def offset_words(g: str) -> Cause | None:
     """A storage-offset guard (``2 <= past[0].storage_offset()``): a dynamic graph built for a view into a
-    larger tensor (split, chunk, slicing) met a tensor of its own, or the other way round."""
+    larger tensor (split, chunk, slicing) met a tensor of its own, or the other way round; so does a stride
+    bound (``stride_bound_words``)."""
     m = _OFFSET.match(g.strip())
     if m is None:
-        return None
+        return stride_bound_words(g)
     name = local_name(m["name"])
     held = f"offset {m['lo']} or more" if m["lo"] else f"offset {m['op']} {m['n']}" if m["op"] else "another offset"
     return Cause(
@@ -106,6 +107,26 @@ def offset_words(g: str) -> Cause | None:
         g,
         f"pass {name} the same way every call: where it is made as a view, .clone() it (every call then passes a "
         "tensor of its own), or always pass a view",
+    )
+
+
+_STRIDE_BOUND = re.compile(r"^(?P<lo>\d+) <= (?P<name>.+?)\.stride\(\)\[(?P<i>\d+)\]$")
+
+
+def stride_bound_words(g: str) -> Cause | None:
+    """A stride held at 2 or more (``2 <= input.stride()[0]``): a dynamic graph built for a strided view (a
+    column ``trg[:, t]``) met a tensor laid out as its own (``output.argmax(1)``), whose stride there is 1."""
+    m = _STRIDE_BOUND.match(g.strip())
+    if m is None:
+        return None
+    name = local_name(m["name"])
+    return Cause(
+        "stride",
+        f"{name}'s stride {m['i']} fell below {m['lo']}: the graph was compiled for a strided view (a column or "
+        f"every other element of a larger tensor), and {name} is now laid out as a tensor of its own",
+        g,
+        f"pass {name} the same way every call: .contiguous() where it is made as a strided view (a tensor of its "
+        "own every call), or always pass a view",
     )
 
 

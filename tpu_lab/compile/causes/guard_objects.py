@@ -16,6 +16,7 @@ _TORCH_CONSTANT = re.compile(r"^(?P<name>\S+) == torch\.(?P<value>\w+)$")  # a d
 # Dynamo reports a guard whose check raised by the exception's text: an input it compared by value with ==
 # (a tuple of ints) now holds tensors, whose == is elementwise; or one whose type no longer supports the check
 _TENSOR_TRUTH = "Boolean value of Tensor with more than one value is ambiguous"
+_NONE_HAS = "'NoneType' object has no attribute"
 _RAISED = re.compile(
     r"^(?:unsupported operand type\(s\) for .+|'\w+' object (?:is not (?:subscriptable|iterable|callable)|has no "
     r"attribute '\w+')|\w+\(\) argument .+|object of type '\w+' has no len\(\))$"
@@ -48,6 +49,16 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             "each function passed is its own graph",
             g,
             _FN_FIX,
+        )
+    if g.strip().startswith(_NONE_HAS):
+        return Cause(
+            "type",
+            f"checking one of Dynamo's guards raised ({g.strip()}), which Dynamo counts as a failed guard: what it "
+            "checks is now None (the tensor a view was taken from, once an input that was a slice is a tensor of "
+            "its own; or an attribute set to None)",
+            g,
+            "pass each input the same way every call (a tensor of its own: .contiguous() or .clone() where a slice "
+            "is made; or always a view), and keep attributes the code reads from becoming None",
         )
     if _RAISED.match(g.strip()):
         return Cause(
