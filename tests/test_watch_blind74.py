@@ -285,3 +285,52 @@ def test_a_strided_column_then_a_tensor_of_its_own_is_told_as_a_view_and_contigu
     with DynamoAccount() as fixed:
         _translate(_Seq2Seq(contiguous=True))
     assert len(fixed.compiled()) < table.total_compiles
+
+
+class _Encoder(nn.Module):  # the same repository's encoder.py: the GRU breaks the graph, so this is a frame apart
+    def __init__(self):
+        super().__init__()
+        self.embedding, self.rnn = nn.Embedding(13, 8), nn.GRU(8, 8, batch_first=True)
+
+    def forward(self, src):
+        return self.rnn(self.embedding(src))[1]
+
+
+class _Translator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder, self.out = _Encoder(), nn.Linear(8, 13)
+
+    def forward(self, src):
+        return self.out(self.encoder(src))
+
+
+def _encode(mark=False):
+    torch.manual_seed(0)
+    model = _Translator()
+    compiled = torch.compile(model, backend=counting_backend)
+    for n in (5, 6):  # training: the batches are held by name here
+        src = torch.randint(1, 13, (2, n))
+        if mark:
+            torch._dynamo.maybe_mark_dynamic(src, 1)
+        compiled(src)
+    model.eval()
+    with torch.no_grad():
+        compiled(torch.randint(1, 13, (2, 5)))  # evaluation's batch is made in the call: nobody holds it
+
+
+def test_a_mark_offered_on_the_callers_tensor_holds_when_a_later_compile_got_a_tensor_nobody_holds():
+    table, _ = watched_clean(_encode)
+    fixes = [c.fix for r in table.rows if r.function.startswith("_Encoder.forward") for c in r.causes]
+    assert [f for f in fixes if "torch._dynamo.maybe_mark_dynamic(src, 1)): the same tensor" in f], table.to_text()
+    assert not [f for f in fixes if "nothing to mark" in f], table.to_text()
+
+    torch._dynamo.reset()
+    with DynamoAccount() as fixed:
+        _encode(mark=True)
+    encoder = [
+        r
+        for r in fixed.compiled()
+        if r.co_name == "forward" and r.co_firstlineno == _Encoder.forward.__code__.co_firstlineno
+    ]
+    assert len(encoder) < sum(r.compiles for r in table.rows if r.function.startswith("_Encoder.forward ("))

@@ -90,7 +90,9 @@ class Fold:
         self.forward_of[cap.compile_id] = cap
         self.code_of[cap.function] = cap.code and (cap.code.co_filename, cap.code.co_firstlineno, cap.code.co_name)
         self.caller_of[cap.function] = cap.caller  # the package whose code called it ("": the user's)
-        self.passed[cap.function] = cap.passed  # its inputs a caller holds too: a mark there reaches them
+        # its inputs a caller holds too (a mark there reaches them), from any compile: evaluation's inline tensor
+        # (model(torch.randint(...))) holds none, but the training call's src was held in main
+        self.passed[cap.function] = tuple(dict.fromkeys((*self.passed.get(cap.function, ()), *cap.passed)))[:16]
         for code in cap.callers:
             self.under.setdefault(code, set()).add(cap.function)
         if cap.hooks:

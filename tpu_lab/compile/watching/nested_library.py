@@ -47,7 +47,9 @@ def said_at_the_call(
             home = enclosing_def(top.filename, top.line)  # a resumed part's own function, by its class
             caller = next((o.name for o in forward if o.filename == top.filename and o.line == home), top.label)
             caller = caller.split(" after the graph break")[0]
-            held = {i: (o, w) for i, o, w in (passed or {}).get(key, ())}
+            held: dict[str, tuple[str, str]] = {}
+            for i, o, w in (passed or {}).get(key, ()):
+                held.setdefault(i, (o, w))  # the first compile's holder: later ones add what it lacked
             row.causes = [dataclasses.replace(c, fix=_marked_where_held(c.fix, held, caller)) for c in row.causes]
         elif caller_of.get(key) or stdlib:
             fix = _fix(key, outer)
