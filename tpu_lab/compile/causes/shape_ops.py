@@ -141,8 +141,17 @@ SIZES_FIX = (  # a value read back sets a tensor's size (there, or later): sizes
 
 def sized_here(code: str) -> bool:
     """Whether the user's line ``code`` itself sets sizes from what it reads (Deformable DETR's
-    ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])``): a value read back there is a size."""
-    return _SIZING.search(code) is not None or re.search(r"\.split\(\s*\[", code) is not None
+    ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])``): a value read back there is a size. Sizes
+    written as numbers (``torch.empty(1).uniform_(...).item()``) are no sizes the value sets."""
+    for m in re.finditer(rf"{_SIZING.pattern}|\.split\(\s*\[", code):
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        given = re.sub(r"\b\w+\s*=(?!=)[^,]*", "", code[m.end() : i - 1])  # keywords: dim=1, dtype=...
+        if re.search(r"[A-Za-z_]", given):  # a name among its sizes: a size from values
+            return True
+    return False
 
 
 def sizes_set_by(code: str, file: str, line: int) -> str:
