@@ -252,15 +252,18 @@ class _Decoder(nn.Module):  # itsmesauravk/Neural-Machine-Translation... langcon
 
 
 class _Seq2Seq(nn.Module):  # the same repository's seq2seq.py: teacher forcing feeds a column of trg, or top1
-    def __init__(self, contiguous=False):
+    def __init__(self, contiguous=False, branchless=False):
         super().__init__()
-        self.decoder, self.contiguous = _Decoder(), contiguous
+        self.decoder, self.contiguous, self.branchless = _Decoder(), contiguous, branchless
 
     def forward(self, trg, teacher_forcing_ratio=0.5):
         hidden = torch.zeros(1, trg.shape[0], 8)
         input = trg[:, 0].contiguous() if self.contiguous else trg[:, 0]
         for t in range(1, trg.shape[1]):
             output, hidden = self.decoder(input, hidden)
+            if self.branchless:  # the printed fix applied: the draw stays a tensor, torch.where picks
+                input = torch.where(torch.rand(1) < teacher_forcing_ratio, trg[:, t], output.argmax(1))
+                continue
             teacher_force = torch.rand(1).item() < teacher_forcing_ratio
             column = trg[:, t].contiguous() if self.contiguous else trg[:, t]
             input = column if teacher_force else output.argmax(1)
@@ -334,3 +337,16 @@ def test_a_mark_offered_on_the_callers_tensor_holds_when_a_later_compile_got_a_t
         if r.co_name == "forward" and r.co_firstlineno == _Encoder.forward.__code__.co_firstlineno
     ]
     assert len(encoder) < sum(r.compiles for r in table.rows if r.function.startswith("_Encoder.forward ("))
+
+
+def test_a_number_read_back_that_a_conditional_expression_tests_gets_the_control_flow_fix():
+    # with allow_rnn the teacher-forcing draw is the first break, inside the loop: the frame is given up
+    with torch._dynamo.config.patch(allow_rnn=True):
+        table, _ = watched_clean(lambda: _translate(_Seq2Seq()))
+        drawn = [b for b in table.breaks if "Tensor.item()" in b.words]
+        assert drawn and all("the value decides Python control flow" in b.fix for b in drawn), table.to_text()
+        assert not [c for r in table.rows for c in r.causes if "capture_scalar_outputs = True" in c.fix]
+        torch._dynamo.reset()
+        with DynamoAccount() as fixed:
+            _translate(_Seq2Seq(branchless=True))
+    assert not fixed.graph_breaks() and not fixed.failed()

@@ -40,6 +40,9 @@ def _feeds_branch(code: str, file: str, line: int) -> bool:
     return later_branch(code, file, line, follow=True)[0] > 0
 
 
+_CHOOSES = re.compile(r"\bif\s+(.+?)\s+else\b")  # a conditional expression's test: a seq2seq's teacher forcing
+
+
 def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, str]:
     """(line, code) of the first later if/while of ``code``'s block that tests the name ``code`` assigns, or
     (``follow``) a name later assigned from it; (0, '') where there is none."""
@@ -55,7 +58,8 @@ def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, st
         if text.strip() and len(text) - len(text.lstrip()) < indent:
             break
         used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
-        if used and (re.match(r"\s*(?:if|elif|while)\b", text) or (follow and _ORDERS.search(text))):
+        tested = any(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", t[1])) & tracked for t in _CHOOSES.finditer(text))
+        if used and (re.match(r"\s*(?:if|elif|while)\b", text) or tested or (follow and _ORDERS.search(text))):
             return n, text.strip()
         if follow and used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
             tracked.add(a[1])
