@@ -2,6 +2,7 @@
 more. Each is checked against Dynamo's own account, with the printed fix applied where it is an action."""
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
@@ -350,3 +351,29 @@ def test_a_number_read_back_that_a_conditional_expression_tests_gets_the_control
         with DynamoAccount() as fixed:
             _translate(_Seq2Seq(branchless=True))
     assert not fixed.graph_breaks() and not fixed.failed()
+
+
+def _soft_update_batch(batch):  # pranz24/pytorch-soft-actor-critic sac.py: the replay batch made a tensor
+    state_batch = torch.FloatTensor(batch)
+    return state_batch * 2
+
+
+def _soft_update_batch_fixed(batch):  # the printed fix applied
+    state_batch = torch.tensor(batch, dtype=torch.float32)
+    return state_batch * 2
+
+
+def test_a_legacy_typed_constructor_refusing_numpy_data_under_compile_is_told_with_a_constructor_that_works():
+    batch = np.random.default_rng(0).random((4, 3))  # float64, as a replay buffer's np.stack gives
+
+    def run():
+        with pytest.raises(Exception, match="TensorOptions"):
+            torch.compile(_soft_update_batch, backend=counting_backend)(batch)
+
+    table, _ = watched_clean(run)
+    (failed,) = [c for r in table.rows for c in r.causes if c.kind == "failed"]
+    assert "torch.FloatTensor(...) gets float64 data here" in failed.words, table.to_text()
+    assert failed.fix.startswith("build it with torch.tensor(data, dtype=torch.float32)"), failed.fix
+    torch._dynamo.reset()
+    fixed = torch.compile(_soft_update_batch_fixed, backend=counting_backend)(batch)
+    assert torch.equal(fixed, _soft_update_batch(batch))

@@ -49,6 +49,27 @@ def legacy_fix(words: str, code: str = "") -> str:
     return LEGACY_FIX if LEGACY in words else _TYPED_FIX if _TYPED in words else ""
 
 
+_REJECTED = re.compile(r"expected TensorOptions\(dtype=(\w+).*?\(got TensorOptions\(dtype=(\w+)")
+_DTYPES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32"}
+
+
+def typed_rejected(words: str, code: str) -> tuple[str, str] | None:
+    """(words, fix) where a legacy typed constructor on the user's line (``torch.FloatTensor(batch)``) rejected
+    the data under compile: eagerly it converts a NumPy float64 array, but Dynamo passes the array in as a
+    float64 tensor, which the constructor refuses (SAC's replay batch). None for any other failure."""
+    rejected, ctor = _REJECTED.search(words), re.search(r"\btorch\.(\w+Tensor)\(", code)
+    if rejected is None or ctor is None:
+        return None
+    want, got = (_DTYPES.get(d, d) for d in rejected.groups())
+    return (
+        f"torch.{ctor[1]}(...) gets {got} data here (a NumPy array): eagerly the legacy constructor converts it to "
+        f"{want}, but under compile Dynamo passes the array in as a {got} tensor, which torch.{ctor[1]} refuses",
+        f"build it with torch.tensor(data, dtype=torch.{want}) (or torch.as_tensor(data, dtype=torch.{want})) in place "
+        f"of torch.{ctor[1]}(data): "
+        "Dynamo traces that, and eager gives the same tensor",
+    )
+
+
 def _torch_at_least(major: int, minor: int) -> bool:
     import torch
 

@@ -14,6 +14,7 @@ from tpu_lab.compile.causes.backend_failures import backend_told
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.break_words import graph_break_words
 from tpu_lab.compile.causes.cause import SKIPPED_LATER, Cause, as_logged, local_name, without_fullgraph_hint
+from tpu_lab.compile.causes.legacy_constructors import typed_rejected
 from tpu_lab.compile.causes.library_breaks import LIBRARY_COMPILED
 from tpu_lab.compile.causes.numpy_values import numpy_emulated, numpy_inputs_read_back
 from tpu_lab.compile.causes.operator_failures import fake_fix, operator_fix, operator_words
@@ -132,6 +133,8 @@ def failed_compile(
         fix = fake_fix(no_fake[1]) if no_fake else fix
         fix = fix or (_TRANSFORM_FIX if library.startswith("torch/_functorch/") else "")
         fix = fix or "fix the error the call raised (its message names what Dynamo could not compile)"
+        if typed := typed_rejected(cause.words, code):  # torch.FloatTensor(a float64 array): fine eagerly only
+            words, fix = f"compile of {name} failed{at}{after}: {typed[0]}; the call raised {kind}", typed[1]
         return FailedCompile(words, "\n".join(c.guard for c in recompile if c.guard), fix, cause, "", raises=True)
     elif recompile:
         words = (
