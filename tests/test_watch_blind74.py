@@ -377,3 +377,22 @@ def test_a_legacy_typed_constructor_refusing_numpy_data_under_compile_is_told_wi
     torch._dynamo.reset()
     fixed = torch.compile(_soft_update_batch_fixed, backend=counting_backend)(batch)
     assert torch.equal(fixed, _soft_update_batch(batch))
+
+
+def test_the_steps_of_two_optimizers_are_a_graph_each_never_told_to_reuse_one_instance():
+    # pranz24/pytorch-soft-actor-critic sac.py: the critic's and the policy's optimizers stepped in one update
+    critic, policy = nn.Linear(3, 1), nn.Linear(3, 2)
+    optims = torch.optim.SGD(critic.parameters(), lr=0.1), torch.optim.SGD(policy.parameters(), lr=0.1)
+
+    def update(model, optim, x):
+        model(x).square().mean().backward()
+        optim.step()
+        optim.zero_grad()
+
+    compiled = torch.compile(update, backend=counting_backend)
+    table, _ = watched_clean(
+        lambda: [compiled(m, o, torch.randn(4, 3)) for m, o in zip((critic, policy), optims, strict=True)]
+    )
+    said = [c for r in table.rows for c in r.causes if c.kind == "identity"]
+    assert said and not [c for c in said if "reuse one instance" in c.fix], table.to_text()
+    assert [c for c in said if c.fix.startswith("expected once per optimizer")], table.to_text()

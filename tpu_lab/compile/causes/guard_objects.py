@@ -143,6 +143,14 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         if name.endswith(".__code__"):  # a function passed in: its code, another function's now
             fn = name.removesuffix(".__code__")
             return Cause("identity", f"{fn} is now another function: each function passed is its own graph", g, _FN_FIX)
+        if _optimizer((inputs or {}).get(name, "")):  # SAC's critic, policy and alpha optimizers: one graph each
+            return Cause(
+                "identity",
+                f"{name} is another {(inputs or {})[name]} than the one compiled for: each optimizer's step (its own "
+                "parameters and state) is a graph of its own",
+                g,
+                "expected once per optimizer: nothing to change where each steps its own parameters",
+            )
         return Cause(
             "identity",
             f"{name} is a different object than the one compiled for (another module "
@@ -151,6 +159,14 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             "reuse one instance across calls",
         )
     return None
+
+
+def _optimizer(kind: str) -> bool:
+    """Whether a value described as ``kind`` (``Adam``) is one of torch's optimizers."""
+    import torch
+
+    found = getattr(torch.optim, kind, None) if re.fullmatch(r"[A-Z]\w*", kind) else None
+    return isinstance(found, type) and issubclass(found, torch.optim.Optimizer)
 
 
 _CLASS_FIX = "expected once per class; pass one class, or build the objects outside the compiled function"
