@@ -396,3 +396,44 @@ def test_the_steps_of_two_optimizers_are_a_graph_each_never_told_to_reuse_one_in
     said = [c for r in table.rows for c in r.causes if c.kind == "identity"]
     assert said and not [c for c in said if "reuse one instance" in c.fix], table.to_text()
     assert [c for c in said if c.fix.startswith("expected once per optimizer")], table.to_text()
+
+
+def _label_smoothed_nll_loss(lprobs, target, epsilon, ignore_index=None):
+    # nicola-decao/pytorch-lightning-transformers-seq2seq src/utils.py (fairseq's formula)
+    target = target.unsqueeze(-1)
+    nll_loss = -lprobs.gather(dim=-1, index=target)
+    smooth_loss = -lprobs.sum(dim=-1, keepdim=True)
+    if ignore_index is not None:
+        pad_mask = target.eq(ignore_index)
+        nll_loss.masked_fill_(pad_mask, 0.0)
+        smooth_loss.masked_fill_(pad_mask, 0.0)
+    eps_i = epsilon / (lprobs.size(-1) - 1)
+    return ((1.0 - epsilon - eps_i) * nll_loss.sum() + eps_i * smooth_loss.sum()).item()
+
+
+def _smoothed_losses(mark):
+    torch.manual_seed(0)
+    loss_fn = torch.compile(_label_smoothed_nll_loss, backend=counting_backend)
+    out = []
+    for i, kw in enumerate([dict(ignore_index=1), dict(ignore_index=1), dict(), dict(), dict(ignore_index=1)]):
+        lprobs, target = torch.randn(2, 5 + i % 2, 7).log_softmax(-1), torch.randint(0, 7, (2, 5 + i % 2))
+        if mark == "every" or (mark == "first" and i == 0):
+            torch._dynamo.maybe_mark_dynamic(lprobs, 1)
+            torch._dynamo.maybe_mark_dynamic(target, 1)
+        out.append(loss_fn(lprobs, target, 0.1, **kw))
+    return out
+
+
+def test_a_mark_is_said_on_every_calls_input_where_the_function_compiles_a_graph_for_another_case_later():
+    # the graph for ignore_index=None is compiled at a later call: a mark on the first call's tensors misses it
+    table, _ = watched_clean(lambda: _smoothed_losses(None))
+    marks = [c.fix for r in table.rows for c in r.causes if "maybe_mark_dynamic(lprobs, 1)" in c.fix]
+    assert marks and all("on every call's input, before the call" in f for f in marks), table.to_text()
+
+    counts = {}
+    for mark in ("first", "every"):
+        torch._dynamo.reset()
+        with DynamoAccount() as account:
+            _smoothed_losses(mark)
+        counts[mark] = len(account.compiled())
+    assert counts["every"] < counts["first"], counts

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.guard_derived import RAISE_LIMIT
@@ -88,3 +89,22 @@ def marked_each_call(causes: list[Cause], graph: str) -> list[Cause]:
         dataclasses.replace(c, fix=c.fix.replace(_FIRST_MARK, _EACH_MARK)) if _FIRST_MARK in c.fix else c
         for c in causes
     ]
+
+
+_EACH_CASE_MARK = (
+    "mark the dimension dynamic on every call's input, before the call (a mark on the first call's alone does not "
+    "reach the graphs compiled at later calls for other cases: "
+)
+# what a graph of its own for another case is compiled for (a flag, a value, a mode), at a later call
+_SIZE_KINDS = {"size", "size_one", "specialised", "size_value", "stride", "offset", "rank", "length", "dynamic"}
+_SIZE_KINDS |= {"empty", "no_ops", "limit", "failed", "rewritten", "parameters", "parameter_shape"}
+
+
+def marked_each_call_for_cases(rows: Sequence[tuple[object, Any]]) -> None:
+    """``rows`` ((function, row) pairs) with each mark said "before the first call" said on every call's input
+    where the same function compiled a graph for another case (label smoothing's epsilon, evaluation's grad
+    mode): that graph, compiled at a later call, meets an unmarked input and recompiles on its sizes."""
+    cases = {f for f, r in rows for c in r.causes if c.count and c.kind not in _SIZE_KINDS}
+    for f, r in rows:
+        if f in cases:
+            r.causes = [dataclasses.replace(c, fix=c.fix.replace(_FIRST_MARK, _EACH_CASE_MARK)) for c in r.causes]

@@ -26,6 +26,7 @@ from tpu_lab.compile.causes.first_compile import (
     first_compile_words,
     is_compiled_autograd,
 )
+from tpu_lab.compile.causes.instances import marked_each_call_for_cases
 from tpu_lab.compile.causes.joined import maybe_marked
 from tpu_lab.compile.causes.own_graph import own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
@@ -309,6 +310,7 @@ class Fold:
         nested_library.said_at_the_call(
             (k for k, _ in self.rows), rows, self.under, self.code_of, self.caller_of, self.passed
         )
+        marked_each_call_for_cases([(k, r) for (k, _), r in zip(self.rows, rows, strict=True)])
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)
