@@ -7,8 +7,12 @@ import pytest
 from _dynamo_oracle import dynamo  # noqa: F401  (the fixture, for the watch tests)
 
 HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
-# Marks every process this session starts, so tests count only their own leftovers (tests/_processes.py).
-os.environ.setdefault("TPU_LAB_TEST_SESSION", uuid.uuid4().hex)
+# Marks every process this session starts, so tests count only their own leftovers (tests/_processes.py); a
+# pytest-xdist worker is a session of its own (it inherits the controller's mark, so it takes a new one).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["TPU_LAB_TEST_SESSION"] = uuid.uuid4().hex
+else:
+    os.environ.setdefault("TPU_LAB_TEST_SESSION", uuid.uuid4().hex)
 
 
 @pytest.fixture(scope="session", autouse=True)

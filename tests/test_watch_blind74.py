@@ -340,6 +340,7 @@ def test_a_mark_offered_on_the_callers_tensor_holds_when_a_later_compile_got_a_t
     assert len(encoder) < sum(r.compiles for r in table.rows if r.function.startswith("_Encoder.forward ("))
 
 
+@pytest.mark.slow
 def test_a_number_read_back_that_a_conditional_expression_tests_gets_the_control_flow_fix():
     # with allow_rnn the teacher-forcing draw is the first break, inside the loop: the frame is given up
     with torch._dynamo.config.patch(allow_rnn=True):
@@ -379,6 +380,7 @@ def test_a_legacy_typed_constructor_refusing_numpy_data_under_compile_is_told_wi
     assert torch.equal(fixed, _soft_update_batch(batch))
 
 
+@pytest.mark.slow
 def test_the_steps_of_two_optimizers_are_a_graph_each_never_told_to_reuse_one_instance():
     # pranz24/pytorch-soft-actor-critic sac.py: the critic's and the policy's optimizers stepped in one update
     critic, policy = nn.Linear(3, 1), nn.Linear(3, 2)
@@ -437,3 +439,47 @@ def test_a_mark_is_said_on_every_calls_input_where_the_function_compiles_a_graph
             _smoothed_losses(mark)
         counts[mark] = len(account.compiled())
     assert counts["every"] < counts["first"], counts
+
+
+class _SwitchFeedForward(nn.Module):  # labmlai/annotated_deep_learning_paper_implementations transformers/switch
+    def __init__(self, n_experts=4, d_model=8):
+        super().__init__()
+        self.capacity_factor, self.n_experts = 1.0, n_experts
+        self.experts = nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(n_experts)])
+        self.switch = nn.Linear(d_model, n_experts)
+
+    def forward(self, x):
+        seq_len, batch_size, d_model = x.shape
+        x = x.view(-1, d_model)
+        route_prob_max, routes = torch.max(self.switch(x).softmax(-1), dim=-1)
+        indexes_list = [torch.eq(routes, i).nonzero(as_tuple=True)[0] for i in range(self.n_experts)]
+        final_output = x.new_zeros(x.shape)
+        capacity = int(self.capacity_factor * len(x) / self.n_experts)
+        dropped = []
+        for i in range(self.n_experts):
+            if len(indexes_list[i]) <= capacity:
+                continue
+            dropped.append(indexes_list[i][capacity:])
+            indexes_list[i] = indexes_list[i][:capacity]
+        for i in range(self.n_experts):
+            final_output[indexes_list[i], :] = self.experts[i](x[indexes_list[i], :])
+        if dropped:
+            dropped = torch.cat(dropped)
+            final_output[dropped, :] = x[dropped, :]
+        return (final_output * route_prob_max.view(-1, 1)).view(seq_len, batch_size, d_model)
+
+
+@pytest.mark.slow
+def test_a_long_condition_on_a_carried_lists_item_names_that_item_never_break_of_the_words():
+    torch.manual_seed(0)
+    compiled = torch.compile(_SwitchFeedForward(), backend=counting_backend)
+
+    def run():
+        with torch.no_grad():
+            for step, seq_len in enumerate((6, 6, 10, 6)):
+                torch.manual_seed(100 + step)
+                compiled(torch.randn(seq_len, 2, 8))
+
+    table, _ = watched_clean(run)
+    said = " ".join(c.words for r in table.rows for c in r.causes)
+    assert "too long to quote here" in said and "break[" not in said, table.to_text()

@@ -82,8 +82,14 @@ def held_expr(expr: str) -> str:
     said = bare(local_name(expr))
     if len(said) <= 100:
         return said
-    sizes = " and ".join(sorted(set(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said))))
-    return f"an expression of {sizes or 'sizes'} too long to quote here"
+    return f"an expression of {sizes_read(said)} too long to quote here"
+
+
+def sizes_read(text: str) -> str:
+    """The sizes an expression reads (``x.size()[0] and y.size()[1]``), a value carried over a break's whole
+    (``the value carried over the graph break[2].size()[0]``, named by its line later), else "sizes"."""
+    found = re.findall(rf"(?:{re.escape(CARRIED)})?[\w.\[\]']*\.size\(\)\[\d+\]", text)
+    return " and ".join(sorted(set(found))) or "sizes"
 
 
 _HINTED = re.compile(r"(?P<src>\S+\.__closure__\[\d+\]\.cell_contents) [^\n]*\(HINT: guard on \"(?P<name>\w+)\"\)")

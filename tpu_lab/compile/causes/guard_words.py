@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name
+from tpu_lab.compile.causes.cause import VERBATIM_FIX, Cause, Failure, bare, local_name, sizes_read
 from tpu_lab.compile.causes.guard_aliasing import alias_words
 from tpu_lab.compile.causes.guard_attributes import attribute_words
 from tpu_lab.compile.causes.guard_backend import backend_words
@@ -287,8 +287,7 @@ def words(
         said = kept or bare(local_name(g))
         crossed = "no longer meets a condition" if re.search(r"%|!=", said) else "crossed a bound"  # odd, now even
         if len(said) > 48:  # sympy's expansion of the code's size arithmetic: which sizes, not the expression
-            sizes = " and ".join(sorted(set(re.findall(r"[\w.\[\]']+\.size\(\)\[\d+\]", said))))
-            said = f"a condition on {sizes or 'sizes'} too long to quote here: it is in full in Dynamo's guard"
+            said = f"a condition on {sizes_read(said)} too long to quote here: it is in full in Dynamo's guard"
         return Cause(
             "specialised",
             f"a size {crossed} the graph assumed ({said})" + (f", set{line}" if line else ""),
