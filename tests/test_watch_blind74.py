@@ -11,6 +11,8 @@ from torch import nn
 from tpu_lab.compile.watching.empty_graphs import NO_OPS
 from tpu_lab.testing.dynamo_account import DynamoAccount, counting_backend
 
+_OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
+
 
 class Up(nn.Module):  # milesial/Pytorch-UNet unet/unet_parts.py: pad amounts built as tensors, read by F.pad
     def __init__(self, width, out=None):
@@ -279,6 +281,7 @@ def _translate(model):
         return [o.detach() for o in outputs] + [compiled(torch.randint(1, 13, (2, 4)), 0)]
 
 
+@pytest.mark.skipif(_OLD_DYNAMO, reason="torch 2.13's Dynamo gives up on a whole frame around a GRU: no graph of it")
 def test_a_strided_column_then_a_tensor_of_its_own_is_told_as_a_view_and_contiguous_removes_the_compiles():
     table, _ = watched_clean(lambda: _translate(_Seq2Seq()))
     said = [c for r in table.rows for c in r.causes]
@@ -323,6 +326,7 @@ def _encode(mark=False):
         compiled(torch.randint(1, 13, (2, 5)))  # evaluation's batch is made in the call: nobody holds it
 
 
+@pytest.mark.skipif(_OLD_DYNAMO, reason="torch 2.13's Dynamo gives up on a whole frame around a GRU: no graph of it")
 def test_a_mark_offered_on_the_callers_tensor_holds_when_a_later_compile_got_a_tensor_nobody_holds():
     table, _ = watched_clean(_encode)
     fixes = [c.fix for r in table.rows if r.function.startswith("_Encoder.forward") for c in r.causes]

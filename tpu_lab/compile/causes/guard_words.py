@@ -273,8 +273,8 @@ def words(
     if m := _STRIDE_IS_SIZE.fullmatch(g.strip()):  # a dynamic graph's layout, seen through its symbolic strides
         name = local_name(m["name"])
         detail = f"the graph assumed stride {m['i']} equal to {'a size' if '*' not in g else 'a product of sizes'}"
-        now = (inputs or {}).get(name)
-        return strides_of_sizes(name, int(m["i"]), g, now) or layout_words(name, detail, g, now, False)
+        shown = (inputs or {}).get(name)
+        return strides_of_sizes(name, int(m["i"]), g, shown) or layout_words(name, detail, g, shown, False)
     if (cause := offset_words(g) or size_left_words(g, at)) is not None:  # a pad's length at 0 or 1
         return cause
     kept = as_range(g, ()) if _BOUND.search(g) else ""  # what a condition on one size keeps of it
