@@ -55,6 +55,7 @@ def test_a_graph_emptied_by_a_break_met_again_inside_a_call_is_never_said_to_hav
     table, _ = watched_clean(run)
     said = [c.words for r in table.rows for c in r.causes]
     assert table.graph_breaks, table.to_text()
+    assert [r for r in table.rows if r.function.startswith("forward after the graph break") and r.compiles]
     assert not [w for w in said if NO_OPS in w], table.to_text()
 
 
@@ -91,6 +92,7 @@ def test_a_recompile_is_told_against_its_own_instances_graph_not_one_another_ins
     assert said and not [w for w in said if "another instance of Up" in w and "dimension 2 changed" not in w], (
         table.to_text()
     )
+    assert [w for w in said if w.startswith("x2, x1 dimension 2 changed 15 -> 16")], table.to_text()
 
 
 def _grid(t, step_size):  # rtqichen/torchdiffeq solvers.py: the fixed-step grid of an ODE solver
@@ -435,6 +437,14 @@ def test_a_mark_is_said_on_every_calls_input_where_the_function_compiles_a_graph
     table, _ = watched_clean(lambda: _smoothed_losses(None))
     marks = [c.fix for r in table.rows for c in r.causes if "maybe_mark_dynamic(lprobs, 1)" in c.fix]
     assert marks and all("on every call's input, before the call" in f for f in marks), table.to_text()
+
+    torch._dynamo.reset()  # sizes alone: a mark on the first call's tensors is enough, and said so
+    compiled = torch.compile(_label_smoothed_nll_loss, backend=counting_backend)
+    sizes, _ = watched_clean(
+        lambda: [compiled(torch.randn(2, n, 7).log_softmax(-1), torch.randint(0, 7, (2, n)), 0.1) for n in (5, 6)]
+    )
+    marks = [c.fix for r in sizes.rows for c in r.causes if "maybe_mark_dynamic(lprobs, 1)" in c.fix]
+    assert marks and all("mark the dimension dynamic before the first call (" in f for f in marks), sizes.to_text()
 
     counts = {}
     for mark in ("first", "every"):

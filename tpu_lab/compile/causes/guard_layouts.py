@@ -29,9 +29,9 @@ def strides_of_sizes(name: str, i: int, g: str, now: str | None) -> Cause | None
     as many size factors as dimensions after ``i``, one size put for another the graph held equal) failing on
     a tensor still contiguous (``now``, as described): its sizes broke a relation the graph held, its layout did
     not change. None for any other guard or tensor."""
-    shape = re.fullmatch(r"\w+\[([\d, ]+)\]", now or "")
+    shape = re.match(r"\w+\[([\d, ]+)\](.*)", now or "")  # f32[3, 16, 48] requires_grad: contiguous still
     factors = g.strip().partition(" == ")[2].split("*")
-    if shape is None or len(factors) != len(shape[1].split(", ")) - i - 1:
+    if shape is None or any(k in shape[2] for k in _LAYOUTS) or len(factors) != len(shape[1].split(", ")) - i - 1:
         return None
     return Cause(
         "specialised",
@@ -123,7 +123,8 @@ def stride_bound_words(g: str) -> Cause | None:
     return Cause(
         "stride",
         f"{name}'s stride {m['i']} fell below {m['lo']}: the graph was compiled for a strided view (a column or "
-        f"every other element of a larger tensor), and {name} is now laid out as a tensor of its own",
+        f"every other element of a larger tensor), and {name} now is not one (a tensor of its own, an expanded "
+        "one, or a dimension of size 1)",
         g,
         f"pass {name} the same way every call: .contiguous() where it is made as a strided view (a tensor of its "
         "own every call), or always pass a view",

@@ -149,7 +149,9 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
                 f"{name} is another {(inputs or {})[name]} than the one compiled for: each optimizer's step (its own "
                 "parameters and state) is a graph of its own",
                 g,
-                "expected once per optimizer: nothing to change where each steps its own parameters",
+                "expected once per optimizer where each steps its own parameters (an actor's and a critic's); if "
+                "your code builds a new optimizer for the same parameters (each epoch or step), build it once and "
+                "reuse it",
             )
         return Cause(
             "identity",

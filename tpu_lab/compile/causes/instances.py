@@ -95,16 +95,17 @@ _EACH_CASE_MARK = (
     "mark the dimension dynamic on every call's input, before the call (a mark on the first call's alone does not "
     "reach the graphs compiled at later calls for other cases: "
 )
-# what a graph of its own for another case is compiled for (a flag, a value, a mode), at a later call
-_SIZE_KINDS = {"size", "size_one", "specialised", "size_value", "stride", "offset", "rank", "length", "dynamic"}
-_SIZE_KINDS |= {"empty", "no_ops", "limit", "failed", "rewritten", "parameters", "parameter_shape"}
+# what a graph of its own for another case is compiled for at a later call (a flag, a value, a mode, a type)
+_OTHER_CASES = {"flag", "value", "value_dynamic", "training", "global_state", "none", "kwargs", "string"}
+_OTHER_CASES |= {"derived", "enum", "type", "identity", "dtype", "device", "requires_grad", "dict_keys", "global"}
+_OTHER_CASES |= {"number_branch", "tensor_type", "members", "attribute", "hooks", "aliasing", "lr"}
 
 
 def marked_each_call_for_cases(rows: Sequence[tuple[object, Any]]) -> None:
     """``rows`` ((function, row) pairs) with each mark said "before the first call" said on every call's input
     where the same function compiled a graph for another case (label smoothing's epsilon, evaluation's grad
     mode): that graph, compiled at a later call, meets an unmarked input and recompiles on its sizes."""
-    cases = {f for f, r in rows for c in r.causes if c.count and c.kind not in _SIZE_KINDS}
+    cases = {f for f, r in rows for c in r.causes if c.count and c.kind in _OTHER_CASES}
     for f, r in rows:
         if f in cases:
             r.causes = [dataclasses.replace(c, fix=c.fix.replace(_FIRST_MARK, _EACH_CASE_MARK)) for c in r.causes]

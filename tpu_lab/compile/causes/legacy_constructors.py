@@ -51,21 +51,24 @@ def legacy_fix(words: str, code: str = "") -> str:
 
 _REJECTED = re.compile(r"expected TensorOptions\(dtype=(\w+).*?\(got TensorOptions\(dtype=(\w+)")
 _DTYPES = {"float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32"}
+_OF = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Long": "int64"}
+_OF |= {"Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 
 
 def typed_rejected(words: str, code: str) -> tuple[str, str] | None:
     """(words, fix) where a legacy typed constructor on the user's line (``torch.FloatTensor(batch)``) rejected
     the data under compile: eagerly it converts a NumPy float64 array, but Dynamo passes the array in as a
     float64 tensor, which the constructor refuses (SAC's replay batch). None for any other failure."""
-    rejected, ctor = _REJECTED.search(words), re.search(r"\btorch\.(\w+Tensor)\(", code)
-    if rejected is None or ctor is None:
+    rejected, ctor = _REJECTED.search(words), re.search(r"\btorch\.(\w+)Tensor\(", code)
+    if rejected is None or ctor is None or ctor[1] not in _OF:
         return None
-    want, got = (_DTYPES.get(d, d) for d in rejected.groups())
+    want, got = _OF[ctor[1]], _DTYPES.get(rejected[2], rejected[2])
     return (
-        f"torch.{ctor[1]}(...) gets {got} data here (a NumPy array): eagerly the legacy constructor converts it to "
-        f"{want}, but under compile Dynamo passes the array in as a {got} tensor, which torch.{ctor[1]} refuses",
+        f"torch.{ctor[1]}Tensor(...) gets {got} data here: eagerly the legacy constructor converts a NumPy array to "
+        f"{want}, but under compile Dynamo passes the array in as a {got} tensor, which torch.{ctor[1]}Tensor "
+        "refuses (as it refuses a tensor of another dtype either way)",
         f"build it with torch.tensor(data, dtype=torch.{want}) (or torch.as_tensor(data, dtype=torch.{want})) in place "
-        f"of torch.{ctor[1]}(data): "
+        f"of torch.{ctor[1]}Tensor(data): "
         "Dynamo traces that, and eager gives the same tensor",
     )
 

@@ -33,6 +33,8 @@ def numpy_relation_words(g: str, line: str, code: str, at: str) -> Cause | None:
     name = f"{call[1]}.{call[2]}"
     twin = _TWIN.get(call[2], "")
     args = _arguments(code, call.end())
+    if not re.search(r"[A-Za-z_]", args):  # np.float32(0.5): no size among its arguments
+        return None
     fix = (
         f"use Python's {twin}({args}) in place of {name}({args}): Python's own operators and torch keep sizes "
         "symbolic, so one graph serves the sizes"

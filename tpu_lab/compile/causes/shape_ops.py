@@ -139,17 +139,21 @@ SIZES_FIX = (  # a value read back sets a tensor's size (there, or later): sizes
 )
 
 
+_READ_IN_SIZES = re.compile(r"\.item\(\)|\.tolist\(\)|\bint\(|\bfor\b.+\bin\b")
+
+
 def sized_here(code: str) -> bool:
     """Whether the user's line ``code`` itself sets sizes from what it reads (Deformable DETR's
-    ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])``): a value read back there is a size. Sizes
-    written as numbers (``torch.empty(1).uniform_(...).item()``) are no sizes the value sets."""
+    ``value.split([H_ * W_ for H_, W_ in value_spatial_shapes])``, ``x.view(n.item(), -1)``): a value read back
+    among the sizes of a sizing call is a size; one read back elsewhere on the line (``loss(out.view(-1, V),
+    y).item()``, ``torch.empty(1).uniform_(...).item()``) sets none."""
     for m in re.finditer(rf"{_SIZING.pattern}|\.split\(\s*\[", code):
         depth, i = 1, m.end()
         while i < len(code) and depth:
             depth += {"(": 1, ")": -1}.get(code[i], 0)
             i += 1
         given = re.sub(r"\b\w+\s*=(?!=)[^,]*", "", code[m.end() : i - 1])  # keywords: dim=1, dtype=...
-        if re.search(r"[A-Za-z_]", given):  # a name among its sizes: a size from values
+        if _READ_IN_SIZES.search(given):  # a value read back among its sizes (n.item(), a tensor iterated)
             return True
     return False
 
