@@ -497,3 +497,18 @@ def test_a_long_condition_on_a_carried_lists_item_names_that_item_never_break_of
     table, _ = watched_clean(run)
     said = " ".join(c.words for r in table.rows for c in r.causes)
     assert "too long to quote here" in said and "break[" not in said, table.to_text()
+
+
+def test_only_a_value_read_back_among_a_sizing_calls_arguments_is_a_size_and_only_a_numpy_call_on_names_a_relation():
+    from tpu_lab.compile.causes.numpy_sizes import numpy_relation_words
+    from tpu_lab.compile.causes.shape_ops import sized_here
+
+    assert sized_here("value_list = value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)")
+    assert sized_here("y = x.view(n.item(), -1)")
+    assert not sized_here("running += F.cross_entropy(out.view(-1, V), y.view(-1)).item()")  # bookkeeping
+    assert not sized_here("area = h * w * torch.empty(1).uniform_(0.3, 1.0).item()")
+    relation = "L['x'].size()[1] == 10 + L['x'].size()[2]"
+    assert numpy_relation_words(relation, " by your code at f.py:3", "d = np.abs(h - w)", "").fix.startswith(
+        "use Python's abs(h - w) in place of np.abs(h - w)"
+    )
+    assert numpy_relation_words(relation, "", "y = x[:, : z.size(1)] * np.float32(0.5)", "") is None

@@ -102,6 +102,17 @@ def hinted_names(reasons: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(dict.fromkeys((local_name(m["src"]), m["name"]) for r in reasons for m in _HINTED.finditer(r)))
 
 
+def call_arguments(text: str, start: int) -> str | None:
+    """The text between a call's parentheses, from just after its ``(`` at ``start``; None where the call does
+    not close on ``text`` (a call continued on the next line)."""
+    depth = 1
+    for i in range(start, len(text)):
+        depth += (text[i] == "(") - (text[i] == ")")
+        if depth == 0:
+            return text[start:i]
+    return None
+
+
 def _balanced(text: str) -> bool:
     depth = 0
     for ch in text:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tpu_lab.compile.causes.cause import Cause, local_name
+from tpu_lab.compile.causes.cause import Cause, call_arguments, local_name
 
 _CALL = re.compile(r"\b(np|numpy|math)\.(\w+)\(")
 _TWIN = {  # NumPy's (and math's) calls on plain numbers that Python's own builtins do symbolically
@@ -32,7 +32,7 @@ def numpy_relation_words(g: str, line: str, code: str, at: str) -> Cause | None:
         return None
     name = f"{call[1]}.{call[2]}"
     twin = _TWIN.get(call[2], "")
-    args = _arguments(code, call.end())
+    args = call_arguments(code, call.end()) or ""
     if not re.search(r"[A-Za-z_]", args):  # np.float32(0.5): no size among its arguments
         return None
     fix = (
@@ -51,13 +51,3 @@ def numpy_relation_words(g: str, line: str, code: str, at: str) -> Cause | None:
         fix,
         at,
     )
-
-
-def _arguments(code: str, start: int) -> str:
-    """The text between the call's parentheses, from just after its ``(`` at ``start``; '' where unbalanced."""
-    depth = 1
-    for i in range(start, len(code)):
-        depth += {"(": 1, ")": -1}.get(code[i], 0)
-        if depth == 0:
-            return code[start:i]
-    return ""

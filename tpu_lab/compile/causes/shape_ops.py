@@ -11,7 +11,7 @@ import dataclasses
 import linecache
 import re
 
-from tpu_lab.compile.causes.cause import Cause
+from tpu_lab.compile.causes.cause import Cause, call_arguments
 from tpu_lab.compile.causes.symbolic_numbers import torch_function
 from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
 
@@ -148,11 +148,10 @@ def sized_here(code: str) -> bool:
     among the sizes of a sizing call is a size; one read back elsewhere on the line (``loss(out.view(-1, V),
     y).item()``, ``torch.empty(1).uniform_(...).item()``) sets none."""
     for m in re.finditer(rf"{_SIZING.pattern}|\.split\(\s*\[", code):
-        depth, i = 1, m.end()
-        while i < len(code) and depth:
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            i += 1
-        given = re.sub(r"\b\w+\s*=(?!=)[^,]*", "", code[m.end() : i - 1])  # keywords: dim=1, dtype=...
+        start = m.start() + m[0].index("(") + 1
+        args = call_arguments(code, start)
+        args = code[start:] if args is None else args  # continued on the next line: the rest of this one
+        given = re.sub(r"\b\w+\s*=(?!=)[^,]*", "", args)  # keywords: dim=1, dtype=...
         if _READ_IN_SIZES.search(given):  # a value read back among its sizes (n.item(), a tensor iterated)
             return True
     return False
