@@ -4,6 +4,7 @@ import os
 import uuid
 
 import pytest
+import torch
 from _dynamo_oracle import dynamo  # noqa: F401  (the fixture, for the watch tests)
 
 HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
@@ -11,6 +12,9 @@ HAS_TORCH_TPU = importlib.util.find_spec("torch_tpu") is not None
 # pytest-xdist worker is a session of its own (it inherits the controller's mark, so it takes a new one).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["TPU_LAB_TEST_SESSION"] = uuid.uuid4().hex
+    # One torch thread per worker (and per process it starts), so the workers do not fight over the cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 else:
     os.environ.setdefault("TPU_LAB_TEST_SESSION", uuid.uuid4().hex)
 

@@ -53,14 +53,22 @@ def test_a_failed_recompile_is_shown_with_its_cause_and_what_runs_eagerly_after(
                 torch._dynamo.graph_break()
         return x * n
 
-    f = torch.compile(step, backend=BACKEND)
+    ran = []
+
+    def backend(gm, example_inputs):  # counts the runs of each graph it compiles
+        return lambda *args: ran.append(1) or gm.forward(*args)
+
+    f = torch.compile(step, backend=backend)
     table, account = watched(lambda: [f(torch.ones(3), n) for n in (1, 5, 5, 2)])
     assert len(account.failed()) == 1 and len(account.compiled()) == 1
     failed = [c for r in table.by_function("step") for c in r.causes if c.kind == "failed"]
     assert len(failed) == 1
     assert failed[0].words.startswith("recompile failed at test_watch_complete.py:")
     assert "Python int n changed" in failed[0].words  # the recompile's own cause, from its guard
-    assert "matches no compiled graph runs eagerly" in failed[0].words
+    assert "every call of it runs eagerly, calls its earlier graphs matched included" in failed[0].words
+    before = len(ran)  # measured: the call the first graph was compiled for no longer runs it
+    f(torch.ones(3), 1)
+    assert len(ran) == before == 1, ran
 
 
 def test_every_backward_graph_aotautograd_compiled_is_a_backward_row_lazy_or_inside_its_forward():

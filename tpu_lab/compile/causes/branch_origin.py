@@ -12,7 +12,7 @@ import linecache
 import re
 
 from tpu_lab.compile.causes.cause import Cause
-from tpu_lab.compile.causes.random_draws import random_origin
+from tpu_lab.compile.causes.random_draws import fixed_by_call, random_origin
 from tpu_lab.compile.causes.source_file import parsed_file
 
 _TRACE = "The branch condition involves a tensor computed as follows:"
@@ -130,6 +130,29 @@ RANDOM_MASK_FIX = (  # SpecAugment's mask bounds: a tensor draw keeps the whole 
     "; or draw with torch (torch.randint for the bounds) and build the mask by comparing them with torch.arange: "
     "one graph, no Python numbers"
 )
+
+DRAWN_FILL_FIX = (
+    "keep the draw a tensor and apply it with tensor ops inside the compiled function: draw with torch (std = "
+    "torch.empty(n, 1, 1, 1).uniform_(lo, hi), one per item) and scale a standard draw by it (torch.randn_like(x) * "
+    "std; torch.rand_like(x) < p for bernoulli_), one op over the batch in place of a loop over its items: one graph "
+    "for every draw. {call} takes the number as one fixed value, so each value passed in (as a Python float "
+    "argument too) is a graph of its own"
+)
+
+
+def drawn_value_fix(code: str, drawn: str, unspecialized: bool) -> str:
+    """The fix for a number of the random draw ``drawn`` read back on ``code``: the branch's, the fixed-value
+    call's (``.normal_(std=...)``), else the value's (a mask's bounds: their tensor draw too)."""
+    if re.match(r"\s*(?:el)?if\b|\s*while\b", code):
+        return RANDOM_BRANCH_FIX
+    if called := fixed_by_call(code, drawn):
+        return DRAWN_FILL_FIX.format(call=called)
+    return RANDOM_VALUE_FIX + (RANDOM_MASK_FIX if unspecialized else "")
+
+
+def drawn_fixes(fix: str) -> bool:
+    """``fix`` is one of a random draw's own fixes (which no read-back rule should replace)."""
+    return fix in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX) or fix.startswith(DRAWN_FILL_FIX[:40])
 
 
 def only_raises(file: str, line: int) -> bool:

@@ -14,16 +14,16 @@ from tpu_lab.compile.causes.branch_origin import (
     NUMPY_SAID,
     RANDOM_BRANCH_FIX,
     RANDOM_LOOP_FIX,
-    RANDOM_MASK_FIX,
-    RANDOM_VALUE_FIX,
     branch_origin,
+    drawn_fixes,
+    drawn_value_fix,
     enclosing_loop,
     numpy_branch,
     only_raises,
     tensor_drawn,
 )
 from tpu_lab.compile.causes.cause import SPARSE_FIX, Cause
-from tpu_lab.compile.causes.legacy_constructors import legacy_fix, legacy_said
+from tpu_lab.compile.causes.legacy_constructors import legacy_fix, legacy_said, sized_typed
 from tpu_lab.compile.causes.logging_breaks import LOGGER_CALL, LOGGING_FIX, logger_words, reorder_fix, reorderable
 from tpu_lab.compile.causes.numpy_values import NUMPY_FIX, numpy_missing, numpy_on_numbers
 from tpu_lab.compile.causes.random_draws import drawn_by, draws_random, read_back_at, read_back_origin
@@ -212,8 +212,7 @@ def _break_words(
         )
         if drawn:  # capture_scalar_outputs would move the break on: the number should not be a tensor at all
             words = f"{cause.words}: the number comes from line {drawn_at}: {drawn}, a {drawn_by(drawn)} random draw Dynamo "
-            fix = RANDOM_BRANCH_FIX if re.match(r"\s*(?:el)?if\b|\s*while\b", code) else RANDOM_VALUE_FIX
-            fix += RANDOM_MASK_FIX if unspecialized and fix == RANDOM_VALUE_FIX else ""
+            fix = drawn_value_fix(code, drawn, unspecialized)  # DnCNN's std: a draw normal_ takes as one value
             cause = dataclasses.replace(cause, words=words + "passes into the graph as a tensor", fix=fix)
     skipped = found is not None and "marked as skipped" in found.gb_type  # on purpose, by Dynamo's developers
     if skipped:  # dont_skip_tracing, Dynamo's own hint, forces it in and breaks further inside (GradScaler)
@@ -264,7 +263,7 @@ def _break_words(
             fix="expected; keep the disabled call out of hot loops (call it less often, or outside the compiled "
             "function) if the split costs time, else accept the break",
         )
-    ours = cause.fix not in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX) and NUMPY_SAID not in cause.words
+    ours = not drawn_fixes(cause.fix) and NUMPY_SAID not in cause.words
     scalar = re.search(
         r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|operator `range` with argument types \['Tensor", reason
     )
@@ -284,6 +283,7 @@ def _break_words(
         said = "a tensor's value read back as a Python number (.item(), int(t), or a 0-d tensor as an index)"
         words = cause.words.replace("aten._local_scalar_dense.default", said + read_back_at(inner, *at))
         cause = dataclasses.replace(cause, words=words, fix=_READ_BACK_FIX if ours else cause.fix)  # else drawn
+    cause = sized_typed(cause, code, *at)  # torch.FloatTensor(size): a tensor of the size's numbers under compile
     if outer:  # a break Dynamo could not resume from (inside a loop): the whole function is skipped
         kind, why, _ = _sections(outer)
         why = "inside a for/while loop, where Dynamo cannot resume" if kind == "graph break in loop" else clean(why)

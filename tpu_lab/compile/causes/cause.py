@@ -181,6 +181,7 @@ KIND_LABELS = {
     "size": "a tensor size changed",
     "stride": "a tensor's memory layout changed",
     "offset": "a tensor's storage offset changed (a view vs a tensor of its own)",
+    "view_base": "an input's base changed (the tensor a view input was taken from: none now, or of fewer dimensions)",
     "rank": "a tensor's number of dimensions changed",
     "rewritten": "a tensor the module's own forward rewrites changed",
     "dtype": "a dtype changed",

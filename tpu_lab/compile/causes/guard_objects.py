@@ -7,20 +7,13 @@ import re
 from collections.abc import Mapping
 
 from tpu_lab.compile.causes.cause import Cause, local_name, shown_as_module
+from tpu_lab.compile.causes.raised_guards import raised_guard
 
 _TYPE_ID = re.compile(
     r"___check_type_id\((?P<name>(?:\w+\.__getitem__\([^()]*\)|[^,()])+), \d+\)(?:, type=<class '(?P<cls>[\w.]+)'>)?"
 )
 _OBJ = re.compile(r"___check_obj_id\((?P<name>[^,]+),|ID_MATCH.*?(?P<name2>L\[.+?\]|G\[.+?\])")
 _TORCH_CONSTANT = re.compile(r"^(?P<name>\S+) == torch\.(?P<value>\w+)$")  # a dtype, layout or memory format
-# Dynamo reports a guard whose check raised by the exception's text: an input it compared by value with ==
-# (a tuple of ints) now holds tensors, whose == is elementwise; or one whose type no longer supports the check
-_TENSOR_TRUTH = "Boolean value of Tensor with more than one value is ambiguous"
-_NONE_HAS = "'NoneType' object has no attribute"
-_RAISED = re.compile(
-    r"^(?:unsupported operand type\(s\) for .+|'\w+' object (?:is not (?:subscriptable|iterable|callable)|has no "
-    r"attribute '\w+')|\w+\(\) argument .+|object of type '\w+' has no len\(\))$"
-)
 
 
 def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Cause | None:
@@ -50,32 +43,8 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             g,
             _FN_FIX,
         )
-    if g.strip().startswith(_NONE_HAS):
-        return Cause(
-            "type",
-            f"checking one of Dynamo's guards raised ({g.strip()}), which Dynamo counts as a failed guard: what it "
-            "checks is now None (the tensor a view was taken from, once an input that was a slice is a tensor of "
-            "its own; or an attribute set to None)",
-            g,
-            "pass each input the same way every call (a tensor of its own: .contiguous() or .clone() where a slice "
-            "is made; or always a view), and keep attributes the code reads from becoming None",
-        )
-    if _RAISED.match(g.strip()):
-        return Cause(
-            "type",
-            f"an input is now of another type, so checking one of Dynamo's guards on it raised ({g.strip()}), which "
-            "Dynamo counts as a failed guard",
-            g,
-            "expected once per case; pass the same types every call (a tuple stays a tuple, a number a number)",
-        )
-    if g.strip() == _TENSOR_TRUTH:
-        return Cause(
-            "type",
-            f"an input Dynamo compared by value (a number or a tuple of numbers) now holds tensors: checking that "
-            f"guard raised ({_TENSOR_TRUTH}), which Dynamo counts as a failed guard",
-            g,
-            "expected once per case; pass the same kind every call (always numbers, or always tensors)",
-        )
+    if raised := raised_guard(g):
+        return raised
     if (m := _TYPE_ID.search(g) or _OBJ.search(g)) and _shared_wrapper(m, at):
         was = f"a {m['cls'].rsplit('.', 1)[-1]}" if "cls" in m.groupdict() and m["cls"] else "another callable"
         return Cause(

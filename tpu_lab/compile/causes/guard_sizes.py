@@ -159,7 +159,8 @@ def size_words(
     elif "1" in (a, b) or "0" in (a, b):  # sizes 0 and 1 are always graphs of their own: mark_dynamic keeps them so
         dynamic = (
             f"sizes 0 and 1 always compile graphs of their own: torch._dynamo.decorators.mark_unbacked({name}, {i}) "
-            "before the first call shares one graph"
+            "before the first call shares one graph where no code compares that size to a number or another size "
+            "(else a call raises a runtime assertion on it: then drop the mark and keep the extra graph)"
         )
     if caller == "torch.func":  # vmap and grad trace each size as a constant: mark_dynamic on it fails
         fix = (

@@ -4,7 +4,11 @@ text out."""
 
 from __future__ import annotations
 
+import dataclasses
+import linecache
 import re
+
+from tpu_lab.compile.causes.cause import Cause
 
 LEGACY = "a legacy wrapper: Variable(t) returns t.detach(), and Variable(t, requires_grad=True) a new leaf of it"
 LEGACY_FIX = (
@@ -71,6 +75,34 @@ def typed_rejected(words: str, code: str) -> tuple[str, str] | None:
         f"of torch.{ctor[1]}Tensor(data): "
         "Dynamo traces that, and eager gives the same tensor",
     )
+
+
+_SIZE_ARG = re.compile(r"\btorch\.(?P<kind>\w+)Tensor\(\s*(?P<arg>[\w.]+(?:\.size\(\))?)\s*\)")
+
+
+def sized_typed(cause: Cause, code: str, file: str, line: int) -> Cause:
+    """``cause`` with a note on a legacy typed constructor given a size on the user's line
+    (``torch.FloatTensor(sizeN)``, ``sizeN = x.size()`` above it): eagerly a tensor of that shape, but Dynamo
+    builds one that holds the size's numbers (measured: ``torch.Size([2])`` for a 2-d size), silently or
+    raising further on (DnCNN's noise). The cause as it was where the line has none."""
+    m = _SIZE_ARG.search(code)
+    if m is None or m["kind"] not in _OF:
+        return cause
+    arg, sized = m["arg"], re.compile(r"(?:\.size\(\)|\.shape|torch\.Size\(.*\))\s*$")
+    if not sized.search(arg):  # a name: the nearest assignment above, inside the function, gives it a size
+        for n in range(line - 1, max(line - 50, 0), -1):
+            text = linecache.getline(file, n).strip()
+            if text.startswith(("def ", "async def ")) or re.match(rf"{re.escape(arg)}\s*=(?!=)", text):
+                break
+        if not re.match(rf"{re.escape(arg)}\s*=(?!=).*", text) or not sized.search(text):
+            return cause
+    note = (
+        f"write torch.{m['kind']}Tensor({arg}) as torch.empty({arg}, dtype=torch.{_OF[m['kind']]}) (torch.randn({arg}) "
+        f"for a normal draw): eagerly it makes a tensor of shape {arg}, but under compile Dynamo builds a tensor that "
+        f"holds {arg}'s numbers (a 1-d tensor as long as {arg}), so once this line traces the compiled code computes "
+        "on the wrong shape or raises"
+    )
+    return dataclasses.replace(cause, fix=f"{cause.fix}; and {note}" if cause.fix else note)
 
 
 def _torch_at_least(major: int, minor: int) -> bool:

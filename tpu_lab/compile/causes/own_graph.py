@@ -9,6 +9,7 @@ import re
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from tpu_lab.compile.causes.cause import BAKED
+from tpu_lab.compile.causes.rewritten_state import FILLED_ARGUMENT_FIX, FILLED_FIX
 
 OWN_GRAPH = "(each case is its own graph)"
 _OWN_VALUE = "(each value is its own graph)"
@@ -66,6 +67,7 @@ def forces_own_graph(c: _Told) -> bool:
     dtype, a new value of a number each value of which is a graph."""
     fix = getattr(c, "fix", "")
     static = c.kind in ("string", "training") or fix.startswith(("expected once per parameter shape", _CAST))
+    static = static or fix in (FILLED_FIX, FILLED_ARGUMENT_FIX)  # a container the code fills: empty, then not
     # a number on the other side of a branch; an input number's first change (Dynamo makes it dynamic only now),
     # not a value carried over a graph break (named by its call: removing the break removes that compile)
     first_change = c.kind == "value_dynamic" and not re.match(r"Python \w+ \S*\(", c.words)

@@ -9,6 +9,7 @@ import ast
 import linecache
 import re
 
+from tpu_lab.compile.causes.cause import call_arguments
 from tpu_lab.compile.causes.source_file import parsed_file
 
 _RANDOM = re.compile(r"\b(?:random|np\.random|numpy\.random)\.\w+\(")
@@ -79,3 +80,22 @@ def draws_random(code: str) -> bool:
 def drawn_by(line: str) -> str:
     """Whose random draw a line makes: NumPy's (``np.random.rand(1)``) or Python's (``random.random()``)."""
     return "NumPy" if re.search(r"\b(?:np|numpy)\.random\.", line) else "Python"
+
+
+# Calls that take their number as one fixed value (measured: a new float each call is a graph each call, passed in
+# as an argument or not), where a number used in arithmetic turns symbolic after one recompile.
+_FIXED_NUMBER = re.compile(
+    r"\.(?P<call>normal_|uniform_|bernoulli_|exponential_|log_normal_|cauchy_)\(|\b(?P<drop>dropout)\("
+)
+
+
+def fixed_by_call(code: str, drawn: str) -> str:
+    """The call on ``code`` that takes a number of the random draw ``drawn`` (a line that draws, or assigns names
+    from a draw) as one fixed value (``normal_`` for ``.normal_(std=stdN[n] / 255.)``); '' where none does."""
+    assigned = _ASSIGNED.match(drawn.strip())
+    names = {n.strip() for n in assigned["names"].split(",")} if assigned else set()
+    for m in _FIXED_NUMBER.finditer(code):
+        args = call_arguments(code, m.end()) or ""
+        if _RANDOM.search(args) or names & set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", args)):
+            return m["call"] or m["drop"]
+    return ""

@@ -31,7 +31,7 @@ REWRITTEN_FIX = (
 def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[Cause]:
     """``causes`` with those whose every tensor is one the module's own code rewrites (``rewritten``: tensor ->
     where, ``Capture.rewritten``) joined into one cause, in the first one's place."""
-    causes = [_set_by_forward(c, rewritten) for c in causes]
+    causes = _one_fill([_set_by_forward(c, rewritten) for c in causes])
     mine = [c for c in causes if c.kind in _KINDS and (names := _named(c)) and all(n in rewritten for n in names)]
     if all(c.kind == "value" for c in mine):  # an int alone (a step counter) keeps its own words: a cache's length
         return causes  # is one with its tensors only (RoPE's max_seq_len_cached beside cos_cached)
@@ -56,6 +56,22 @@ def rewritten_joined(causes: list[Cause], rewritten: Mapping[str, str]) -> list[
     return [joined if c is mine[0] else c for c in causes if id(c) not in gone]
 
 
+def _one_fill(causes: list[Cause]) -> list[Cause]:
+    """The guards on one container the code fills (a key gained, no longer empty): one change, said once, in
+    the first one's place with every guard."""
+    first: dict[str, int] = {}
+    out: list[Cause] = []
+    for c in causes:
+        filler = c.words.rpartition("; ")[2] if c.fix in (FILLED_FIX, FILLED_ARGUMENT_FIX) else ""
+        if filler.endswith(" fills it itself") and filler in first:
+            kept = out[first[filler]]
+            out[first[filler]] = dataclasses.replace(kept, guard=f"{kept.guard}\n{c.guard}")
+            continue
+        first.setdefault(filler, len(out)) if filler else None
+        out.append(c)
+    return out
+
+
 def _named(cause: Cause) -> list[str]:
     ints = [local_name(m["name"]) for m in _INT.finditer(cause.guard)] if cause.kind == "value" else []
     return [local_name(m["name"]) for m in _GUARD.finditer(cause.guard)] + ints
@@ -76,6 +92,14 @@ FILLED_FIX = (
 )
 
 
+FILLED_ARGUMENT_FIX = (
+    "expected once: the compiled function fills the container you pass on its first call (a decoding state, a "
+    "cache), so a call with it empty and a call with it filled are a graph each; every later call, or a fresh "
+    "empty one, reuses them"
+)
+_GAINED = re.compile(r"dict (?P<name>\S+) gained the key ")
+
+
 def _set_by_forward(cause: Cause, rewritten: Mapping[str, str]) -> Cause:
     """A flag the module's own forward sets (ActNorm's ``self.data_dep_init_done = True`` on its first batch):
     said with the line that sets it, and fixed by running that first call uncompiled. A container it fills
@@ -84,7 +108,11 @@ def _set_by_forward(cause: Cause, rewritten: Mapping[str, str]) -> Cause:
     if cause.kind == "length" and filled and all(n in rewritten for n in filled):
         writers = " and ".join(dict.fromkeys(rewritten[n] for n in filled))
         words = f"{', '.join(filled)} held no items when the graph compiled; {writers} fills it itself"
-        return dataclasses.replace(cause, words=words, fix=FILLED_FIX)
+        passed = not any(n.startswith("self") for n in filled)  # an argument: no __init__ of the user's to fill it
+        return dataclasses.replace(cause, words=words, fix=FILLED_ARGUMENT_FIX if passed else FILLED_FIX)
+    if cause.kind == "dict_keys" and (gained := _GAINED.match(cause.words)) and gained["name"] in rewritten:
+        words = f"{cause.words}; {rewritten[gained['name']]} fills it itself"
+        return dataclasses.replace(cause, words=words, fix=FILLED_ARGUMENT_FIX)
     names = [local_name(m[1]) for m in _FLAG.finditer(cause.guard)]
     if cause.kind != "flag" or not names or not all(n in rewritten for n in names):
         return cause

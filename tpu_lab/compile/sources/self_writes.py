@@ -22,6 +22,11 @@ _TENSOR = re.compile(  # a tensor's guard, or a flag's (ActNorm's data_dep_init_
     r"|(?:^|: )not (?P<c>(?:L\['self'\]|self)\S*)(?=\s|$)",  # a container compiled while empty (SAC's self.outputs)
     re.M,
 )
+_ARGUMENT_FILLED = re.compile(  # a container argument compiled while empty, or without a key it has now
+    r"___dict_contains\([^,]+, (?:L\['(?P<a>\w+)'\]|(?P<b>\w+))\)|(?:^|: )not (?:L\['(?P<c>\w+)'\]|(?P<d>\w+))(?=\s|$)",
+    re.M,
+)
+_FILLING = ("update", "setdefault", "append", "extend", "insert", "add")
 _OWNED = re.compile(r"(?P<owner>.+?)\.(?P<attr>\w+)(?P<items>(?:\[\d+\]|\['[^']*'\])*)")
 
 
@@ -48,7 +53,40 @@ def rewritten(frame: Any, reasons: Sequence[str]) -> tuple[tuple[str, str], ...]
                 continue  # a source this reader does not follow: the words say less, never wrong
             if place := _writer(type(owner), attr):
                 out[name] = place
+        code = frame.f_code
+        for m in _ARGUMENT_FILLED.finditer(reason):  # RetNet's incremental_state: the caller's dict, filled here
+            name = m["a"] or m["b"] or m["c"] or m["d"]
+            arguments = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+            if name not in out and name in arguments and name != "self" and (place := _filler(code, name)):
+                out[name] = place
     return tuple(out.items())
+
+
+def _filler(code: Any, name: str) -> str:
+    """Where the compiled function ``code`` puts items into its argument ``name`` (``incremental_state[idx] =
+    {}``, ``name.update(...)``): ``RetNetDecoder.forward (retnet.py:316: incremental_state[idx] = {})``; ''
+    where it does not, or the source cannot be read."""
+    tree = parsed_file(code.co_filename) or ast.Module(body=[], type_ignores=[])
+    fn = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef)
+            and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list[:1]))
+        ),
+        None,
+    )
+    for node in ast.walk(fn) if fn else ():
+        stored = isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+        called = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLING
+        held = node.value if stored else node.func.value if called else None  # type: ignore[attr-defined]
+        if isinstance(held, ast.Name) and held.id == name:
+            at = getattr(node, "lineno", 0)
+            line = linecache.getline(code.co_filename, at).strip()
+            return (
+                f"{code.co_qualname.rpartition('.<locals>.')[2]} ({code.co_filename.rsplit('/', 1)[-1]}:{at}: {line})"
+            )
+    return ""
 
 
 def _writer(cls: type, attr: str) -> str:

@@ -139,7 +139,8 @@ def failed_compile(
     elif recompile:
         words = (
             f"recompile failed{at} ({cause.words}) after {'; '.join(c.words for c in recompile)}: no graph "
-            f"for these inputs, and from now on every call of {name} that matches no compiled graph runs eagerly"
+            f"for these inputs, and Dynamo gave up on {name}: from now on every call of it runs eagerly, calls "
+            "its earlier graphs matched included"
         )
     elif (reached := getattr(record, "reached_from", ("", 0)))[0] and is_library(cap.function.filename):
         words = (

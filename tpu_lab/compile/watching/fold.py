@@ -246,9 +246,12 @@ class Fold:
         said = capture_causes(cap, tpu=self.tpu, limit=cap.limit_value)  # it kept recompiling: no "usually none"
         last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
-        last = pinned_sizes.at_limit(last, self.pinned.get(cap.function, set()))
-        last = what_next.told_as(last, [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes])
+        told = [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes]
+        shared = any(what_next.INSTANCES_SHARE in c.words for c in told)  # a pin may be another instance's
+        last = pinned_sizes.at_limit(last, set() if shared else self.pinned.get(cap.function, set()))
+        last = what_next.told_as(last, told)
         fixes, raised = what_next.refused_fixes([c.fix for c in last if c.fix], cap.limit_value), ""
+        fixes = what_next.shared_limit(fixes, cap.function.name, told, cap.limit_value)
         if cap.raises:
             self.raising.add(cap.function)
             row.raised += 1

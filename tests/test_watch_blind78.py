@@ -1,0 +1,220 @@
+"""tl.watch() checked blind, rounds 76 and 77, what was left: DnCNN's noise, drawn per image with NumPy and
+filled in with the legacy ``torch.FloatTensor(size).normal_(std=...)``. Each is checked against Dynamo's own
+account, with the printed fix applied and measured where it is an action."""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from _dynamo_oracle import watched_clean
+from torch import nn
+
+from tpu_lab.testing.dynamo_account import DynamoAccount, counting_backend
+
+NOISE_LEVELS = [0, 55]
+
+
+def dncnn_step(model, img_train):  # SaoYan/DnCNN-PyTorch train.py, blind mode: a noise level per image
+    noise = torch.zeros(img_train.size())
+    stdN = np.random.uniform(NOISE_LEVELS[0], NOISE_LEVELS[1], size=noise.size()[0])
+    for n in range(noise.size()[0]):
+        sizeN = noise[0, :, :, :].size()
+        noise[n, :, :, :] = torch.FloatTensor(sizeN).normal_(mean=0, std=stdN[n] / 255.0)
+    return ((model(img_train + noise) - noise) ** 2).sum()
+
+
+def dncnn_step_fixed(model, img_train):  # the printed fix: a torch draw per image, one op over the batch
+    std = torch.empty(img_train.size(0), 1, 1, 1).uniform_(NOISE_LEVELS[0], NOISE_LEVELS[1])
+    noise = torch.randn_like(img_train) * (std / 255.0)
+    return ((model(img_train + noise) - noise) ** 2).sum()
+
+
+def test_a_numpy_draw_a_random_fill_takes_as_one_value_gets_the_tensor_draw_which_compiles_once(dynamo):
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 1, 3, padding=1))
+    np.random.seed(0)
+    step = torch.compile(dncnn_step, backend="aot_eager")
+    table, _ = watched_clean(lambda: [step(model, torch.rand(4, 1, 8, 8)) for _ in range(3)])
+    (row,) = [r for r in table.rows if r.function.startswith("dncnn_step")]
+    (cause,) = row.causes
+    assert row.failed and "random draw" in cause.words, table.to_text()
+    # never "pass it in as a Python int argument": normal_ takes std as one fixed value, a graph per value
+    assert "pass it in as an argument" not in cause.fix, cause.fix
+    assert "torch.randn_like(x) * std" in cause.fix and "normal_ takes the number as one fixed value" in cause.fix
+    assert "write torch.FloatTensor(sizeN) as torch.empty(sizeN, dtype=torch.float32)" in cause.fix, cause.fix
+    assert [b.fix for b in table.breaks] == [cause.fix], table.to_text()
+
+    # applied: the whole step compiles, once for three calls, with nothing given up
+    torch._dynamo.reset()
+    fixed = torch.compile(dncnn_step_fixed, backend=counting_backend)
+    with DynamoAccount() as account:
+        for _ in range(3):
+            fixed(model, torch.rand(4, 1, 8, 8)).backward()
+    assert {r.compile_id for r in account.records} == {"0/0"}, account.records  # (the lazy backward: 0/0 too)
+    assert not [r for r in account.records if r.fail_type], account.records
+    assert account.graphs == {"forward": 1, "backward": 1}
+
+
+def test_the_words_claims_hold_on_this_torch():
+    # "each value passed in (as a Python float argument too) is a graph of its own" for normal_'s std
+    torch._dynamo.reset()
+    with DynamoAccount() as account:
+        fill = torch.compile(lambda x, s: torch.empty(x.size()).normal_(mean=0, std=s) + x, backend="eager")
+        for s in (0.1, 0.2, 0.3):
+            fill(torch.zeros(2, 3), s)
+    assert len(account.records) == 3, account.records
+    # "Dynamo builds a tensor that holds sizeN's numbers": eagerly a 5x6 tensor, compiled a tensor of [5., 6.]
+    torch._dynamo.reset()
+    made = torch.compile(lambda x: torch.FloatTensor(x[0].size()).shape, backend="eager")(torch.zeros(4, 5, 6))
+    assert torch.FloatTensor(torch.zeros(4, 5, 6)[0].size()).shape == (5, 6)
+    assert made == (2,), made
+
+
+class Retention(nn.Module):  # microsoft/torchscale retnet.py, cut down: the decoding state is the caller's dict
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, incremental_state):
+        kv = self.proj(x[:, -1:])
+        if "prev_key_value" in incremental_state:
+            kv = kv + incremental_state["prev_key_value"]
+        incremental_state["prev_key_value"] = kv
+        return x + kv
+
+
+class RetNetDecoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(16, 8)
+        self.layers = nn.ModuleList([Retention(), Retention()])
+
+    def forward(self, tokens, incremental_state):
+        x = self.embed(tokens)
+        for idx, layer in enumerate(self.layers):
+            if idx not in incremental_state:
+                incremental_state[idx] = {}
+            x = layer(x, incremental_state[idx])
+        return x[:, -1].argmax(-1, keepdim=True)
+
+
+def test_a_dict_the_compiled_function_fills_is_expected_once_never_same_keys_and_no_mark_beside_it():
+    torch.manual_seed(0)
+    model = RetNetDecoder().eval()
+    compiled = torch.compile(model, backend="aot_eager")
+
+    def decode():
+        tokens, state = torch.randint(0, 16, (2, 1)), {}
+        for _ in range(4):
+            tokens = torch.cat([tokens, compiled(tokens, incremental_state=state)], dim=1)
+
+    with torch.no_grad():
+        table, _ = watched_clean(decode)
+        (filled,) = [c for r in table.rows for c in r.causes if c.kind == "dict_keys"]
+        line = RetNetDecoder.forward.__code__.co_firstlineno + 4
+        assert f"test_watch_blind78.py:{line}: incremental_state[idx] = {{}}) fills it itself" in filled.words
+        assert filled.fix.startswith("expected once: the compiled function fills the container you pass")
+        assert "same keys" not in table.to_text(), table.to_text()
+        # the size's change in the same compile: nothing to mark there, the filled dict needs its own graph anyway
+        (size,) = [c for r in table.rows for c in r.causes if c.kind == "size" and filled.words in c.fix]
+        assert "mark_unbacked" not in size.fix, size.fix
+
+        # "every later call, or a fresh empty one, reuses them": a second decoding compiles nothing
+        with DynamoAccount() as account:
+            decode()
+    assert account.records == [], account.records
+
+
+class LayerNorm(nn.Module):  # facebookresearch/ConvNeXt models/convnext.py: both data formats, one class
+    def __init__(self, width, data_format="channels_last"):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(width)), nn.Parameter(torch.zeros(width))
+        self.data_format, self.normalized_shape = data_format, (width,)
+
+    def forward(self, x):
+        if self.data_format == "channels_last":
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, 1e-6)
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        return self.weight[:, None, None] * ((x - u) / torch.sqrt(s + 1e-6)) + self.bias[:, None, None]
+
+
+def convnext_norms(limit):
+    """Each of ConvNeXt's norms compiled on its own (``m.compile()``), at two image sizes: the outputs, with the
+    watch's table and Dynamo's account."""
+    norms = [LayerNorm(w, f) for w in (4, 8, 16) for f in ("channels_first", "channels_last")]
+    for m in norms:
+        m.compile(backend="eager")
+    out = []
+
+    def run():
+        for size in (8, 16):
+            for m in norms:
+                shape = (
+                    (2, m.weight.numel(), size, size)
+                    if m.data_format == "channels_first"
+                    else (2, size, size, m.weight.numel())
+                )
+                out.append(m(torch.ones(shape)))
+
+    with torch._dynamo.config.patch(recompile_limit=limit):
+        table, account = watched_clean(run)
+    return out, table, account
+
+
+def test_instances_that_share_a_methods_graphs_are_told_to_share_its_one_limit_and_raising_it_is_measured():
+    out, table, _ = convnext_norms(limit=4)
+    (limited,) = [c for r in table.rows if r.limit_hit for c in r.causes if c.kind == "limit"]
+    assert limited.fix.startswith("the instances of LayerNorm share this code's graphs and its one recompile limit (4)")
+    # the pin a channels_first graph puts on x dim 1 (it follows the weight) is no reason a channels_last mark raises
+    assert "mark_dynamic would raise" not in limited.fix, limited.fix
+    # applied: the limit above the number of configurations, no refusal, the same outputs
+    again, raised, _ = convnext_norms(limit=16)
+    assert not [r for r in raised.rows if r.limit_hit], raised.to_text()
+    assert all(torch.allclose(a, b) for a, b in zip(out, again, strict=True))
+
+
+def focal_loss(input, target, clone=False):  # clcarwin/focal_loss_pytorch focalloss.py, cut down
+    if input.dim() > 2:
+        input = input.view(input.size(0), input.size(1), -1).transpose(1, 2).contiguous().view(-1, input.size(1))
+        input = input.clone() if clone else input
+    target = target.view(-1, 1).clone() if clone else target.view(-1, 1)
+    torch._dynamo.graph_break()  # where Variable(...) broke: the part after it takes target, a view, as its input
+    logpt = F.log_softmax(input, dim=1).gather(1, target)
+    return -logpt.mean()
+
+
+def test_a_guard_on_a_views_base_that_raised_is_named_and_its_clone_fix_measured():
+    def run(clone):
+        loss = torch.compile(focal_loss, backend="eager")
+        for shape in ((2, 4, 8, 8), (2, 4, 6, 10), (16, 4)):  # segmentation crops, then a classification batch
+            target = torch.zeros((shape[0], *shape[2:]), dtype=torch.long)
+            loss(torch.randn(shape), target, clone)
+
+    table, account = watched_clean(lambda: run(False))
+    raised = [c for r in table.rows for c in r.causes if c.kind == "view_base"]
+    assert len(raised) == 1 and raised[0].count == 1, table.to_text()
+    # Dynamo logs the first guard that raised: input's base, None now (a 2-d input is no view)
+    assert "what it checks is now None (the tensor a view was taken from" in raised[0].words, raised[0].words
+    assert "dimension 0 changed" not in table.to_text().split("in full")[0].splitlines()[-1]  # never against 1/0
+    # applied: each view cloned where it is made, the part after the break compiles once less
+    _, fixed = watched_clean(lambda: run(True))
+    assert len(fixed.compiled()) == len(account.compiled()) - 1, (account.records, fixed.records)
+
+
+def targets(target, clone=False):  # the same loss's target alone: a view of a 3-d tensor, then of a 1-d one
+    target = target.view(-1, 1).clone() if clone else target.view(-1, 1)
+    torch._dynamo.graph_break()
+    return target.sum()
+
+
+def test_a_guard_on_a_views_base_of_fewer_dimensions_is_named_and_its_clone_fix_measured():
+    def run(clone):
+        f = torch.compile(targets, backend="eager")
+        for shape in ((2, 8, 8), (2, 6, 10), (16,)):
+            f(torch.zeros(shape, dtype=torch.long), clone)
+
+    table, account = watched_clean(lambda: run(False))
+    (raised,) = [c for r in table.rows for c in r.causes if c.kind == "view_base"]
+    assert raised.words.startswith("checking one of Dynamo's guards raised (tuple index out of range)"), raised.words
+    assert "that tensor has fewer dimensions now" in raised.words
+    _, fixed = watched_clean(lambda: run(True))
+    assert len(fixed.compiled()) == len(account.compiled()) - 1, (account.records, fixed.records)
