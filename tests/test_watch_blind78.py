@@ -166,6 +166,7 @@ def test_instances_that_share_a_methods_graphs_are_told_to_share_its_one_limit_a
     assert limited.fix.startswith("the instances of LayerNorm share this code's graphs and its one recompile limit (4)")
     # the pin a channels_first graph puts on x dim 1 (it follows the weight) is no reason a channels_last mark raises
     assert "mark_dynamic would raise" not in limited.fix, limited.fix
+    assert "not translated" not in table.to_text(), table.to_text()  # self.normalized_shape == (4,): a 1-tuple
     # applied: the limit above the number of configurations, no refusal, the same outputs
     again, raised, _ = convnext_norms(limit=16)
     assert not [r for r in raised.rows if r.limit_hit], raised.to_text()
@@ -218,3 +219,44 @@ def test_a_guard_on_a_views_base_of_fewer_dimensions_is_named_and_its_clone_fix_
     assert "that tensor has fewer dimensions now" in raised.words
     _, fixed = watched_clean(lambda: run(True))
     assert len(fixed.compiled()) == len(account.compiled()) - 1, (account.records, fixed.records)
+
+
+def test_a_one_tuple_a_module_keeps_is_read_as_a_setting():  # ConvNeXt's LayerNorm: normalized_shape = (C,)
+    from tpu_lab.compile.causes.held_numbers import tuple_words
+
+    said = tuple_words("self.normalized_shape == (8,)")
+    assert said is not None and said.words.startswith("tuple self.normalized_shape changed (was (8,))"), said
+    assert said.fix.startswith("expected once per value of self.normalized_shape, a setting of the module")
+
+
+def test_a_dimension_the_graph_pins_is_not_also_said_to_be_made_dynamic():  # round 77's Switch MoE row
+    from tpu_lab.compile.watching.watch_table import RowCause
+    from tpu_lab.compile.watching.what_next import unpinned_note
+
+    pinned = RowCause(
+        "indexes_list[3] dimension 0 changed 4 -> 2 (the graph pins indexes_list[3] dim 0 to one size again, as an "
+        "earlier graph did: the code fixes this size ..., so every size is its own graph)",
+        kind="size",
+    )
+    note = RowCause("Dynamo made x dim 0, indexes_list[3] dim 0 dynamic (automatic dynamic shapes)", kind="dynamic")
+    kept = unpinned_note(note, [pinned])
+    assert kept is not None and kept.words == "Dynamo made x dim 0 dynamic (automatic dynamic shapes)"
+    only = RowCause("Dynamo made indexes_list[3] dim 0 dynamic (automatic dynamic shapes)", kind="dynamic")
+    assert unpinned_note(only, [pinned]) is None
+    assert unpinned_note(note, []) is note
+
+
+def special_mask(inputs, labels):  # transformers' DataCollatorForLanguageModeling.torch_mask_tokens, cut down
+    special = [
+        [1 if t in (0, 1) else 0 for t in row]
+        for row in labels.tolist()  # a statement over lines, as there
+    ]
+    return inputs.masked_fill(torch.tensor(special, dtype=torch.bool), 0)
+
+
+def test_a_value_carried_beside_a_comprehension_is_named_by_the_call_that_made_it():
+    f = torch.compile(special_mask, backend="eager")
+    table, _ = watched_clean(lambda: [f(torch.ones(2, 4), torch.tensor([[0, 5, 6, 1], [0, v, 7, 1]])) for v in (3, 4)])
+    text = table.to_text()
+    assert "carried over the graph break" not in text, text
+    assert "labels.tolist()[1][1]" in text, text

@@ -212,7 +212,7 @@ def module_int_fix(name: str) -> str:
     )
 
 
-_TUPLE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>\((?:[-\w.'\" ]+, )*[-\w.'\" ]*\))$")
+_TUPLE = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>\((?:[-\w.'\" ]+, )*[-\w.'\" ]*,?\))$")  # (8,) too
 
 
 def tuple_words(g: str) -> Cause | None:

@@ -109,3 +109,19 @@ def marked_each_call_for_cases(rows: Sequence[tuple[object, Any]]) -> None:
     for f, r in rows:
         if f in cases:
             r.causes = [dataclasses.replace(c, fix=c.fix.replace(_FIRST_MARK, _EACH_CASE_MARK)) for c in r.causes]
+
+
+def shared_limit(fixes: list[str], function: str, told: Sequence[str], limit: int | None) -> list[str]:
+    """The fixes of a refusal at the recompile limit for a method whose instances share its graphs (``told``: the
+    words of the causes its rows told; ConvNeXt's twelve LayerNorms each compiled with ``m.compile()``): one code, one limit,
+    a graph per instance's configuration, said first; ``fixes`` as they were for any other function."""
+    if not any(INSTANCES_SHARE in words for words in told):
+        return fixes
+    owner = function.split(" (")[0].rpartition(".")[0] or function
+    shared = (
+        f"the instances of {owner} share this code's graphs and its one recompile limit ({limit}): each instance's "
+        "configuration (its parameter shapes, its flags) is a graph of its own, so many instances spend the limit "
+        "however each is called; raise torch._dynamo.config.recompile_limit above the number of configurations "
+        f"before the first call, or compile the model (or a block that holds them) in place of each {owner}"
+    ).replace(" (None)", "")
+    return [shared, *fixes]

@@ -144,7 +144,7 @@ def carried_named(text: str, function: FunctionKey, names: Sequence[tuple[str, s
         text = _SLOT.sub(lambda m: slots.get(int(m[1] or 1) - 1, m[0]), text)
     elif slots:  # one named, beside a function the line was about to call (self.dec(self.lr(x, d))): by number
         text = re.sub(r"\bthe carried value (\d+)(?!\w)", lambda m: slots.get(int(m[1]) - 1, m[0]), text)
-    target = target or slots.get(0, "") if len(slots) == 1 else target  # else by what the line calls it
+    target = target or next(iter(slots.values())) if len(slots) == 1 else target  # else by what the line calls it
     return _CARRIED_NAMED.sub(target, text) if target else _CARRIED_NAMED.sub(CARRIED, text)
 
 
@@ -178,10 +178,11 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
         if len(slots) > 1 and own and all(n in slots for n in own):  # several carried: by the guards' own
             who = " and ".join(slots[n] for n in own)
             words, fix = words.replace(CARRIED, who), fix.replace(CARRIED, who)
-        elif target or (target := slots.get(0, "") if len(slots) == 1 else ""):  # else what the line calls it
+        elif target or (target := next(iter(slots.values())) if len(slots) == 1 else ""):  # one carried: its name
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:
-            words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {code[:80]})", 1)
+            quoted = code if len(code) <= 80 else f"{code[:77].rsplit(' ', 1)[0]} ..."
+            words = words.replace(CARRIED, f"{CARRIED} (from line {line}: {quoted})", 1)
         words, fix = (re.sub(r"\.\w+\.__self__\b", "", t) for t in (words, fix))  # losses.update.__self__: losses
         out.append(dataclasses.replace(c, words=words, fix=drawn_outside(fix)))
     return out

@@ -26,9 +26,9 @@ from tpu_lab.compile.causes.first_compile import (
     first_compile_words,
     is_compiled_autograd,
 )
-from tpu_lab.compile.causes.instances import marked_each_call_for_cases
+from tpu_lab.compile.causes.instances import marked_each_call_for_cases, shared_limit
 from tpu_lab.compile.causes.joined import maybe_marked
-from tpu_lab.compile.causes.own_graph import own_graph_first
+from tpu_lab.compile.causes.own_graph import INSTANCES_SHARE, own_graph_first
 from tpu_lab.compile.causes.resumed import carried_named, inside_names, named_inputs, slots_named
 from tpu_lab.compile.causes.rnn_breaks import packed_rnn
 from tpu_lab.compile.sources.dynamo_breaks import broke_in, retried
@@ -139,7 +139,8 @@ class Fold:
             failed=any(k == cap.function and r.failed for (k, _), r in self.rows.items()),
         )
         pinned = self.pinned.setdefault(cap.function, set())
-        causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned, cap) + ([note] if note else [])
+        causes = pinned_sizes.settled(causes, shapes, self.tpu, tried, pinned, cap)
+        causes += [n] if (n := what_next.unpinned_note(note, causes)) else []
         causes = own_graph_first(what_next.in_layout(reuse_bounds.bounded(causes, guards, cap.names, places or {})))
         self._none_before(
             cap.function, [m[1] for c in causes if (m := re.match(r"(\S+) is now .+, was None", c.words))]
@@ -247,11 +248,11 @@ class Fold:
         last = [RowCause(c.words, c.guard, c.fix, c.kind) for c in said]
         last = growing(last, self.lengths.setdefault(cap.function, {}), cap.limit_value)
         told = [c for (k, _), r in self.rows.items() if k == cap.function for c in r.causes]
-        shared = any(what_next.INSTANCES_SHARE in c.words for c in told)  # a pin may be another instance's
+        shared = any(INSTANCES_SHARE in c.words for c in told)  # a pin may be another instance's
         last = pinned_sizes.at_limit(last, set() if shared else self.pinned.get(cap.function, set()))
         last = what_next.told_as(last, told)
         fixes, raised = what_next.refused_fixes([c.fix for c in last if c.fix], cap.limit_value), ""
-        fixes = what_next.shared_limit(fixes, cap.function.name, told, cap.limit_value)
+        fixes = shared_limit(fixes, cap.function.name, [c.words for c in told], cap.limit_value)
         if cap.raises:
             self.raising.add(cap.function)
             row.raised += 1

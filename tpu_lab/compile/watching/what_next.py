@@ -15,7 +15,6 @@ from tpu_lab.compile.causes.cause import BAKED, Cause, local_name
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.first_compile import CA_MARK, is_compiled_autograd
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
-from tpu_lab.compile.causes.own_graph import INSTANCES_SHARE
 from tpu_lab.compile.sources.dynamo_dynamic import pinned
 from tpu_lab.compile.sources.frames import Capture, renamed, signature_text
 from tpu_lab.compile.watching.watch_table import RowCause
@@ -300,17 +299,20 @@ def refused_fixes(fixes: list[str], limit: int | None) -> list[str]:
     return [spent, *dict.fromkeys(_EXPECTED.sub("", f) for f in fixes)]
 
 
-def shared_limit(fixes: list[str], function: str, told: Iterable[RowCause], limit: int | None) -> list[str]:
-    """The fixes of a refusal at the recompile limit for a method whose instances share its graphs (``told``: the
-    causes its rows told; ConvNeXt's twelve LayerNorms each compiled with ``m.compile()``): one code, one limit,
-    a graph per instance's configuration, said first; ``fixes`` as they were for any other function."""
-    if not any(INSTANCES_SHARE in c.words for c in told):
-        return fixes
-    owner = function.split(" (")[0].rpartition(".")[0] or function
-    shared = (
-        f"the instances of {owner} share this code's graphs and its one recompile limit ({limit}): each instance's "
-        "configuration (its parameter shapes, its flags) is a graph of its own, so many instances spend the limit "
-        "however each is called; raise torch._dynamo.config.recompile_limit above the number of configurations "
-        f"before the first call, or compile the model (or a block that holds them) in place of each {owner}"
-    ).replace(" (None)", "")
-    return [shared, *fixes]
+_PINS = re.compile(r"the graph pins (\S+) dim (\d+)")
+
+
+def unpinned_note(note: RowCause | None, causes: list[RowCause]) -> RowCause | None:
+    """The compile's "Dynamo made ... dynamic" note without the dimensions a cause beside it says the graph pins
+    (Switch MoE's expert sizes: traced dynamic, then fixed by the code): never both of one dimension; None where
+    none is left."""
+    pins = {f"{m[1]} dim {m[2]}" for c in causes for m in _PINS.finditer(c.words)}
+    made = re.match(r"Dynamo made (.+?) dynamic \(automatic dynamic shapes\)$", note.words) if note else None
+    if note is None or made is None or not pins & set(made[1].split(", ")):
+        return note
+    left = [d for d in made[1].split(", ") if d not in pins]
+    return (
+        dataclasses.replace(note, words=f"Dynamo made {', '.join(left)} dynamic (automatic dynamic shapes)")
+        if left
+        else None
+    )
