@@ -260,3 +260,31 @@ def test_a_value_carried_beside_a_comprehension_is_named_by_the_call_that_made_i
     text = table.to_text()
     assert "carried over the graph break" not in text, text
     assert "labels.tolist()[1][1]" in text, text
+
+
+def window_pad(x, H, W, ws=4, integer=False):  # microsoft/Swin-Transformer: pad the feature map to whole windows
+    if integer:  # the printed fix
+        Hp, Wp = -(-H // ws) * ws, -(-W // ws) * ws
+    else:
+        Hp = int(np.ceil(H / ws)) * ws
+        Wp = int(np.ceil(W / ws)) * ws
+    return F.pad(x.view(1, H, W, -1), (0, 0, 0, Wp - W, 0, Hp - H)).sum()
+
+
+def test_a_numpy_ceil_of_a_quotient_is_a_graph_per_value_and_integer_rounding_is_measured():
+    sizes = ((8, 8), (10, 12), (9, 7), (6, 6), (8, 8))
+
+    def run(integer):
+        f = torch.compile(window_pad, backend="eager")
+        return [float(f(torch.ones(h * w, 2), h, w, integer=integer)) for h, w in sizes]
+
+    out = []
+    table, account = watched_clean(lambda: out.append(run(False)))
+    text = table.to_text()
+    assert "so later values reuse this graph while H stays" not in text, text  # the quotient holds one value
+    assert "np.ceil takes the quotient as a float, which Dynamo bakes into the graph" in text, text
+    fixes = {c.fix for r in table.rows for c in r.causes if c.count}
+    assert any("-(-H // ws)" in f for f in fixes), fixes
+    _, fixed = watched_clean(lambda: out.append(run(True)))
+    assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
+    assert out[0] == out[1]

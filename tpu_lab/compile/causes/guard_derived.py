@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 
 _NAME = re.compile(r"(?<![\w.'\]])(?:[LG]\['[^']+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*")
+_ROUNDED = re.compile(r"\b(np|numpy|math)\.(ceil|floor)\(")  # rounding a quotient (math's too: a float on the way)
 RAISE_LIMIT = ", or raise torch._dynamo.config.recompile_limit to the number you use"
 _WAS = re.compile(r"\(was ([^;]+); it is baked")
 
@@ -32,6 +33,19 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
     kind = "float" if re.search(r"[.e]", value) else "int"
     at = f" at {_short(f.where)}" if f.where else ""
     code = f" ({f.code})" if f.code and not f.code.startswith("now passed:") else ""
+    rounded = _ROUNDED.search(f.code or "") if " / " in expression and kind == "float" else None
+    if rounded:  # Swin's Hp = int(np.ceil(H / ws)) * ws: the quotient, a float, held to one value
+        return Cause(
+            "derived",
+            f"a Python float computed from {names}{at}{code} changed (was {value}; {rounded[1]}.{rounded[2]} takes "
+            f"the quotient as a float, which Dynamo bakes into the graph: each new {names} compiles a graph of its "
+            "own, even where it is dynamic)",
+            f.guard,
+            f"round with integer arithmetic on {names} in place of {rounded[1]}.{rounded[2]}: -(-a // b) for the "
+            "ceiling, a // b for the floor (Hp = -(-H // ws) * ws), which Dynamo keeps symbolic: one graph serves "
+            "the values",
+            f.where,
+        )
     return Cause(
         "derived",
         f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is baked into the graph: "
