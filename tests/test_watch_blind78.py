@@ -288,3 +288,42 @@ def test_a_numpy_ceil_of_a_quotient_is_a_graph_per_value_and_integer_rounding_is
     _, fixed = watched_clean(lambda: out.append(run(True)))
     assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
     assert out[0] == out[1]
+
+
+def data_parallel(model, input, ngpu, fixed=False):  # meijieru/crnn.pytorch utils.py (its older data_parallel)
+    on_gpu = (
+        (input.is_cuda and input.dtype == torch.float32) if fixed else isinstance(input.data, torch.cuda.FloatTensor)
+    )
+    if on_gpu and ngpu > 1:
+        return nn.parallel.data_parallel(model, input, range(ngpu))
+    return model(input)
+
+
+def test_a_legacy_type_checked_with_isinstance_is_named_and_the_property_test_measured():
+    model = nn.Linear(4, 4)
+    f = torch.compile(data_parallel, backend="eager")
+    table, _ = watched_clean(lambda: f(model, torch.ones(2, 4), 1))
+    (brk,) = table.breaks
+    assert brk.words.startswith("isinstance(input.data, torch.cuda.FloatTensor) checks a legacy tensor type"), brk
+    assert brk.fix.startswith(
+        "test the tensor's own properties in place of the legacy type: input.is_cuda and input.dtype == torch.float32"
+    ), brk.fix
+    fixed, _ = watched_clean(lambda: f(model, torch.ones(2, 4), 1, fixed=True))
+    assert not fixed.breaks, fixed.to_text()
+
+
+def attention_head(x, adj):
+    torch._dynamo.graph_break()  # where pyGAT's sparse attention breaks (adj.nonzero())
+    return adj @ x
+
+
+def gat_forward(x, adj):  # Diego999/pyGAT models.py SpGAT.forward, cut down: a head's output carried over its break
+    return F.elu(attention_head(x, adj)).sum()
+
+
+def test_a_carried_call_with_several_arguments_is_named_whole_where_it_is_made_dynamic():
+    f = torch.compile(gat_forward, backend="eager")
+    table, _ = watched_clean(lambda: [f(torch.ones(n, 4), torch.ones(n, n)) for n in (10, 14, 12)])
+    text = table.to_text()
+    assert "Dynamo made attention_head(x, adj) dim 0 dynamic" in text, text
+    assert "adj) dim 0" not in text.replace("attention_head(x, adj) dim 0", ""), text  # never cut at its comma

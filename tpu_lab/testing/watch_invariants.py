@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tpu_lab.compile.causes.cause import split_top
 from tpu_lab.testing.dynamo_account import DynamoAccount
 
 INVARIANTS = ("a_records", "b_breaks", "c_guards", "d_names", "e_apis")
@@ -162,7 +163,7 @@ def text_violations(table: Any, own: set[str] = frozenset()) -> dict[str, list[s
         if hole := _PLACEHOLDER.search(row.signature):  # an input carried over a break is named as its line names it
             out["d_names"].append(f"{hole[0]!r} among the inputs: {row.signature[:160]}")
         roots = {part.split(": ", 1)[0].split("[")[0].split(".")[0] for part in row.signature.split(", ")}
-        for item in filter(None, (row.dynamic or "").split(", ")):
+        for item in filter(None, split_top(row.dynamic or "")):
             name = item.rsplit(" dim ", 1)[0]
             flat = [rf"{re.escape(r)}(?:_\d+)+" for r in roots if r.isidentifier()]  # x_0: a flattened x[0]
             if any(re.fullmatch(f, name) for f in [*flat, r"(?:kwargs|args)_\w+", r"_*stack\d+(?:_\d+)*"]):

@@ -113,6 +113,18 @@ def call_arguments(text: str, start: int) -> str | None:
     return None
 
 
+def split_top(text: str) -> list[str]:
+    """``text`` split at each ", " outside brackets: a list of names, one of which may be a call (``self.out_att(x,
+    adj) dim 0, h dim 1``: two)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if depth == 0 and text.startswith(", ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    return [*parts, text[start:]] if text else []
+
+
 def _balanced(text: str) -> bool:
     depth = 0
     for ch in text:

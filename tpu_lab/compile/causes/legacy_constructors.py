@@ -80,11 +80,28 @@ def typed_rejected(words: str, code: str) -> tuple[str, str] | None:
 _SIZE_ARG = re.compile(r"\btorch\.(?P<kind>\w+)Tensor\(\s*(?P<arg>[\w.]+(?:\.size\(\))?)\s*\)")
 
 
+_TYPE_CHECK = re.compile(
+    r"isinstance\(\s*(?P<x>[\w.\[\]]+?)(?:\.data)?\s*,\s*torch\.(?P<cuda>cuda\.)?(?P<kind>\w+)Tensor\s*\)"
+)
+
+
 def sized_typed(cause: Cause, code: str, file: str, line: int) -> Cause:
     """``cause`` with a note on a legacy typed constructor given a size on the user's line
     (``torch.FloatTensor(sizeN)``, ``sizeN = x.size()`` above it): eagerly a tensor of that shape, but Dynamo
     builds one that holds the size's numbers (measured: ``torch.Size([2])`` for a 2-d size), silently or
-    raising further on (DnCNN's noise). The cause as it was where the line has none."""
+    raising further on (DnCNN's noise). A legacy type checked with isinstance (CRNN's ``isinstance(input.data,
+    torch.cuda.FloatTensor)``), whose ``__instancecheck__`` Dynamo cannot trace, is named with the test of the
+    tensor's own properties. The cause as it was where the line has neither."""
+    checked = _TYPE_CHECK.search(code) if "__instancecheck__" in cause.words else None
+    if checked and checked["kind"] in _OF:
+        x, dtype = checked["x"], _OF[checked["kind"]]
+        where = f"{x}.is_cuda" if checked["cuda"] else f"not {x}.is_cuda"
+        return dataclasses.replace(
+            cause,
+            words=f"{checked[0]} checks a legacy tensor type, whose custom __instancecheck__ Dynamo cannot trace",
+            fix=f"test the tensor's own properties in place of the legacy type: {where} and {x}.dtype == torch.{dtype}"
+            " (Dynamo reads both from the tensor it traces): the break goes",
+        )
     m = _SIZE_ARG.search(code)
     if m is None or m["kind"] not in _OF:
         return cause

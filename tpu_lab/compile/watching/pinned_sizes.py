@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from types import CodeType
 from typing import Any
 
-from tpu_lab.compile.causes.cause import local_name
+from tpu_lab.compile.causes.cause import local_name, split_top
 from tpu_lab.compile.causes.guard_containers import CACHE
 from tpu_lab.compile.causes.guard_sizes import UNTIL_DYNAMIC, with_note
 from tpu_lab.compile.causes.resumed import UNTIL_MARKED
@@ -38,14 +38,14 @@ def settled(
     fixed it (``cap.pins``), or the compiled function's code shows a line that takes the size as a Python
     number, that line is said, first time on."""
     code = cap.code if cap is not None else None
-    dims = set(shapes.split(", ")) if shapes and not tpu else set()
+    dims = set(split_top(shapes)) if shapes and not tpu else set()
     gained = [
         c.words.split(" the key ", 1)[1].split(" (absent")[0]
         for c in causes
         if c.kind == "dict_keys" and CACHE in c.words
     ]
     keys = {int(n) for key in gained for n in re.findall(r"\d+", key)}  # sizes a cache is keyed by
-    fixed = set(tried.split(", ")) - set(shapes.split(", ")) if tried and not tpu else set()
+    fixed = set(split_top(tried)) - set(split_top(shapes)) if tried and not tpu else set()
     before = set() if before is None else before
     out = []
     for c in causes:

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import CARRIED, bare, local_name
+from tpu_lab.compile.causes.cause import CARRIED, bare, local_name, split_top
 from tpu_lab.compile.causes.guard_members import EACH_SET, MEMBERS_FIX, member_said
 from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
@@ -84,8 +84,8 @@ def bounded(
         )
         made = re.match(r"(.*)", (made[1] or made[2])) if made else None
         c = _branched_too(c, conditions, places)
-        found = [(_plain(w, d), g) for d in (made[1].split(", ") if made else []) for w, g in conditions.get(d, [])]
-        found = _past_one(found, made[1].split(", ") if made else [])
+        found = [(_plain(w, d), g) for d in (split_top(made[1]) if made else []) for w, g in conditions.get(d, [])]
+        found = _past_one(found, split_top(made[1]) if made else [])
         if found and made and all(member_said(g) for _, g in found):  # `i in n`: the graph holds n's values
             c = _members_held(c, made[1], found, places)
         elif found and made:
@@ -226,7 +226,7 @@ def _branched_too(c: RowCause, conditions: Mapping[str, list[tuple[str, str]]], 
     m = re.search(r"from (.+?) held in tensors|^compute what depends on (\S+) outside", c.fix)
     branches = [
         (w, p)
-        for n in ((m[1] or m[2]).split(", ") if m else [])
+        for n in (split_top(m[1] or m[2]) if m else [])
         for w, g in conditions.get(n, [])
         if "from your line" in (p := condition_place(g, places))
     ]

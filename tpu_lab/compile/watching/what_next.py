@@ -11,7 +11,7 @@ import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from tpu_lab.compile.causes.cause import BAKED, Cause, local_name
+from tpu_lab.compile.causes.cause import BAKED, Cause, local_name, split_top
 from tpu_lab.compile.causes.explain import TPU_DYNAMIC
 from tpu_lab.compile.causes.first_compile import CA_MARK, is_compiled_autograd
 from tpu_lab.compile.causes.guard_containers import CACHE, CACHE_FIX, GLOBAL_DICT
@@ -28,14 +28,14 @@ def unpinned(shapes: str, guards: list[str] | None, names: Sequence[tuple[str, s
     values, sizes = pinned(guards)
     fixed = {f"{renamed(local_name(source), names)} dim {dim}" for source, dim in sizes}
     fixed |= {renamed(local_name(source), names) for source in values}  # a number the graph checks for one value
-    return ", ".join(d for d in shapes.split(", ") if d and d not in fixed)
+    return ", ".join(d for d in split_top(shapes) if d and d not in fixed)
 
 
 def told_dynamic(scalars: Iterable[str], causes: Iterable[Cause], shapes: str = "") -> list[str]:
     """The Python numbers (Dynamo's sources) made dynamic whose own cause already says so, by the user's names;
     and those of ``shapes`` (what the graph made dynamic, by name) a cause names so (a carried ``lam``)."""
     said = " ".join(c.words for c in causes)
-    named = [d for d in shapes.split(", ") if d and f"Dynamo made {d} dynamic" in said]
+    named = [d for d in split_top(shapes) if d and f"Dynamo made {d} dynamic" in said]
     return [local_name(n) for n in scalars if f"Dynamo made {local_name(n)} dynamic" in said] + named
 
 
@@ -59,9 +59,9 @@ def dynamic_note(
     ``seen``: what was said for this function before; ``marked``: dims the call's tensors carry a mark on
     (``x dim 0`` -> ``mark_dynamic`` or ``maybe_mark_dynamic``); ``failed``: an earlier compile of the function failed; ``numpy``: numpy scalar inputs. Returns (the row's dynamic field, the note to add or None, what has now been said)."""
     told, marked = list(told), marked or {}
-    dynamic = ", ".join(dict.fromkeys([*filter(None, shapes.split(", ")), *told]))
+    dynamic = ", ".join(dict.fromkeys([*filter(None, split_top(shapes)), *told]))
     said = ", ".join(filter(None, [seen, *told]))
-    new = [d for d in dynamic.split(", ") if d and d not in said.split(", ")]
+    new = [d for d in split_top(dynamic) if d and d not in split_top(said)]
     if not new:
         return dynamic, None, said
     fix = TPU_DYNAMIC if tpu else "none needed: new sizes and values reuse this graph"
@@ -308,9 +308,9 @@ def unpinned_note(note: RowCause | None, causes: list[RowCause]) -> RowCause | N
     none is left."""
     pins = {f"{m[1]} dim {m[2]}" for c in causes for m in _PINS.finditer(c.words)}
     made = re.match(r"Dynamo made (.+?) dynamic \(automatic dynamic shapes\)$", note.words) if note else None
-    if note is None or made is None or not pins & set(made[1].split(", ")):
+    if note is None or made is None or not pins & set(split_top(made[1])):
         return note
-    left = [d for d in made[1].split(", ") if d not in pins]
+    left = [d for d in split_top(made[1]) if d not in pins]
     return (
         dataclasses.replace(note, words=f"Dynamo made {', '.join(left)} dynamic (automatic dynamic shapes)")
         if left
