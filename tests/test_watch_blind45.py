@@ -19,7 +19,7 @@ def test_inputs_tied_in_one_change_are_each_marked_and_the_marks_applied_as_prin
     f = torch.compile(multibox_loss, backend="eager", dynamic=False)
     table = watched(lambda: [f(torch.randn(2, n, 4), torch.zeros(2, n, dtype=torch.long)) for n in (40, 64)])
     (fix,) = {c.fix for r in table.rows for c in r.causes if c.kind == "size"}
-    marks = "torch._dynamo.maybe_mark_dynamic(loc_data, 1) and torch._dynamo.maybe_mark_dynamic(conf_t, 1)"
+    marks = "torch._dynamo.maybe_mark_dynamic(loc_data, 1); torch._dynamo.maybe_mark_dynamic(conf_t, 1)"
     assert marks in fix or marks.replace("loc_data", "X").replace("conf_t", "loc_data").replace("X", "conf_t") in fix
 
     def marked():

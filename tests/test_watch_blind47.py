@@ -48,7 +48,7 @@ def test_marks_told_together_after_a_graph_break_keep_the_mark_dynamic_warning_a
 
     table = watched(lambda: [smoothed(torch.randn(n, 5), torch.arange(n) % 3) for n in (40, 56)])
     fix = next(c.fix for r in table.rows for c in r.causes if c.kind == "size" and "target" in c.fix)
-    marks = "torch._dynamo.maybe_mark_dynamic(x, 0) and torch._dynamo.maybe_mark_dynamic(target, 0)"
+    marks = "torch._dynamo.maybe_mark_dynamic(x, 0); torch._dynamo.maybe_mark_dynamic(target, 0)"
     assert f"{marks}, not mark_dynamic, which raises" in fix, fix
 
 

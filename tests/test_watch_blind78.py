@@ -327,3 +327,61 @@ def test_a_carried_call_with_several_arguments_is_named_whole_where_it_is_made_d
     text = table.to_text()
     assert "Dynamo made attention_head(x, adj) dim 0 dynamic" in text, text
     assert "adj) dim 0" not in text.replace("attention_head(x, adj) dim 0", ""), text  # never cut at its comma
+
+
+def quantize_input(input):  # rosinality/vq-vae-2-pytorch vqvae.py, cut down: an image whose height and width change
+    return F.avg_pool2d(input, 2).flatten(1).sum(1)
+
+
+def test_marks_said_together_paste_as_statements_that_each_run():
+    import re
+
+    f = torch.compile(quantize_input, backend="eager")
+    table, _ = watched_clean(lambda: [f(torch.ones(2, 3, s, s)) for s in (8, 12)])
+    summary = "\n".join(table.summary())
+    pasted = re.search(r"torch\._dynamo\.maybe_mark_dynamic\(input, 2\)[^:]*\(input, 3\)", summary)
+    assert pasted, summary
+    marked = torch.ones(2, 3, 16, 16)
+    exec(pasted[0], {"torch": torch, "input": marked})  # as a user pastes it
+    assert getattr(marked, "_dynamo_weak_dynamic_indices", set()) == {2, 3}, pasted[0]
+
+
+class Clip(nn.Module):  # moein-shariatnia/OpenAI-CLIP CLIP.py, cut down: a dict batch of three tensors
+    def __init__(self):
+        super().__init__()
+        self.image, self.text, self.temperature = nn.Linear(6, 4), nn.Embedding(10, 4), 1.0
+
+    def forward(self, batch):
+        i = self.image(batch["image"])
+        t = (self.text(batch["input_ids"]) * batch["attention_mask"][..., None]).mean(1)
+        targets = F.softmax((i @ i.T + t @ t.T) / 2 * self.temperature, dim=-1)
+        return (-targets * F.log_softmax(t @ i.T / self.temperature, -1)).sum()
+
+
+def test_a_batch_whose_keys_changed_together_is_marked_on_every_key_and_the_marks_measured():
+    import re
+
+    def run(marks=""):
+        torch.manual_seed(0)
+        model = Clip()
+        f = torch.compile(model, backend=counting_backend)
+        for n, train in ((4, True), (4, True), (3, True), (4, False), (3, False)):
+            batch = {
+                "image": torch.randn(n, 6),
+                "input_ids": torch.randint(0, 10, (n, 5)),
+                "attention_mask": torch.ones(n, 5),
+            }
+            exec(marks, {"torch": torch, "batch": batch})  # the printed marks, pasted before each call
+            model.train(train)
+            with torch.set_grad_enabled(train):
+                loss = f(batch)
+            loss.backward() if train else None
+
+    table, account = watched_clean(run)
+    summary = "\n".join(table.summary())
+    marks = re.search(
+        r"torch\._dynamo\.maybe_mark_dynamic\(batch\['image'\], 0\)[^:]*?\(batch\['attention_mask'\], 0\)", summary
+    )
+    assert marks and "batch['input_ids'], 0)" in marks[0], summary
+    _, marked = watched_clean(lambda: run(marks[0]))
+    assert len(marked.compiled()) < len(account.compiled()), (marked.records, account.records)

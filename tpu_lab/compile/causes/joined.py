@@ -111,7 +111,7 @@ def maybe_marked(fix: str) -> str:
     if "torch._dynamo.maybe_mark_dynamic(" not in fix or "not mark_dynamic" in fix:
         return fix
     said = ", not mark_dynamic, which raises where the code after this function's graph break fixes that size"
-    marks = r"(torch\._dynamo\.maybe_mark_dynamic\([^)]*\)(?: and torch\._dynamo\.maybe_mark_dynamic\([^)]*\))*)"
+    marks = r"(torch\._dynamo\.maybe_mark_dynamic\([^)]*\)(?:; torch\._dynamo\.maybe_mark_dynamic\([^)]*\))*)"
     return re.sub(marks, lambda m: m[1] + said, fix, count=1)  # after the last of the marks said together
 
 
@@ -173,11 +173,12 @@ def merged(found: Sequence[tuple[str, Cause]]) -> list[Cause]:
         if also and "mark_unbacked(" in first.fix:  # DETR's matched boxes: each unbacked, l1_loss compares them
             also += "; marked unbacked each, sizes the code then compares or broadcasts together break the graph there"
         if mark := re.search(rf"([\w.]*mark_dynamic)\({re.escape(names[0])}, (\d+)\)", first.fix):  # mark each one
-            also, every = "", " and ".join(f"{mark[1]}({n}, {mark[2]})" for n in names)
+            also, every = "", "; ".join(f"{mark[1]}({n}, {mark[2]})" for n in names)  # statements: `and` runs one
         # the fix of a model input the batch builds (input_ids), where one is named: the user acts on that
         batch = first.kind == "size" and any(k in n for n in names for k in _TOKENS[:2])  # a tokenizer built it
         token = next((c.fix for n, c in same if any(k in n for k in _TOKENS)), None) if batch else None
-        token = token.replace(mark[0], every) if token and mark else token  # a collator's batch: every key marked
+        own = re.search(rf"{re.escape(mark[1])}\([^()]+, {mark[2]}\)", token) if token and mark else None
+        token = token.replace(own[0], every) if token and own else token  # a collator's batch: every key marked
         marked = first.fix.replace(mark[0], every) if mark else first.fix + also
         fix = next((c.fix for _, c in same if c.fix == PREFILL_DECODE_FIX), token or marked)
         out.append(Cause(first.kind, _merged_words(names, same), guards, fix, first.where))

@@ -11,7 +11,7 @@ _MARK_CALL = re.compile(r"(?P<call>[\w.]*mark_dynamic)\((?P<name>[^,()]+), (?P<d
 
 def dims_joined(fixes: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
     """The summary's (label, fix) -> compiles, where fixes that differ only in which dimension of one tensor
-    they mark (an image's height and width) are one fix naming each mark, ``maybe_mark_dynamic(x, 2) and
+    they mark (an image's height and width) are one fix naming each mark, ``maybe_mark_dynamic(x, 2);
     maybe_mark_dynamic(x, 3)``, with their compiles added, in the order first said."""
     dims: dict[tuple[str, str], list[str]] = {}
     count: dict[tuple[str, str], int] = {}
@@ -25,7 +25,7 @@ def dims_joined(fixes: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]
     for (label, fix), found in dims.items():
         said = fix
         if "\0" in fix and (m := _MARK_CALL.search(fix.replace("\0", "0"))):
-            calls = " and ".join(f"{m['call']}({m['name']}, {d})" for d in dict.fromkeys(found))
+            calls = "; ".join(f"{m['call']}({m['name']}, {d})" for d in dict.fromkeys(found))  # pasted: each runs
             said = fix[: m.start()] + calls + fix[m.end() :]
         out[label, said] = count[label, fix]
     return out

@@ -71,7 +71,7 @@ def _marked_where_held(fix: str, held: Mapping[str, tuple[str, str]], caller: st
     marks = re.findall(r"maybe_mark_dynamic\(([^,()]+), (\d+)\)", said[0]) if said else []
     if not marks or any(name not in held for name, _ in marks):  # made there: no batch of the user's (an expert's rows)
         return MARK_SAID.sub(_made_by(caller), _LAST_BATCH.sub("", fix))
-    calls = " and ".join(f"torch._dynamo.maybe_mark_dynamic({held[n][0]}, {d})" for n, d in marks)
+    calls = "; ".join(f"torch._dynamo.maybe_mark_dynamic({held[n][0]}, {d})" for n, d in marks)
     where = held[marks[0][0]][1]
     return MARK_SAID.sub(
         f"mark the dimension dynamic on the tensor{'s' * (len(marks) > 1)} your code holds in {where} and passes on, "

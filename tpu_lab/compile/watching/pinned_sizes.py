@@ -133,9 +133,9 @@ def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
     if not own or not more:
         return c
     last = f"torch._dynamo.maybe_mark_dynamic({own[-1][0]}, {own[-1][1]})"
-    added = " and ".join(f"torch._dynamo.maybe_mark_dynamic({n}, {d})" for n, d in dict.fromkeys(more))
+    added = "; ".join(f"torch._dynamo.maybe_mark_dynamic({n}, {d})" for n, d in dict.fromkeys(more))
     return dataclasses.replace(
-        c, fix=c.fix.replace(last, f"{last} and {added}: together, as each alone saves nothing", 1)
+        c, fix=c.fix.replace(last, f"{last}; {added}: together, as each alone saves nothing", 1)
     )
 
 
