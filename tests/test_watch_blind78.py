@@ -385,3 +385,59 @@ def test_a_batch_whose_keys_changed_together_is_marked_on_every_key_and_the_mark
     assert marks and "batch['input_ids'], 0)" in marks[0], summary
     _, marked = watched_clean(lambda: run(marks[0]))
     assert len(marked.compiled()) < len(account.compiled()), (marked.records, account.records)
+
+
+def sparse_attention(h, fixed=False):  # Diego999/pyGAT layers.py SpGraphAttentionLayer.forward, cut down
+    h = h.exp()
+    if fixed:
+        torch._assert_async(~torch.isnan(h).any())
+    else:
+        assert not torch.isnan(h).any()
+    return h / h.sum()
+
+
+def test_an_assert_on_a_tensor_is_a_check_with_the_device_assertion_as_its_fix_never_torch_cond():
+    f = torch.compile(sparse_attention, backend="eager")
+    table, _ = watched_clean(lambda: f(torch.ones(3)))
+    (brk,) = table.breaks
+    assert "torch.cond" not in brk.fix and "torch._assert_async(" in brk.fix, brk.fix
+    fixed, _ = watched_clean(lambda: f(torch.ones(3), fixed=True))
+    assert not fixed.breaks, fixed.to_text()
+
+
+def apply_module(model, input, ngpu):  # meijieru/crnn.pytorch utils.py data_parallel, on one device
+    return model(input)
+
+
+def test_a_helper_called_with_several_modules_is_told_so_and_compiling_the_modules_measured():
+    cnn, fc = nn.Sequential(nn.Linear(4, 4)), nn.Linear(4, 4)
+    f = torch.compile(apply_module, backend="eager")
+    table, _ = watched_clean(lambda: [f(fc, f(cnn, torch.ones(3, 4), 1), 1) for _ in range(2)])
+    (typed,) = [c for r in table.rows for c in r.causes if c.kind == "type"]
+    assert "model is now a Linear, was a Sequential, another module passed in" in typed.words, typed.words
+    assert typed.count == 1 and "a submodule was replaced" not in typed.words
+
+    # applied: the model that calls the helper compiled in place of it: one graph for both modules
+    class Crnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn, self.fc = cnn, fc
+
+        def forward(self, x):
+            return apply_module(self.fc, apply_module(self.cnn, x, 1), 1)
+
+    model = torch.compile(Crnn(), backend="eager")
+    _, fixed = watched_clean(lambda: [model(torch.ones(3, 4)) for _ in range(2)])
+    assert len(fixed.records) == 1 and not fixed.records[0].fail_type, fixed.records
+
+
+def test_two_modules_compiled_apart_share_torch_compiles_wrapper_and_every_logged_guard_is_shown():
+    # found while measuring the fix above: compiled modules run through one shared wrapper frame, whose second
+    # compile Dynamo logs by the first graph's requires_grad guard: the invariants check it is shown
+    cnn, fc = (
+        torch.compile(nn.Sequential(nn.Linear(4, 4)), backend="eager"),
+        torch.compile(nn.Linear(4, 4), backend="eager"),
+    )
+    table, _ = watched_clean(lambda: [fc(cnn(torch.ones(3, 4))) for _ in range(2)])
+    (shared,) = [c for r in table.rows for c in r.causes if c.kind == "shared_wrapper"]
+    assert "modules passed to torch.compile" in shared.words, shared.words

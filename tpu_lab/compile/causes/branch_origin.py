@@ -157,15 +157,19 @@ def drawn_fixes(fix: str) -> bool:
 
 def only_raises(file: str, line: int) -> bool:
     """The ``if`` at ``file:line`` has no else and its body only raises (a NaN check, ``if torch.isnan(loss):
-    raise``): a check, not a branch, so the fix is an assertion or a check outside, never torch.cond."""
+    raise``), or the line is an ``assert``: a check, not a branch, so the fix is an assertion on the device or a
+    check outside, never torch.cond."""
     if (tree := parsed_file(file)) is None:
         return False
+    if any(isinstance(n, ast.Assert) and n.lineno == line for n in ast.walk(tree)):  # pyGAT's NaN asserts
+        return True
     branch = next((n for n in ast.walk(tree) if isinstance(n, ast.If) and n.lineno == line), None)
     return branch is not None and not branch.orelse and all(isinstance(s, ast.Raise) for s in branch.body)
 
 
 CHECK_FIX = (
-    "the branch only raises: check the returned value outside the compiled function (if torch.isnan(loss): "
+    "it only checks (an assert, or a branch that only raises): check the returned value outside the compiled "
+    "function (if torch.isnan(loss): "
     "raise ...), or assert inside without branching: torch._assert_async(~torch.isnan(loss)), which raises on the "
     "device with no graph break"
 )

@@ -170,8 +170,7 @@ def _break_words(
         cause = numpy_branch(tensor_drawn(cause, code), inner, code) if not origin else cause
         if (again := use.branched_again(code, *at)) and cause.fix == BRANCH_FIX:  # gamma = ... if ...; if gamma > 0:
             cause = dataclasses.replace(cause, fix=f"{BRANCH_FIX}, {again}")
-        if only_raises(*at):
-            cause = dataclasses.replace(cause, fix=CHECK_FIX)
+        cause = dataclasses.replace(cause, fix=CHECK_FIX) if only_raises(*at) else cause  # a check, no branch
     else:
         explanation, advice = _advice_in(explanation)  # "... Set torch._dynamo.config.allow_rnn=True to ..."
         hints = [*hints, *advice]
@@ -267,7 +266,9 @@ def _break_words(
     scalar = re.search(
         r"\.item\(\)|\.tolist\(\)|_local_scalar_dense|operator `range` with argument types \['Tensor", reason
     )
-    if ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
+    if ours and (scalar or "data-dependent" in reason.lower()) and only_raises(*at):  # assert not t.isnan().any()
+        cause = dataclasses.replace(cause, fix=CHECK_FIX)
+    elif ours and scalar and (counted := python_int_fix(code, *at)):  # range(a tensor), a list sliced by one
         cause = dataclasses.replace(cause, fix=counted)
     elif (
         ours

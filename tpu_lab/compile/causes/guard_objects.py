@@ -49,11 +49,12 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         was = f"a {m['cls'].rsplit('.', 1)[-1]}" if "cls" in m.groupdict() and m["cls"] else "another callable"
         return Cause(
             "shared_wrapper",
-            f"the first compile of this callable: torch.compile wraps every non-module callable in one "
-            f"shared function, so Dynamo counts it as a recompile of that wrapper (it last held {was})",
+            f"the first compile of this callable: torch.compile wraps the callables it compiles (partials, objects "
+            f"with __call__, modules passed to torch.compile) in one shared function, so Dynamo counts it as a "
+            f"recompile of that wrapper (it last held {was})",
             g,
-            "none for this one; but those callables (partials, objects with __call__) share one recompile "
-            "limit (torch._dynamo.config.recompile_limit): for many, compile the function they call once",
+            "none for this one; but those callables share one recompile limit (torch._dynamo.config.recompile_limit): "
+            "for many, compile the function (or the model) that calls them once",
         )
     if m := re.fullmatch(r"TYPE_MISMATCH\((?P<name>[^()]+)\)", g.strip()):  # the C++ guard's own word for it
         name = local_name(m["name"])
@@ -80,12 +81,17 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             return Cause("type", _PARAMETRIZED.format(name), g, _PARAMETRIZED_FIX)
         if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
             now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
+        passed = module and re.fullmatch(r"\w+", name) is not None  # CRNN's data_parallel(model, ...): a helper
         return Cause(
             "type",
             f"{name} is now {now or 'of another type'}, was {_a(was)}"
-            + (" (a submodule was replaced)" if module else ""),
+            + (", another module passed in (each case is its own graph)" if passed else "")
+            + (" (a submodule was replaced)" if module and not passed else ""),
             g,
-            "expected once per type; "
+            "expected once per module type it is called with; to keep one graph, compile the model that calls this "
+            "function (its calls with each module then trace inside that one graph) in place of the function"
+            if passed
+            else "expected once per type; "
             + ("swap submodules before the first compiled call" if module else "pass the same type every call"),
         )
     if m := _OBJ.search(g):

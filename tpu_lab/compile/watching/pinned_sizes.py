@@ -134,9 +134,7 @@ def _together(c: RowCause, others: list[RowCause], dims: set[str]) -> RowCause:
         return c
     last = f"torch._dynamo.maybe_mark_dynamic({own[-1][0]}, {own[-1][1]})"
     added = "; ".join(f"torch._dynamo.maybe_mark_dynamic({n}, {d})" for n, d in dict.fromkeys(more))
-    return dataclasses.replace(
-        c, fix=c.fix.replace(last, f"{last}; {added}: together, as each alone saves nothing", 1)
-    )
+    return dataclasses.replace(c, fix=c.fix.replace(last, f"{last}; {added}: together, as each alone saves nothing", 1))
 
 
 def _held(c: RowCause, cap: Capture | None) -> RowCause:
