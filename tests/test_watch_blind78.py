@@ -3,6 +3,7 @@ filled in with the legacy ``torch.FloatTensor(size).normal_(std=...)``. Each is 
 account, with the printed fix applied and measured where it is an action."""
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
@@ -11,6 +12,7 @@ from torch import nn
 from tpu_lab.testing.dynamo_account import DynamoAccount, counting_backend
 
 NOISE_LEVELS = [0, 55]
+_OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
 
 
 def dncnn_step(model, img_train):  # SaoYan/DnCNN-PyTorch train.py, blind mode: a noise level per image
@@ -299,6 +301,7 @@ def data_parallel(model, input, ngpu, fixed=False):  # meijieru/crnn.pytorch uti
     return model(input)
 
 
+@pytest.mark.skipif(_OLD_DYNAMO, reason="torch 2.13's Dynamo traces this isinstance: no break to name")
 def test_a_legacy_type_checked_with_isinstance_is_named_and_the_property_test_measured():
     model = nn.Linear(4, 4)
     f = torch.compile(data_parallel, backend="eager")
