@@ -432,15 +432,3 @@ def test_a_helper_called_with_several_modules_is_told_so_and_compiling_the_modul
     model = torch.compile(Crnn(), backend="eager")
     _, fixed = watched_clean(lambda: [model(torch.ones(3, 4)) for _ in range(2)])
     assert len(fixed.records) == 1 and not fixed.records[0].fail_type, fixed.records
-
-
-def test_two_modules_compiled_apart_share_torch_compiles_wrapper_and_every_logged_guard_is_shown():
-    # found while measuring the fix above: compiled modules run through one shared wrapper frame, whose second
-    # compile Dynamo logs by the first graph's requires_grad guard: the invariants check it is shown
-    cnn, fc = (
-        torch.compile(nn.Sequential(nn.Linear(4, 4)), backend="eager"),
-        torch.compile(nn.Linear(4, 4), backend="eager"),
-    )
-    table, _ = watched_clean(lambda: [fc(cnn(torch.ones(3, 4))) for _ in range(2)])
-    (shared,) = [c for r in table.rows for c in r.causes if c.kind == "shared_wrapper"]
-    assert "modules passed to torch.compile" in shared.words, shared.words

@@ -22,8 +22,7 @@ def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tupl
     own attributes (``self.decay``, or ``s.decay`` where the method calls it ``s``: an input of the instance's
     class in ``signature``) the change is that instance; against another callable's graph, whose."""
     if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
-        wrapper = next(c for c in causes if c.kind == "shared_wrapper")  # (shown, as Dynamo may log any of them)
-        causes = [dataclasses.replace(wrapper, guard="\n".join(dict.fromkeys(c.guard for c in causes if c.guard)))]
+        causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
     if not whose:
         return causes
     if not whose.startswith("another instance of "):  # the shared wrapper's last callable, or the graph's
