@@ -14,7 +14,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["TPU_LAB_TEST_SESSION"] = uuid.uuid4().hex
     # One torch thread per worker (and per process it starts), so the workers do not fight over the cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"] or 1))
 else:
     os.environ.setdefault("TPU_LAB_TEST_SESSION", uuid.uuid4().hex)
 

@@ -107,6 +107,7 @@ def sized_typed(cause: Cause, code: str, file: str, line: int) -> Cause:
         return cause
     arg, sized = m["arg"], re.compile(r"(?:\.size\(\)|\.shape|torch\.Size\(.*\))\s*$")
     if not sized.search(arg):  # a name: the nearest assignment above, inside the function, gives it a size
+        text = ""  # (a break on the file's first line has no line above)
         for n in range(line - 1, max(line - 50, 0), -1):
             text = linecache.getline(file, n).strip()
             if text.startswith(("def ", "async def ")) or re.match(rf"{re.escape(arg)}\s*=(?!=)", text):

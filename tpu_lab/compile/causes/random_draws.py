@@ -96,6 +96,7 @@ def fixed_by_call(code: str, drawn: str) -> str:
     names = {n.strip() for n in assigned["names"].split(",")} if assigned else set()
     for m in _FIXED_NUMBER.finditer(code):
         args = call_arguments(code, m.end()) or ""
-        if _RANDOM.search(args) or names & set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", args)):
+        read = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)(?!\s*=(?!=))", args))  # a keyword's own name (p=) is no read
+        if _RANDOM.search(args) or names & read:
             return m["call"] or m["drop"]
     return ""

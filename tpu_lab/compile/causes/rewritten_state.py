@@ -112,7 +112,8 @@ def _set_by_forward(cause: Cause, rewritten: Mapping[str, str]) -> Cause:
         return dataclasses.replace(cause, words=words, fix=FILLED_ARGUMENT_FIX if passed else FILLED_FIX)
     if cause.kind == "dict_keys" and (gained := _GAINED.match(cause.words)) and gained["name"] in rewritten:
         words = f"{cause.words}; {rewritten[gained['name']]} fills it itself"
-        return dataclasses.replace(cause, words=words, fix=FILLED_ARGUMENT_FIX)
+        passed = not gained["name"].startswith("self")  # the module's own dict: its keys can be made in __init__
+        return dataclasses.replace(cause, words=words, fix=FILLED_ARGUMENT_FIX if passed else FILLED_FIX)
     names = [local_name(m[1]) for m in _FLAG.finditer(cause.guard)]
     if cause.kind != "flag" or not names or not all(n in rewritten for n in names):
         return cause
