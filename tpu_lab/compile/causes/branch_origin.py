@@ -13,7 +13,7 @@ import re
 
 from tpu_lab.compile.causes.cause import Cause
 from tpu_lab.compile.causes.random_draws import fixed_by_call, random_origin
-from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.causes.source_file import function_at, parsed_file
 
 _TRACE = "The branch condition involves a tensor computed as follows:"
 _CODE = re.compile(r'# File "(?P<file>[^"]+)", line (?P<line>\d+), in [^,]+, code: (?P<code>.+)$', re.M)
@@ -178,16 +178,7 @@ CHECK_FIX = (
 def calls_vmap(file: str, line: int) -> bool:
     """The function defined at ``file:line`` calls ``vmap`` (``torch.func.vmap``, ``torch.vmap``): it, not a
     Python number in the user's code, fixes the size of the dimension it maps over."""
-    if (tree := parsed_file(file)) is None:
-        return False
-    fn = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef) and line in (n.lineno, *(d.lineno for d in n.decorator_list[:1]))
-        ),
-        None,
-    )
+    fn = function_at(file, line)
     called = (c.func for c in ast.walk(fn) if isinstance(c, ast.Call)) if fn else ()
     return any((f.id if isinstance(f, ast.Name) else getattr(f, "attr", "")) == "vmap" for f in called)
 

@@ -41,6 +41,14 @@ def enclosing_def(file: str, line: int) -> int:
     return max((n.lineno for n in holding if n.lineno <= line <= (n.end_lineno or 0)), default=0)
 
 
+def function_at(file: str, first: int) -> ast.FunctionDef | None:
+    """The function of ``file`` whose code starts at ``first`` (a code object's ``co_firstlineno``: its ``def``,
+    or its first decorator); None where none does or the file cannot be read."""
+    tree = parsed_file(file)
+    defs = (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)) if tree else ()
+    return next((n for n in defs if first in (n.lineno, *(d.lineno for d in n.decorator_list[:1]))), None)
+
+
 def whole_statement(code: str) -> str:
     """``code`` less its comment where it is one whole statement (``if alpha > 0:``); '' where it is the
     first line of a longer one (``return F.conv2d(``): only a whole one may be quoted."""

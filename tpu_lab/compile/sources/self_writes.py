@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tpu_lab.compile.causes.cause import local_name
-from tpu_lab.compile.causes.source_file import parsed_file
+from tpu_lab.compile.causes.source_file import function_at, parsed_file
 from tpu_lab.compile.sources.guarded import value_at
 
 _TENSOR = re.compile(  # a tensor's guard, or a flag's (ActNorm's data_dep_init_done == False)
@@ -66,16 +66,7 @@ def _filler(code: Any, name: str) -> str:
     """Where the compiled function ``code`` puts items into its argument ``name`` (``incremental_state[idx] =
     {}``, ``name.update(...)``): ``RetNetDecoder.forward (retnet.py:316: incremental_state[idx] = {})``; ''
     where it does not, or the source cannot be read."""
-    tree = parsed_file(code.co_filename) or ast.Module(body=[], type_ignores=[])
-    fn = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, ast.FunctionDef)
-            and code.co_firstlineno in (n.lineno, *(d.lineno for d in n.decorator_list[:1]))
-        ),
-        None,
-    )
+    fn = function_at(code.co_filename, code.co_firstlineno)
     for node in ast.walk(fn) if fn else ():
         stored = isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
         called = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _FILLING
