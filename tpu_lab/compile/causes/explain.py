@@ -157,7 +157,8 @@ def causes_of(
     inputs = dict(graphs)
     best = nearest(per_graph, inputs, signature, failures, dynamic, frozenset(dict(compared)))
     told = [in_case(keywords_named(c, inputs.get(best), signature), graphs, best) for c in per_graph[best]]
-    return whose_graph(marked_each_call(told, best), dict(compared).get(best), signature)
+    logged = next(f.guard for f in failures if f.graph == best)  # Dynamo's first failure against it
+    return whose_graph(marked_each_call(told, best), dict(compared).get(best), signature, logged)
 
 
 def _grad(found: list[tuple[guard_words.Failure, Cause]]) -> list[tuple[guard_words.Failure, Cause]]:

@@ -17,12 +17,18 @@ from tpu_lab.compile.causes.own_graph import INSTANCES_SHARE, per_instance
 _NUMBER = re.compile(r"^(?:a )?Python (?:int|float) ")  # a number of the instance's, or one computed from it
 
 
-def whose_graph(causes: list[Cause], whose: str | None, signature: Sequence[tuple[str, str]] = ()) -> list[Cause]:
+def whose_graph(
+    causes: list[Cause], whose: str | None, signature: Sequence[tuple[str, str]] = (), logged: str = ""
+) -> list[Cause]:
     """Causes found against a graph another instance or callable compiled, saying so: on an instance's
     own attributes (``self.decay``, or ``s.decay`` where the method calls it ``s``: an input of the instance's
-    class in ``signature``) the change is that instance; against another callable's graph, whose."""
-    if any(c.kind == "shared_wrapper" for c in causes):  # another callable: its other guards follow from that
-        causes = [c for c in causes if c.kind == "shared_wrapper"][:1]
+    class in ``signature``) the change is that instance; against another callable's graph, whose. ``logged``:
+    the guard Dynamo logged failing first, kept on the one cause said for another callable."""
+    if shared := [c for c in causes if c.kind == "shared_wrapper"][:1]:  # another callable: the rest follows
+        held = shared[0].guard.splitlines()
+        if logged and logged not in held and any(logged in c.guard.splitlines() for c in causes):
+            shared = [dataclasses.replace(shared[0], guard="\n".join([*held, logged]))]  # Dynamo's word for it
+        causes = shared
     if not whose:
         return causes
     if not whose.startswith("another instance of "):  # the shared wrapper's last callable, or the graph's
