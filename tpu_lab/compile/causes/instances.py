@@ -25,9 +25,9 @@ def whose_graph(
     class in ``signature``) the change is that instance; against another callable's graph, whose. ``logged``:
     the guard Dynamo logged failing first, kept on the one cause said for another callable."""
     if shared := [c for c in causes if c.kind == "shared_wrapper"][:1]:  # another callable: the rest follows
-        held = shared[0].guard.splitlines()
-        if logged and logged not in held and any(logged in c.guard.splitlines() for c in causes):
-            shared = [dataclasses.replace(shared[0], guard="\n".join([*held, logged]))]  # Dynamo's word for it
+        guards = shared[0].guard.splitlines()
+        if logged and logged not in guards and any(logged in c.guard.splitlines() for c in causes):
+            shared = [dataclasses.replace(shared[0], guard="\n".join([*guards, logged]))]  # Dynamo's word for it
         causes = shared
     if not whose:
         return causes
