@@ -19,3 +19,49 @@ def test_two_modules_compiled_apart_keep_the_guard_dynamo_logged_on_the_shared_w
     assert cause.kind == "shared_wrapper", cause
     assert "requires_grad mismatch" in cause.guard, cause.guard  # the guard Dynamo logged, shown on the row
     assert "(it last held Sequential.forward" in cause.words, cause.words
+
+
+class SetAbstraction(nn.Module):  # yanx27/Pointnet_Pointnet2_pytorch PointNetSetAbstraction, cut down
+    def __init__(self, npoint, in_channel, mlp):
+        super().__init__()
+        self.npoint = npoint
+        self.mlp_convs, self.mlp_bns = nn.ModuleList(), nn.ModuleList()
+        last_channel = in_channel
+        for out_channel in mlp:
+            self.mlp_convs.append(nn.Conv2d(last_channel, out_channel, 1))
+            self.mlp_bns.append(nn.BatchNorm2d(out_channel))
+            last_channel = out_channel
+
+    def forward(self, xyz, points):
+        fps_idx = torch.randperm(xyz.shape[1])[: self.npoint]  # farthest point sampling's place
+        torch._dynamo.graph_break()  # where its index_points breaks
+        new_points = torch.cat([xyz[:, fps_idx], points[:, fps_idx]], -1).unsqueeze(2).permute(0, 3, 2, 1)
+        for conv, bn in zip(self.mlp_convs, self.mlp_bns, strict=True):
+            new_points = torch.relu(bn(conv(new_points)))
+        return xyz[:, fps_idx], new_points.squeeze(2).transpose(1, 2)
+
+
+def test_a_second_layer_in_eval_is_told_against_its_own_train_graph_not_the_first_layers_eval_graph():
+    # R78 P2: the second layer's eval call was told against the first layer's eval graph (20 guards: its
+    # sizes and parameters), with the advice to pad channels; its own train graph fails train/eval and grad mode
+    sa1, sa2 = SetAbstraction(16, 6, [8, 8]), SetAbstraction(8, 11, [16, 16])
+
+    def net(xyz, points):
+        return sa2(*sa1(xyz, points))
+
+    f = torch.compile(net, backend="eager")
+    xyz, points = torch.randn(2, 32, 3), torch.randn(2, 32, 3)
+
+    def run():
+        f(xyz, points)
+        sa1.eval(), sa2.eval()
+        with torch.no_grad():
+            f(xyz, points)
+
+    table, _ = watched_clean(run)
+    resumed = [r for r in table if r.function.startswith("forward after the graph break")]
+    assert len(resumed) == 4, table.to_text()
+    last = resumed[-1]  # the second layer, in eval
+    assert "f32[2, 16, 8]" in last.signature, last.signature
+    assert {c.kind for c in last.causes if c.count} <= {"training", "global_state"}, last.causes
+    assert "pad" not in " ".join(c.fix for c in last.causes), last.causes

@@ -41,6 +41,10 @@ def nearest(
             g not in inputs or _distance(inputs[g], signature) > 0 or any(another_path(c) for c in per_graph[g]),
             # a graph compiled past a number's range the call crossed is the other side: this side's graph is
             _other_side(g, inputs, failures),
+            # a graph another instance compiled fails what differs between the instances (their sizes, their
+            # settings): where this instance has graphs of its own, in another mode, the call is its own case
+            # of those (PointNet++'s second layer, now in eval, against its train graph, not the first's eval one)
+            g in elsewhere,
             # a graph for another case (a flag's other value, None for a tensor, another train/eval or grad
             # mode) is another code path: the graph of this path, with its own failed guard, is what the call
             # was meant to reuse (LoRA's merged flag is told against the eval graph, not the train graph)
