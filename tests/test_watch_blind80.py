@@ -15,7 +15,7 @@ def test_two_modules_compiled_apart_keep_the_guard_dynamo_logged_on_the_shared_w
     x = torch.randn(2, 1, 8, 8)
     table, _ = watched_clean(lambda: [compiled_head(compiled_cnn(x)) for _ in range(2)])
     (row,) = [r for r in table if r.function.startswith("Linear.forward")]
-    (cause,) = [c for c in row.causes if c.count]
+    (cause,) = [c for c in row.causes if c.count and c.kind != "first"]
     assert cause.kind == "shared_wrapper", cause
     assert "requires_grad mismatch" in cause.guard, cause.guard  # the guard Dynamo logged, shown on the row
     assert "(it last held Sequential.forward" in cause.words, cause.words
@@ -65,3 +65,48 @@ def test_a_second_layer_in_eval_is_told_against_its_own_train_graph_not_the_firs
     assert "f32[2, 16, 8]" in last.signature, last.signature
     assert {c.kind for c in last.causes if c.count} <= {"training", "global_state"}, last.causes
     assert "pad" not in " ".join(c.fix for c in last.causes), last.causes
+
+
+class MemoryLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, h, mem):
+        cat = torch.cat([mem, h], 0) if mem is not None and mem.numel() else h
+        return self.lin(cat)[-h.size(0) :]
+
+
+class MemTransformer(nn.Module):  # kimiyoung/transformer-xl mem_transformer.py, cut down: memories per layer
+    def __init__(self, n_layer=2, mem_len=4):
+        super().__init__()
+        self.layers, self.mem_len = nn.ModuleList(MemoryLayer() for _ in range(n_layer)), mem_len
+
+    def forward(self, h, *mems):
+        hids = [h]
+        for i, layer in enumerate(self.layers):
+            h = layer(h, mems[i] if mems else None)
+            hids.append(h)
+        if not mems:
+            return h.sum(), [x.detach()[-self.mem_len :] for x in hids]
+        with torch.no_grad():
+            return h.sum(), [torch.cat([m, x], 0)[-self.mem_len :].detach() for m, x in zip(mems, hids, strict=True)]
+
+
+def test_memories_empty_at_the_first_segment_are_a_graph_of_their_own_and_placeholders_save_nothing():
+    # R79 P8: "keep the list the same length" saved nothing; transformer-xl's own init_mems passes
+    # torch.empty(0) per layer, whose shapes then differ from the filled memories' instead
+    f = torch.compile(MemTransformer(), backend="eager")
+
+    def segments(mems):
+        for _ in range(3):
+            _, mems = f(torch.randn(4, 2, 8), *mems)
+
+    table, account = watched_clean(lambda: segments([]))
+    (cause,) = [c for r in table for c in r.causes if c.count and c.kind != "first"]
+    assert cause.words.startswith("mems holds items now"), cause.words
+    assert cause.fix.startswith("expected once: calls with mems empty"), cause.fix
+    assert "torch.empty(0) per item) save nothing" in cause.fix, cause.fix
+    assert len(account.compiled()) == 2  # the empty call and the filled ones: the third reuses the second's
+    _, placeheld = watched_clean(lambda: segments([torch.empty(0)] * 3))  # the placeholders, measured
+    assert len(placeheld.compiled()) == len(account.compiled()), placeheld.records

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from tpu_lab.compile.causes.cause import Cause, Failure, local_name
 from tpu_lab.compile.causes.guard_hooks import forward_replaced
 from tpu_lab.compile.causes.guard_loops import iterator_words
-from tpu_lab.compile.causes.length_fixes import LENGTH_FIX, global_dict, length_fix, not_passed_fix, on_module
+from tpu_lab.compile.causes.length_fixes import emptied_fix, global_dict, length_fix, not_passed_fix, on_module
 from tpu_lab.compile.causes.library_memos import memo_words
 from tpu_lab.compile.causes.rewritten_state import FILLED_FIX
 
@@ -89,7 +89,7 @@ def container_words(
             if on_module(name, inputs)  # Reformer's cache: filled at the first call, a compile once
             else not_passed_fix(name)
             if m["name"].startswith("G[")
-            else LENGTH_FIX,
+            else emptied_fix(name),
         )
     if (m := _PARAMETER_LIST.match(g)) and any("nn/modules/container.py" in w for _, w in f.also):  # len() in torch
         return Cause(

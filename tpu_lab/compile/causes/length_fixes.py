@@ -75,6 +75,16 @@ LENGTH_FIX = (
 )
 
 
+def emptied_fix(name: str) -> str:
+    """A container passed in empty at first and filled later (Transformer-XL's memories, empty before the first
+    segment): two cases of the code, each a graph; a placeholder of another shape only moves the change."""
+    return (
+        f"expected once: calls with {name} empty (nothing held yet, as at a first step) and calls with it filled "
+        "are a graph each, and later calls with as many items reuse this graph; placeholders passed in its place "
+        "(torch.empty(0) per item) save nothing: their shapes then differ from the filled items' instead"
+    )
+
+
 def _looped(f: Failure) -> bool:
     """The guard's line walks the container (``for p in self.params:``, a zip or comprehension over it): the
     loop is unrolled into the graph, one copy of its body per item."""
