@@ -110,3 +110,36 @@ def test_memories_empty_at_the_first_segment_are_a_graph_of_their_own_and_placeh
     assert len(account.compiled()) == 2  # the empty call and the filled ones: the third reuses the second's
     _, placeheld = watched_clean(lambda: segments([torch.empty(0)] * 3))  # the placeholders, measured
     assert len(placeheld.compiled()) == len(account.compiled()), placeheld.records
+
+
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).relu()
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def apply_module(model, input):  # meijieru/crnn.pytorch utils.data_parallel on one device: model(input)
+    return model(input)
+
+
+def test_a_helper_called_with_modules_of_the_users_own_classes_is_said_to_be_passed_another_module():
+    # the second read of R79 P1: "another module passed in" was said only for torch's own module classes
+    f = torch.compile(apply_module, backend="eager")
+    backbone, head = Backbone(), Head()
+    table, _ = watched_clean(lambda: f(head, f(backbone, torch.randn(2, 4, 8))))
+    (cause,) = [c for r in table for c in r.causes if c.count and c.kind != "first"]
+    assert cause.words.startswith("model is now a Head, was a Backbone, another module passed in"), cause.words
+    assert cause.fix.startswith("expected once per module type it is called with"), cause.fix
+    assert "swap submodules" not in cause.fix, cause.fix

@@ -67,7 +67,11 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         )
     if m := _TYPE_ID.search(g):
         name, was = local_name(m["name"]), (m["cls"] or "?").rsplit(".", 1)[-1]
-        module = re.search(r"\._modules\['[^']+'\]$", m["name"]) is not None or ".nn.modules." in (m["cls"] or "")
+        module = (
+            re.search(r"\._modules\['[^']+'\]$", m["name"]) is not None
+            or ".nn.modules." in (m["cls"] or "")
+            or shown_as_module((inputs or {}).get(name, ""))  # a module of the user's own class
+        )
         now = kind_of((inputs or {}).get(name, ""))
         if "None" in (now, was):  # a value and None: the code's two cases, each its own graph
             was = "None" if was == "NoneType" else _a(was)
@@ -81,7 +85,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             return Cause("type", _PARAMETRIZED.format(name), g, _PARAMETRIZED_FIX)
         if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
             now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
-        passed = module and re.fullmatch(r"\w+", name) is not None  # CRNN's data_parallel(model, ...): a helper
+        passed = module and re.fullmatch(r"\w+", name) is not None and name != "self"  # CRNN's data_parallel(model, ...): a helper
         return Cause(
             "type",
             f"{name} is now {now or 'of another type'}, was {_a(was)}"
