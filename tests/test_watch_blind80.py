@@ -143,3 +143,21 @@ def test_a_helper_called_with_modules_of_the_users_own_classes_is_said_to_be_pas
     assert cause.words.startswith("model is now a Head, was a Backbone, another module passed in"), cause.words
     assert cause.fix.startswith("expected once per module type it is called with"), cause.fix
     assert "swap submodules" not in cause.fix, cause.fix
+
+
+def test_the_shared_limit_names_the_class_the_causes_named_where_the_frame_is_a_resumed_one():
+    # the second read: a resumed frame's name holds no class ("the instances of forward after the graph break")
+    from tpu_lab.compile.causes.instances import shared_limit
+    from tpu_lab.compile.causes.own_graph import INSTANCES_SHARE
+
+    told = [
+        f"Python int self.npoint changed (was 16) (another instance of SA than the one the graph was compiled for: {INSTANCES_SHARE})"
+    ]
+    resumed = "forward after the graph break at line 19, resuming at line 20 (sa.py:19)"
+    (said, _) = shared_limit(["raise the limit"], resumed, told, 8)
+    assert said.startswith("the instances of SA share this code's graphs and its one recompile limit (8)"), said
+    assert said.endswith("in place of each SA"), said
+    (said, _) = shared_limit(
+        ["raise the limit"], "LayerNorm.forward (normalization.py:217)", [told[0].replace(" SA ", " LayerNorm ")], 4
+    )
+    assert said.startswith("the instances of LayerNorm share"), said

@@ -123,7 +123,9 @@ def shared_limit(fixes: list[str], function: str, told: Sequence[str], limit: in
     a graph per instance's configuration, said first; ``fixes`` as they were for any other function."""
     if not any(INSTANCES_SHARE in words for words in told):
         return fixes
-    owner = function.split(" (")[0].rpartition(".")[0] or function
+    # the class the causes named (a resumed frame's name holds none), else the method's own
+    named = (m[1] for words in told if (m := re.search(r"another instance of ([\w.]+) than", words)))
+    owner = next(named, "") or function.split(" (")[0].rpartition(".")[0] or function
     shared = (
         f"the instances of {owner} share this code's graphs and its one recompile limit ({limit}): each instance's "
         "configuration (its parameter shapes, its flags) is a graph of its own, so many instances spend the limit "
