@@ -1,7 +1,9 @@
 """tl.watch() checked blind, what round 79 left and rounds 80 and 81 found. Each is checked against
 Dynamo's own account, with the printed fix applied and measured where it is an action."""
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
 from torch import nn
 
@@ -161,3 +163,30 @@ def test_the_shared_limit_names_the_class_the_causes_named_where_the_frame_is_a_
         ["raise the limit"], "LayerNorm.forward (normalization.py:217)", [told[0].replace(" SA ", " LayerNorm ")], 4
     )
     assert said.startswith("the instances of LayerNorm share"), said
+
+
+def window_pad(x, ws=4):  # microsoft/Swin-Transformer's padding to a window multiple, on x's own size
+    Hp = int(np.ceil(x.size(1) / ws)) * ws
+    return F.pad(x, (0, 0, 0, Hp - x.size(1))).sum(1)
+
+
+def window_pad_fixed(x, ws=4):  # the printed fix: the ceiling in integers
+    Hp = -(-x.size(1) // ws) * ws
+    return F.pad(x, (0, 0, 0, Hp - x.size(1))).sum(1)
+
+
+def test_a_float_quotient_of_a_size_is_told_to_round_with_integers_and_that_fix_is_measured():
+    # the second read of R74 P2: np.ceil(H / ws) was read on a number, not on a tensor's own size
+    f = torch.compile(window_pad, backend="eager")
+    xs = [torch.randn(2, n, 3) for n in (10, 13, 18, 21)]
+    out = []
+    table, account = watched_clean(lambda: out.append([f(x) for x in xs]))
+    said = [c for r in table for c in r.causes if c.count and c.kind != "first"]
+    assert said and all(
+        c.fix.startswith("each new value is a graph of its own while your code rounds a float") for c in said
+    ), said
+    assert any(c.words.startswith("a float quotient of a size changed") for c in said), said
+    g = torch.compile(window_pad_fixed, backend="eager")
+    _, fixed = watched_clean(lambda: out.append([g(x) for x in xs]))
+    assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
+    assert all(torch.equal(a, b) for a, b in zip(*out, strict=True))

@@ -85,7 +85,8 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
             return Cause("type", _PARAMETRIZED.format(name), g, _PARAMETRIZED_FIX)
         if now and now == _a(was) and m["cls"]:  # two classes of one name (yolov5's own SiLU for torch's)
             now, was = f"{now} of another module", re.sub(r"^torch\.nn\.modules\.\w+\.", "torch.nn.", m["cls"])
-        passed = module and re.fullmatch(r"\w+", name) is not None and name != "self"  # CRNN's data_parallel(model, ...): a helper
+        # CRNN's data_parallel(model, ...): a helper called with another module (self is an instance, told apart)
+        passed = module and re.fullmatch(r"\w+", name) is not None and name != "self"
         return Cause(
             "type",
             f"{name} is now {now or 'of another type'}, was {_a(was)}"

@@ -22,7 +22,6 @@ from tpu_lab.compile.causes.guard_sizes import (
     DROP_LAST,
     is_parameter,
     ragged,
-    size_value_words,
     size_words,
 )
 from tpu_lab.compile.causes.guard_values import (
@@ -35,6 +34,7 @@ from tpu_lab.compile.causes.guard_values import (
 )
 from tpu_lab.compile.causes.held_numbers import tuple_words
 from tpu_lab.compile.causes.numpy_sizes import numpy_relation_words
+from tpu_lab.compile.causes.size_values import size_value_words
 from tpu_lab.compile.causes.tensor_kinds import tensor_type_words
 from tpu_lab.compile.sources.packages import USER, package_of
 from tpu_lab.compile.sources.value_text import other_number

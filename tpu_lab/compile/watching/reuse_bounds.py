@@ -17,6 +17,7 @@ from tpu_lab.compile.causes.guard_places import condition_place, held
 from tpu_lab.compile.causes.guard_sizes import ON_TPU
 from tpu_lab.compile.causes.instances import MARK_SAID
 from tpu_lab.compile.causes.size_uses import size_in_source
+from tpu_lab.compile.causes.size_values import QUOTIENT_FIX
 from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = (  # with its own proviso, where said
@@ -28,12 +29,8 @@ _BOUND_STAYS = "mark_unbacked would not share one graph, as sizes outside what t
 _MADE = re.compile(r"Dynamo made (.+?) dynamic")
 _MARK = re.compile(rf"to skip even this one: {MARK_SAID.pattern}, or pad to a few sizes")
 _ONE_RANGE = re.compile(r"\d+ <= \S+ <= \d+|\S+ == \d+")  # a size held to a few values, never a remainder
-_QUOTIENT_HELD = re.compile(r"\(?[A-Za-z_][\w.]* / \d+\)? == -?\d+\.\d+")  # (H / 4) == 2.5: a float quotient
-_QUOTIENT_FIX = (
-    "each new value is a graph of its own while your code rounds a float quotient of it (np.ceil(H / ws)): "
-    "round with integer arithmetic instead (-(-H // ws) for the ceiling, H // ws for the floor), which Dynamo keeps "
-    "symbolic, so one graph serves the values"
-)
+# (H / 4) == 2.5, (x.size()[1] / 4) == 2.5: a float quotient of a number or of a size
+_QUOTIENT_HELD = re.compile(r"\(?[A-Za-z_][\w.]*(?:\(\)\[\d+\])? / \d+\)? == -?\d+\.\d+")
 _NUMBER_HELD = (  # mark_dynamic cannot help: the user's line holds a number computed from the size to one value
     "marking it dynamic would not widen that: your code makes one Python number of the size there (a dict key, "
     "a count, a NumPy call's argument), so each value of it is a graph of its own; pad to a few sizes (buckets) "
@@ -118,7 +115,7 @@ def bounded(
                 fix = re.sub(_MARK, _MARK_TOO_LATE.format(failed), fix, count=1)
             if any(_QUOTIENT_HELD.fullmatch(local_name(g).strip()) for _, g in found):  # Swin's np.ceil(H / ws)
                 words = words.replace(f"so later values reuse this graph while {said}", f"but in this graph {said}")
-                fix = _QUOTIENT_FIX
+                fix = QUOTIENT_FIX
             c = dataclasses.replace(c, words=words, fix=fix)
         elif (carried := _CARRIED_SIZE.match(c.words)) and (subject := f"{carried[1]} dim {carried[2]}") in conditions:
             held_to = [(_plain(w, subject), g) for w, g in conditions[subject] if _count_held(g)]
