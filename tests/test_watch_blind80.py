@@ -190,3 +190,21 @@ def test_a_float_quotient_of_a_size_is_told_to_round_with_integers_and_that_fix_
     _, fixed = watched_clean(lambda: out.append([g(x) for x in xs]))
     assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
     assert all(torch.equal(a, b) for a, b in zip(*out, strict=True))
+
+
+def test_a_view_whose_base_changed_is_another_case_whose_graph_a_first_mark_does_not_reach():
+    # the second read of R76 P2: a graph compiled at a later call for a view's other base (no view now) meets
+    # an unmarked input, as a graph for another flag or mode does
+    from types import SimpleNamespace
+
+    from tpu_lab.compile.causes.instances import marked_each_call_for_cases
+    from tpu_lab.compile.watching.watch_table import RowCause
+
+    mark = "mark the dimension dynamic before the first call (torch._dynamo.maybe_mark_dynamic(logits, 0))"
+    sized = SimpleNamespace(
+        causes=[RowCause("logits dimension 0 changed 8 -> 6", fix=f"none needed; {mark}", kind="size")]
+    )
+    base = RowCause("logits is no view now", fix="expected once", kind="view_base")
+    rows = [("focal_loss", sized), ("focal_loss", SimpleNamespace(causes=[base]))]
+    marked_each_call_for_cases(rows)
+    assert "mark the dimension dynamic on every call's input, before the call" in sized.causes[0].fix, sized.causes

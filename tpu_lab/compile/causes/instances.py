@@ -104,7 +104,7 @@ _EACH_CASE_MARK = (
 # what a graph of its own for another case is compiled for at a later call (a flag, a value, a mode, a type)
 _OTHER_CASES = {"flag", "value", "value_dynamic", "training", "global_state", "none", "kwargs", "string"}
 _OTHER_CASES |= {"derived", "enum", "type", "identity", "dtype", "device", "requires_grad", "dict_keys", "global"}
-_OTHER_CASES |= {"number_branch", "tensor_type", "members", "attribute", "hooks", "aliasing", "lr"}
+_OTHER_CASES |= {"number_branch", "tensor_type", "members", "attribute", "hooks", "aliasing", "lr", "view_base"}
 
 
 def marked_each_call_for_cases(rows: Sequence[tuple[object, Any]]) -> None:
