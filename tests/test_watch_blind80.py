@@ -208,3 +208,16 @@ def test_a_view_whose_base_changed_is_another_case_whose_graph_a_first_mark_does
     rows = [("focal_loss", sized), ("focal_loss", SimpleNamespace(causes=[base]))]
     marked_each_call_for_cases(rows)
     assert "mark the dimension dynamic on every call's input, before the call" in sized.causes[0].fix, sized.causes
+
+
+def test_names_split_at_commas_keep_a_quoted_keys_own_comma():
+    # the second read of R79 P4: a dict's key holding ", " was cut in two, as a call's arguments were before
+    from tpu_lab.compile.causes.cause import split_top
+
+    assert split_top("self.out_att(x, adj) dim 0, h dim 1") == ["self.out_att(x, adj) dim 0", "h dim 1"]
+    assert split_top("batch['a, b'] dim 0, batch['c)'] dim 1, x dim 2") == [
+        "batch['a, b'] dim 0",
+        "batch['c)'] dim 1",
+        "x dim 2",
+    ]
+    assert split_top("the model's x dim 0, y dim 1") == ["the model's x dim 0", "y dim 1"]  # no key: an apostrophe

@@ -114,10 +114,13 @@ def call_arguments(text: str, start: int) -> str | None:
 
 
 def split_top(text: str) -> list[str]:
-    """``text`` split at each ", " outside brackets: a list of names, one of which may be a call (``self.out_att(x,
-    adj) dim 0, h dim 1``: two)."""
-    parts, depth, start = [], 0, 0
+    """``text`` split at each ", " outside brackets and quotes: a list of names, one of which may be a call
+    (``self.out_att(x, adj) dim 0, h dim 1``: two) or a key (``batch['a, b'] dim 0``: one)."""
+    parts, depth, start, quote = [], 0, 0, ""
     for i, ch in enumerate(text):
+        if quote or (ch in "'\"" and text[i - 1 : i] in ("[", "(")):  # a quoted key's brackets and commas are its own
+            quote = "" if ch == quote else quote or ch
+            continue
         depth += (ch in "([{") - (ch in ")]}")
         if depth == 0 and text.startswith(", ", i):
             parts.append(text[start:i])
