@@ -221,3 +221,13 @@ def test_names_split_at_commas_keep_a_quoted_keys_own_comma():
         "x dim 2",
     ]
     assert split_top("the model's x dim 0, y dim 1") == ["the model's x dim 0", "y dim 1"]  # no key: an apostrophe
+
+
+def test_a_random_draws_mask_fix_is_its_own_as_the_value_fix_is():
+    # the second read of R76 P1: the value fix with its mask variant was open to a read-back rule's replacement
+    from tpu_lab.compile.causes.branch_origin import RANDOM_MASK_FIX, RANDOM_VALUE_FIX, drawn_fixes, drawn_value_fix
+
+    masked = drawn_value_fix("keep = x[:, : int(n)]", "n", unspecialized=True)
+    assert masked == RANDOM_VALUE_FIX + RANDOM_MASK_FIX, masked
+    assert drawn_fixes(masked) and drawn_fixes(RANDOM_VALUE_FIX)
+    assert not drawn_fixes("pad to a few sizes")

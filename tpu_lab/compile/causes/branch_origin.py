@@ -152,7 +152,8 @@ def drawn_value_fix(code: str, drawn: str, unspecialized: bool) -> str:
 
 def drawn_fixes(fix: str) -> bool:
     """``fix`` is one of a random draw's own fixes (which no read-back rule should replace)."""
-    return fix in (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX) or fix.startswith(DRAWN_FILL_FIX[:40])
+    own = (RANDOM_BRANCH_FIX, RANDOM_LOOP_FIX, RANDOM_VALUE_FIX, RANDOM_VALUE_FIX + RANDOM_MASK_FIX)  # the mask too
+    return fix in own or fix.startswith(DRAWN_FILL_FIX[:40])
 
 
 def only_raises(file: str, line: int) -> bool:
