@@ -231,3 +231,22 @@ def test_a_random_draws_mask_fix_is_its_own_as_the_value_fix_is():
     assert masked == RANDOM_VALUE_FIX + RANDOM_MASK_FIX, masked
     assert drawn_fixes(masked) and drawn_fixes(RANDOM_VALUE_FIX)
     assert not drawn_fixes("pad to a few sizes")
+
+
+def test_a_cause_on_a_carried_slot_the_line_does_not_name_never_takes_the_named_slots_name(tmp_path):
+    # the second read of R76 P4: with one slot named (labels.tolist()[0][1]), a guard on the other took its name
+    from tpu_lab.compile.causes.cause import CARRIED, Cause
+    from tpu_lab.compile.causes.resumed import in_resumed_frame
+    from tpu_lab.compile.sources.frames import FunctionKey
+
+    src = tmp_path / "loop.py"
+    src.write_text("def f(h, labels):\n    y = h * labels.tolist()[0][1]\n")
+    key = FunctionKey("torch_dynamo_resume_in_f_at_2", str(src), 1, resumes_at=2, resumes_in="inside line")
+    names = [("___stack1", "labels.tolist()[0][1]")]
+    on_other = Cause(
+        "size", f"{CARRIED} dimension 0 changed 4 -> 6", "tensor 'L['___stack0']' size mismatch at index 0"
+    )
+    on_named = Cause("value", f"Python int {CARRIED} changed (was 3)", "L['___stack1'] == 3")
+    other, named = in_resumed_frame([on_other, on_named], key, names)
+    assert "labels.tolist()" not in other.words and other.words.startswith(f"{CARRIED} 1 (from line 2)"), other.words
+    assert named.words.startswith("Python int labels.tolist()[0][1] changed"), named.words
