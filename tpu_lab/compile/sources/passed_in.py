@@ -16,20 +16,28 @@ _MOST_INPUTS = 32
 def passed_in(values: dict[str, Any], caller: Any) -> tuple[tuple[str, str, str], ...]:
     """(input name, the name the outermost user frame on the stack holds the same tensor under, that frame's
     function), for each tensor among ``values`` (the compiled frame's inputs) some caller holds; ``caller``:
-    the frame that called it. Library frames (torch's, transformers') are passed over: no user name there."""
+    the frame that called it. Library frames (torch's, transformers') are passed over: no user name there.
+    An input no caller holds, whose name the nearest user frame gives another value (its ``x`` is a 2-D piece,
+    the call passes ``x.unsqueeze(0)``), comes as (input name, "", that frame's function)."""
     import torch
 
     tensors = {id(v): n for n, v in list(values.items())[:_MOST_INPUTS] if isinstance(v, torch.Tensor)}
     found: dict[str, tuple[str, str]] = {}
-    f, seen = caller, 0
+    other: dict[str, str] = {}  # an input the nearest user frame names alike, holding another value there
+    f, seen, nearest = caller, 0, True
     while f is not None and seen < _MOST_FRAMES and tensors:
         seen += 1
         if not is_library(f.f_code.co_filename) and not _compiled(f.f_code):  # a mark inside compiled code raises
-            for name, value in _held(f.f_locals):
+            held = _held(f.f_locals)
+            if nearest:  # the frame whose line made the call: a name there is what the user reads
+                other = {n: f.f_code.co_name for n, v in held if n in tensors.values() and id(v) not in tensors}
+                nearest = False
+            for name, value in held:
                 if id(value) in tensors and isinstance(value, torch.Tensor):
                     found[tensors[id(value)]] = (name, f.f_code.co_name)  # the outermost wins: walked outward
         f = f.f_back
-    return tuple((inner, outer, where) for inner, (outer, where) in found.items())
+    clashes = tuple((n, "", where) for n, where in other.items() if n not in found)  # "": no caller holds it
+    return tuple((inner, outer, where) for inner, (outer, where) in found.items()) + clashes
 
 
 def _held(local: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -40,6 +40,10 @@ def said_at_the_call(
         # the innermost of them: the one the others' calls reached (the user's helper, not the forward around it)
         outer = max(around, key=lambda o: sum(o in under.get(code_of.get(p), ()) for p in around), default=None)
         base = outer.label.split(" after the graph break")[0] if outer is not None else ""
+        if outer is None and not key.name.startswith(RESUME):  # called by the user's code: marks by its names
+            row.causes = [
+                dataclasses.replace(c, fix=_marked_as_called(c.fix, (passed or {}).get(key, ()))) for c in row.causes
+            ]
         if outer is None or key.name in (base, outer.name) or key.name.startswith(RESUME):  # itself is no caller
             continue
         if not is_library(key.filename):  # the user's own layer, called by compiled code: its inputs are made there
@@ -49,7 +53,8 @@ def said_at_the_call(
             caller = caller.split(" after the graph break")[0]
             held: dict[str, tuple[str, str]] = {}
             for i, o, w in (passed or {}).get(key, ()):
-                held.setdefault(i, (o, w))  # the first compile's holder: later ones add what it lacked
+                if o:  # "": no caller holds it
+                    held.setdefault(i, (o, w))  # the first compile's holder: later ones add what it lacked
             row.causes = [dataclasses.replace(c, fix=_marked_where_held(c.fix, held, caller)) for c in row.causes]
         elif caller_of.get(key) or stdlib:
             fix = _fix(key, outer)
@@ -79,6 +84,33 @@ def _marked_where_held(fix: str, held: Mapping[str, tuple[str, str]], caller: st
         fix,
         count=1,
     )
+
+
+def _marked_as_called(fix: str, passed: tuple[tuple[str, str, str], ...]) -> str:
+    """The fix's marks on a function the user's code calls, each by the name the user's code holds that tensor
+    under (Real-ESRGAN's ``input_tile``, passed to ``forward(x)``); where no caller holds it and the calling
+    frame's own variable of that name is another value (TCN's 2-D ``x``, passed as ``x.unsqueeze(0)``), said so."""
+    said = MARK_SAID.search(fix)
+    if not said or not passed:
+        return fix
+    held: dict[str, tuple[str, str]] = {}
+    for inner, outer, where in passed:
+        held.setdefault(inner, (outer, where))  # the first compile's holder
+    notes: list[str] = []
+
+    def named(m: re.Match) -> str:
+        outer, where = held.get(m[1], (m[1], ""))
+        if outer and outer != m[1]:
+            notes.append(f"{outer} is the tensor {where} passes in as {m[1]}")
+            return f"maybe_mark_dynamic({outer}, {m[2]})"
+        if not outer:  # the caller's own variable of that name is another value
+            notes.append(f"{m[1]} here is the tensor passed in, not {where}'s own {m[1]}: mark what the call passes")
+        return m[0]
+
+    marks = re.sub(r"maybe_mark_dynamic\(([^,()]+), (\d+)\)", named, said[0])
+    if notes:
+        marks = f"{marks[:-1]}; {'; '.join(dict.fromkeys(notes))})"
+    return fix[: said.start()] + marks + fix[said.end() :]
 
 
 _LAST_BATCH = re.compile(
