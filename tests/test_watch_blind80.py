@@ -1,6 +1,8 @@
 """tl.watch() checked blind, what round 79 left and rounds 80 and 81 found. Each is checked against
 Dynamo's own account, with the printed fix applied and measured where it is an action."""
 
+import re
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -250,3 +252,63 @@ def test_a_cause_on_a_carried_slot_the_line_does_not_name_never_takes_the_named_
     other, named = in_resumed_frame([on_other, on_named], key, names)
     assert "labels.tolist()" not in other.words and other.words.startswith(f"{CARRIED} 1 (from line 2)"), other.words
     assert named.words.startswith("Python int labels.tolist()[0][1] changed"), named.words
+
+
+class TileNet(nn.Module):  # a stand-in for Real-ESRGAN's RRDBNet: convolutions over a tile of any size
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def tile_process(model, img, tile, marks=()):  # xinntao/Real-ESRGAN RealESRGANer.tile_process, cut down
+    outs = []
+    for y in range(0, img.shape[2], tile):
+        for x in range(0, img.shape[3], tile):  # x: the tile's column, an int
+            input_tile = img[:, :, y : y + tile, x : x + tile]
+            for mark in marks if not outs else ():  # the printed marks, pasted before the first call
+                exec(mark, {"torch": torch}, {"input_tile": input_tile, "x": x})
+            with torch.no_grad():
+                outs.append(model(input_tile))
+    return outs
+
+
+def test_a_mark_names_the_tensor_as_the_calling_code_holds_it_not_the_forwards_parameter():
+    # R80 S6: "maybe_mark_dynamic(x, 3)" where the caller's x is the tile's column index (pasted, it raised)
+    model = torch.compile(TileNet(), backend="eager")
+    img = torch.randn(1, 3, 20, 20)
+    table, account = watched_clean(lambda: tile_process(model, img, 8))
+    marks = [c.fix for r in table for c in r.causes if "maybe_mark_dynamic(" in c.fix]
+    assert marks and all("maybe_mark_dynamic(x," not in f for f in marks), marks
+    assert all("input_tile is the tensor tile_process passes in as x" in f for f in marks), marks
+    printed = sorted({m for f in marks for m in re.findall(r"torch\._dynamo\.maybe_mark_dynamic\(input_tile, \d\)", f)})
+    assert printed == [
+        "torch._dynamo.maybe_mark_dynamic(input_tile, 2)",
+        "torch._dynamo.maybe_mark_dynamic(input_tile, 3)",
+    ]
+    _, marked = watched_clean(lambda: tile_process(model, img, 8, printed))  # as printed: fewer graphs
+    assert len(marked.compiled()) < len(account.compiled()), (marked.records, account.records)
+
+
+class Chomped(nn.Module):  # locuslab/TCN, cut down: a causal convolution over a piece of any length
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 3, padding=2)
+
+    def forward(self, x):
+        return self.conv(x.transpose(1, 2))[:, :, :-2].sum()
+
+
+def tcn_train(model, pieces):  # locuslab/TCN poly_music train(): x is a 2-D piece, the model gets x.unsqueeze(0)
+    for x in pieces:
+        model(x.unsqueeze(0))
+
+
+def test_a_mark_on_a_tensor_no_caller_holds_says_the_callers_own_variable_of_that_name_is_another():
+    # R80 S5: the caller's x is the 2-D piece; pasted there, the mark hit the wrong dimension and saved nothing
+    model = torch.compile(Chomped(), backend="eager")
+    table, _ = watched_clean(lambda: tcn_train(model, [torch.randn(n, 4) for n in (40, 57, 33)]))
+    marks = [c.fix for r in table for c in r.causes if "maybe_mark_dynamic(" in c.fix]
+    assert marks and all("x here is the tensor passed in, not tcn_train's own x" in f for f in marks), marks
