@@ -1,6 +1,7 @@
 """tl.watch() checked blind, what round 79 left and rounds 80 and 81 found. Each is checked against
 Dynamo's own account, with the printed fix applied and measured where it is an action."""
 
+import math
 import re
 
 import numpy as np
@@ -312,3 +313,37 @@ def test_a_mark_on_a_tensor_no_caller_holds_says_the_callers_own_variable_of_tha
     table, _ = watched_clean(lambda: tcn_train(model, [torch.randn(n, 4) for n in (40, 57, 33)]))
     marks = [c.fix for r in table for c in r.causes if "maybe_mark_dynamic(" in c.fix]
     assert marks and all("x here is the tensor passed in, not tcn_train's own x" in f for f in marks), marks
+
+
+def ode_solve(z0, t0, t1, f):  # msurtsukov/neural-ode "Neural ODEs.ipynb": Euler steps, as many as the gap needs
+    h_max = 0.05
+    n_steps = math.ceil((abs(t1 - t0) / h_max).max().item())
+    h = (t1 - t0) / n_steps
+    t = t0
+    z = z0
+    for i_step in range(n_steps):  # noqa: B007 (the notebook's own loop)
+        z = z + h * f(z, t)
+        t = t + h
+    return z
+
+
+def test_a_step_count_read_back_and_run_by_a_loop_is_told_as_the_loops_count_and_the_body_compiled_alone():
+    # R81 S6: capture_scalar_outputs (Dynamo's hint) only moved the break to range(n_steps), where the rest
+    # then failed to compile; and "where the code takes a tensor, pass one" was said of `for ... in range(...)`
+    lin = nn.Linear(2, 2)
+
+    def dynamics(z, t):
+        return torch.tanh(lin(z))
+
+    z, gaps = torch.randn(4, 2), [torch.tensor([t]) for t in (0.8, 0.3, 0.2)]
+    solve = torch.compile(ode_solve, backend="eager")
+    out = []
+    table, account = watched_clean(lambda: out.append([solve(z, torch.zeros(1), t1, dynamics) for t1 in gaps]))
+    (brk,) = table.breaks
+    assert brk.fix.startswith("the value decides Python control flow (a loop or branch)"), brk.fix
+    (count,) = [c for r in table for c in r.causes if c.count and "how many times the loop runs" in c.words]
+    assert count.fix.startswith("expected once per count; to share one graph, keep the count fixed"), count.fix
+    body = torch.compile(dynamics, backend="eager")  # the fix: the body compiled, the loop kept in Python
+    _, fixed = watched_clean(lambda: out.append([ode_solve(z, torch.zeros(1), t1, body) for t1 in gaps]))
+    assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
+    assert all(torch.allclose(a, b) for a, b in zip(*out, strict=True))

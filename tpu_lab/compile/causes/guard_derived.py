@@ -46,6 +46,18 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
             "the values",
             f.where,
         )
+    if re.match(r"for\b.+?\bin\s+range\(", f.code or ""):  # Neural ODE's Euler steps: a count the loop runs
+        return Cause(
+            "derived",
+            f"a Python int computed from {names}{at}{code} changed (was {value}; it is how many times the loop "
+            "runs, and Dynamo unrolls the loop into the graph, one copy of its body per step: each new count "
+            "compiles a graph of its own)",
+            f.guard,
+            "expected once per count; to share one graph, keep the count fixed (a fixed number of steps), or "
+            "compile only what the loop's body calls and keep the loop itself in Python, outside the compiled "
+            f"function{RAISE_LIMIT}",
+            f.where,
+        )
     return Cause(
         "derived",
         f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is baked into the graph: "
