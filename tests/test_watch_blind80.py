@@ -347,3 +347,40 @@ def test_a_step_count_read_back_and_run_by_a_loop_is_told_as_the_loops_count_and
     _, fixed = watched_clean(lambda: out.append([ode_solve(z, torch.zeros(1), t1, body) for t1 in gaps]))
     assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
     assert all(torch.allclose(a, b) for a, b in zip(*out, strict=True))
+
+
+class SparseDispatcher:  # davidmrau/mixture-of-experts moe.py, cut down: made anew at every forward
+    def __init__(self, num_experts, gates):
+        self._gates = gates
+        self._part_sizes = (gates > 0).sum(0).tolist()  # the tokens each expert gets
+
+    def dispatch(self, inp):
+        return torch.split(inp, self._part_sizes, dim=0)
+
+
+def moe_forward(x, gates):
+    dispatcher = SparseDispatcher(4, gates)
+    return [part.sum() for part in dispatcher.dispatch(x)]
+
+
+def test_counts_read_back_to_split_by_are_not_logging_and_the_capture_setting_is_measured():
+    # R80 S8: the counts were told to be logging ("call .item() outside, where the logging runs"), and the
+    # capture setting that makes one graph of it was told to recompile at every logged step
+    f = torch.compile(moe_forward, backend="eager")
+
+    def steps():
+        for s in range(3):
+            gates = torch.zeros(8, 4)
+            gates[torch.arange(8), (torch.arange(8) + s) % 4] = 1.0
+            f(torch.randn(8, 3), gates)
+
+    table, account = watched_clean(steps)
+    fixes = {b.fix for b in table.breaks}
+    assert fixes and not any("logging" in fx or "logged step" in fx for fx in fixes), fixes
+    assert any("capture_scalar_outputs = True" in fx for fx in fixes), fixes
+    torch._dynamo.config.capture_scalar_outputs = True  # the printed fix, measured
+    try:
+        fixed_table, fixed = watched_clean(steps)
+    finally:
+        torch._dynamo.config.capture_scalar_outputs = False
+    assert not fixed_table.breaks and len(fixed.compiled()) < len(account.compiled()), fixed.records

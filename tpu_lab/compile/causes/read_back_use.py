@@ -136,9 +136,31 @@ def feeds_bookkeeping(code: str, file: str = "", line: int = 0) -> bool:
                 return True
         if isinstance(node, (ast.Assign, ast.AugAssign)) and _SCALAR.search(ast.unparse(node.value)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in targets):
+            kept = [t for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))]
+            if kept and not any(isinstance(t, ast.Attribute) and _computed_with(file, t.attr) for t in kept):
                 return True
     return False
+
+
+def _computed_with(file: str, attr: str) -> bool:
+    """The attribute ``attr`` is passed to a torch call taking sizes elsewhere in ``file`` (the MoE dispatcher's
+    ``torch.split(inp_exp, self._part_sizes, dim=0)``): the numbers stored there shape the work, not a log."""
+    tree = parsed_file(file) if file else None
+    for node in ast.walk(tree) if tree is not None else ():
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        given = [*node.args, *(k.value for k in node.keywords)]
+        if _SIZED_OP.fullmatch(name) and any(isinstance(a, ast.Attribute) and a.attr == attr for a in given):
+            return True
+    return False
+
+
+# torch calls that take sizes or counts: numbers passed to them shape the work (a split's part sizes)
+_SIZED_OP = re.compile(
+    r"split|split_with_sizes|chunk|view|reshape|narrow|expand|repeat|repeat_interleave|zeros|ones|empty|full|"
+    r"arange|randn|rand|randint|new_zeros|new_ones|new_empty|new_full|topk|tensor|as_tensor|pad|index_select"
+)
 
 
 def _local(file: str, line: int, name: str) -> bool:
