@@ -5,6 +5,7 @@ import math
 import re
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from _dynamo_oracle import watched_clean
@@ -384,3 +385,33 @@ def test_counts_read_back_to_split_by_are_not_logging_and_the_capture_setting_is
     finally:
         torch._dynamo.config.capture_scalar_outputs = False
     assert not fixed_table.breaks and len(fixed.compiled()) < len(account.compiled()), fixed.records
+
+
+def episode_segments(x, masks):  # ikostrikov/pytorch-a2c-ppo-acktr-gail model.py NNBase._forward_gru, cut down
+    has_zeros = (masks[1:] == 0.0).any(dim=-1).nonzero().squeeze().cpu()
+    # +1 to correct the masks[1:]
+    if has_zeros.dim() == 0:  # noqa: SIM108 (the repository's own code)
+        # Deal with scalar
+        has_zeros = [has_zeros.item() + 1]
+    else:
+        has_zeros = (has_zeros + 1).numpy().tolist()
+    return x * len(has_zeros)
+
+
+def test_a_data_dependent_result_read_back_later_is_never_offered_the_capture_setting_that_makes_it_raise():
+    # R80 S3: capture_dynamic_output_shape_ops was offered at the nonzero, with a caveat naming .tolist(); in
+    # this very code two lines below, the setting made the training call raise GuardOnDataDependentSymNode
+    f = torch.compile(episode_segments, backend="eager")
+    masks = torch.tensor([[1.0], [0.0], [1.0], [0.0]])
+    table, _ = watched_clean(lambda: f(torch.ones(3), masks))
+    (nonzero,) = [b for b in table.breaks if "nonzero" in b.words]
+    assert "leave capture_dynamic_output_shape_ops off here: line" in nonzero.fix, nonzero.fix
+    assert "or set torch._dynamo.config.capture_dynamic_output_shape_ops" not in nonzero.fix, nonzero.fix
+    torch._dynamo.reset()
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True  # what the fix says not to do, measured
+    try:
+        with pytest.raises(Exception, match="data-dependent"):
+            f(torch.ones(3), masks)
+    finally:
+        torch._dynamo.config.capture_dynamic_output_shape_ops = False
+        torch._dynamo.reset()

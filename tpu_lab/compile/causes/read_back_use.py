@@ -61,7 +61,9 @@ def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, st
         tested = any(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", t[1])) & tracked for t in _CHOOSES.finditer(text))
         # a loop count (Neural ODE's n_steps = math.ceil(....item()), then for i in range(n_steps)): control too
         counts = re.match(r"\s*for\b.+?\bin\s+range\(", text)
-        if used and (re.match(r"\s*(?:if|elif|while)\b", text) or tested or counts or (follow and _ORDERS.search(text))):
+        if used and (
+            re.match(r"\s*(?:if|elif|while)\b", text) or tested or counts or (follow and _ORDERS.search(text))
+        ):
             return n, text.strip()
         if follow and used and (a := re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", text)):
             tracked.add(a[1])
