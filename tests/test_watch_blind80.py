@@ -415,3 +415,40 @@ def test_a_data_dependent_result_read_back_later_is_never_offered_the_capture_se
     finally:
         torch._dynamo.config.capture_dynamic_output_shape_ops = False
         torch._dynamo.reset()
+
+
+def linear_rampup(current, rampup_length=16):  # YU1ut/MixMatch-pytorch train.py
+    if rampup_length == 0:
+        return 1.0
+    else:
+        current = np.clip(current / rampup_length, 0.0, 1.0)
+        return float(current)
+
+
+class SemiLoss:  # YU1ut/MixMatch-pytorch train.py
+    def __call__(self, outputs_x, targets_x, outputs_u, targets_u, epoch, fixed=False):
+        probs_u = torch.softmax(outputs_u, dim=1)
+        Lx = -torch.mean(torch.sum(F.log_softmax(outputs_x, dim=1) * targets_x, dim=1))
+        Lu = torch.mean((probs_u - targets_u) ** 2)
+        # the printed fix: torch.clamp on the epoch held in a tensor, kept a tensor
+        rampup = torch.clamp(epoch / 16, 0.0, 1.0) if fixed else linear_rampup(epoch)
+        return Lx, Lu, 75.0 * rampup
+
+
+def test_a_number_the_code_turns_back_into_a_float_is_never_told_to_be_passed_as_a_tensor():
+    # R81 S2: "where the code takes a tensor, pass one (torch.tensor(value))" at np.clip, whose next line is
+    # return float(current): passed as a tensor, that line became a graph break
+    criterion = torch.compile(SemiLoss(), backend="eager")
+    x, t = torch.randn(4, 3), torch.softmax(torch.randn(4, 3), 1)
+    epochs = [epoch + i / 4 for epoch in range(2) for i in range(2)]
+    out = []
+    table, account = watched_clean(lambda: out.append([criterion(x, t, x, t, e)[2] for e in epochs]))
+    said = [c for r in table for c in r.causes if c.count and "np.clip" in c.words]
+    assert said, table.to_text()
+    fixes = [c.fix for c in said]
+    assert all("pass one" not in fx and "(return float(current)) turns it back" in fx for fx in fixes), fixes
+    fixed_table, fixed = watched_clean(
+        lambda: out.append([criterion(x, t, x, t, torch.tensor(e), True)[2] for e in epochs])
+    )
+    assert not fixed_table.breaks and len(fixed.compiled()) < len(account.compiled()), fixed.records
+    assert all(abs(float(a) - float(b)) < 1e-6 for a, b in zip(*out, strict=True))

@@ -58,6 +58,18 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
             f"function{RAISE_LIMIT}",
             f.where,
         )
+    if back := _read_back_later(f):  # MixMatch's linear_rampup: np.clip, then return float(current)
+        return Cause(
+            "derived",
+            f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is baked into the graph: "
+            "each new value compiles a graph of its own)",
+            f.guard,
+            f"compute it with torch ops on {names} held in a tensor (torch.clamp in place of np.clip, say) and "
+            f"keep it a tensor where it is used: line {back[0]} ({back[1]}) turns it back into a Python number, "
+            "where a tensor passed in would only move the change into a graph break; where it must be a Python "
+            f"number, keep {names} to a few values{RAISE_LIMIT}",
+            f.where,
+        )
     return Cause(
         "derived",
         f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is baked into the graph: "
@@ -68,6 +80,31 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
         f"number, keep {names} to a few values{RAISE_LIMIT}",
         f.where,
     )
+
+
+def _read_back_later(f: Failure) -> tuple[int, str] | None:
+    """(line, code) of a later line of the block that turns what ``f``'s line assigns back into a Python number
+    (``return float(current)``), else None."""
+    import linecache
+
+    from tpu_lab.compile.sources.packages import unshortened
+
+    target = re.match(r"\s*([A-Za-z_]\w*)\s*=(?!=)", f.code or "")
+    path, _, line = f.where.rpartition(":")
+    if not (target and line.isdigit()):
+        return None
+    path = path if linecache.getline(path, int(line)) else unshortened(path)  # as Dynamo's comment names it
+    own = linecache.getline(path, int(line))
+    indent = len(own) - len(own.lstrip())
+    for n in range(int(line) + 1, int(line) + 20):
+        text = linecache.getline(path, n)
+        if not text.strip():
+            continue
+        if len(text) - len(text.lstrip()) < indent:  # the block has ended
+            return None
+        if re.search(rf"\b(?:float|int)\(\s*{target[1]}\s*\)|\b{target[1]}\.(?:item|tolist)\(", text):
+            return n, text.strip()
+    return None
 
 
 def derived_key(cause: Cause) -> str:
