@@ -35,7 +35,8 @@ def size_value_words(g: str, line: str, at: str, code: str = "") -> Cause | None
             "scale_factor=), or keep to a few sizes",
             at,
         )
-    if "." in m["n"] and re.search(r"[\])] / \d+\)?$", m["expr"]):  # Swin's np.ceil(x.size(1) / ws): a float
+    rounds = re.search(r"\b(?:np|numpy|math)\.(?:ceil|floor)\(", line)  # Swin's np.ceil(x.size(1) / ws): a float
+    if rounds and "." in m["n"] and re.search(r"[\])] / \d+\)?$", m["expr"]):
         return Cause(
             "size_value",
             f"a float quotient of a size changed (the graph holds {held_expr(m['expr'])} == {m['n']}), set{line}: "

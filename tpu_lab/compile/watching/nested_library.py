@@ -95,7 +95,8 @@ def _marked_as_called(fix: str, passed: tuple[tuple[str, str, str], ...]) -> str
         return fix
     held: dict[str, tuple[str, str]] = {}
     for inner, outer, where in passed:
-        held.setdefault(inner, (outer, where))  # the first compile's holder
+        if not re.match(r"(?:args|kwargs)\[", outer):  # a caller's f(*args): a name a wrapper's would read as
+            held.setdefault(inner, (outer, where))  # the first compile's holder
     notes: list[str] = []
 
     def named(m: re.Match) -> str:
