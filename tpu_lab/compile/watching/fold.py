@@ -40,6 +40,7 @@ from tpu_lab.compile.watching import empty_graphs, nested_library, pinned_sizes,
 from tpu_lab.compile.watching.empty_graphs import empty_note
 from tpu_lab.compile.watching.failed import failed_compile
 from tpu_lab.compile.watching.hooks_changed import as_seen, hooks_cause
+from tpu_lab.compile.watching.sequence_state import reset_between_sequences
 from tpu_lab.compile.watching.watch_table import BreakRow, Point, RowCause, WatchRow
 from tpu_lab.compile.watching.what_next import dynamic_note, growing, marks_of, told_dynamic, unpinned, with_flags
 
@@ -314,7 +315,8 @@ class Fold:
         nested_library.said_at_the_call(
             (k for k, _ in self.rows), rows, self.under, self.code_of, self.caller_of, self.passed
         )
-        marked_each_call_for_cases([(k, r) for (k, _), r in zip(self.rows, rows, strict=True)])
+        marked_each_call_for_cases(pairs := [(k, r) for (k, _), r in zip(self.rows, rows, strict=True)])
+        reset_between_sequences(pairs)
         said = packed_rnn(broke := [c for c, _ in self.breaks.values()], broke)
         for r in rows:  # a frame Dynamo gave up on at the RNN (torch 2.13), beside the packing's breaks
             r.causes = packed_rnn(r.causes, broke)
