@@ -214,6 +214,10 @@ def size_words(
             f"each item of {item[1]} has its own length: pad them{pad} to a few lengths outside the compiled function "
             f"(or batch them, padded, into one tensor); else {dynamic}"
         )
+    elif i == "0" and int(b) < int(a) and not caller and _evaluating(inputs):  # dropped, it leaves the metrics
+        fix = (
+            f"{dynamic}; an evaluation's last, smaller batch is not one to drop or pad: either changes what is measured"
+        )
     elif i == "0" and int(b) < int(a) and not caller:
         fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:
@@ -265,6 +269,13 @@ MODULE_PARAMETER_FIX = (  # the module's own layer replaced by one of another si
 def is_parameter(raw: str, g: str) -> bool:
     """The guard is on a module's parameter (Dynamo says so), not on an input."""
     return "Guard failed on a parameter" in g or "._parameters[" in raw
+
+
+def _evaluating(inputs: Mapping[str, str] | None) -> bool:
+    """The call runs with grad mode off and every module among ``inputs`` in eval mode: an evaluation pass."""
+    shown = inputs or {}
+    modules = [d for d in shown.values() if d.endswith(("(train)", "(eval)"))]
+    return shown.get("grad mode") == "off" and all(d.endswith("(eval)") for d in modules)
 
 
 # as a row describes a tensor (``value_text.describe``)
