@@ -552,3 +552,24 @@ def test_an_evaluations_last_smaller_batch_is_never_told_to_be_dropped_or_padded
     said = [c for r in table for c in r.causes if c.count and c.kind == "size"]
     assert said and all("drop_last" not in c.fix and "pad it to" not in c.fix for c in said), said
     assert all("an evaluation's last, smaller batch is not one to drop or pad" in c.fix for c in said), said
+
+
+def fixmatch_loss(model, inputs):  # kekmodel/FixMatch-pytorch train.py: the loss takes the compiled model
+    return model(inputs).logsumexp(1).mean()
+
+
+def test_a_compiled_model_passed_in_is_named_by_its_own_attributes_never_through_orig_mod():
+    # R81 S1: the guards read model._orig_mod.block1.layer[0].bn1.training, the wrapper's internal path
+    model = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), backend="eager")
+    f = torch.compile(fixmatch_loss, backend="eager")
+
+    def run():
+        f(model, torch.randn(8, 4))
+        model.eval()  # the repository's test() leaves it so
+        f(model, torch.randn(8, 4))
+
+    table, _ = watched_clean(run)
+    told = [c.words + c.fix for r in table for c in r.causes]
+    assert not [t for t in told if "_orig_mod" in t], told
+    said = [c for r in table for c in r.causes if c.count and c.kind == "training"]
+    assert said and all("model[1].training" in c.words for c in said), said

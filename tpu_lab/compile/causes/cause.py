@@ -63,6 +63,7 @@ def local_name(source: str) -> str:
     s = re.sub(r"\.__dict__\['_(?:modules|parameters|buffers)'\]\['([^']+)'\]", r".\1", s)  # Dynamo reads them raw
     s = re.sub(r"\._modules\['(\d+)'\]", r"[\1]", s)  # a Sequential's or ModuleList's child
     s = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", s)
+    s = re.sub(r"\._orig_mod(?=[.\[])", "", s)  # a compiled module's own: model.block1 reads it through the wrapper
     s = re.sub(r"(?<![\w.])fn\.keywords\['([^']+)'\]", r"\1", s)  # anywhere: a guard's expression holds several
     s = re.sub(r"^(['\"]?)fn\.__self__(?=[.\[']|$)", r"\1self", s)  # torch.compile(obj.method): its instance
     return re.sub(r"^(['\"]?)fn(?=[.\[])", r"\1self", s)  # quoted too: a guard's "tensor 'fn.weight' ..."
