@@ -573,3 +573,43 @@ def test_a_compiled_model_passed_in_is_named_by_its_own_attributes_never_through
     assert not [t for t in told if "_orig_mod" in t], told
     said = [c for r in table for c in r.causes if c.count and c.kind == "training"]
     assert said and all("model[1].training" in c.words for c in said), said
+
+
+FEATURES = torch.randn(40, 4)
+
+
+def mean_aggregate(nodes, to_neighs):  # williamleif/graphsage-simple MeanAggregator.forward, cut down
+    samp_neighs = [set(n) | {nodes[i]} for i, n in enumerate(to_neighs)]
+    unique_nodes_list = list(set.union(*samp_neighs))
+    unique_nodes = {n: i for i, n in enumerate(unique_nodes_list)}
+    mask = torch.zeros(len(samp_neighs), len(unique_nodes))
+    column_indices = [unique_nodes[n] for samp_neigh in samp_neighs for n in samp_neigh]
+    row_indices = [i for i in range(len(samp_neighs)) for j in range(len(samp_neighs[i]))]
+    mask[row_indices, column_indices] = 1
+    return mean_of(mask, torch.LongTensor(unique_nodes_list))
+
+
+def mean_of(mask, unique_nodes):  # the tensor work alone: what the printed fix compiles
+    return (mask / mask.sum(1, keepdim=True)).mm(FEATURES[unique_nodes])
+
+
+def test_sets_of_sampled_neighbours_are_said_in_words_and_the_tensor_work_compiled_alone():
+    # R81 S4: 80 guards "not translated: to_neighs[17] == {0, 1, 37, ...}", the cause of a recompile per batch
+    import random
+
+    rng = random.Random(0)
+    batches = [(n := rng.sample(range(40), 3), [set(rng.sample(range(40), 3)) for _ in n]) for _ in range(3)]
+    f = torch.compile(mean_aggregate, backend="eager")
+    out = []
+    table, account = watched_clean(lambda: out.append([f(*b) for b in batches]))
+    said = [c for r in table for c in r.causes if "to_neighs" in c.guard]
+    assert said and all(c.kind == "set_items" for c in said), said
+    assert all("build what the code makes of the sets in to_neighs" in c.fix for c in said), said
+    global mean_of
+    eager, mean_of = mean_of, torch.compile(mean_of, backend="eager")  # the fix: the tensor work compiled alone
+    try:
+        _, fixed = watched_clean(lambda: out.append([mean_aggregate(*b) for b in batches]))
+    finally:
+        mean_of = eager
+    assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
+    assert all(torch.allclose(a, b) for a, b in zip(*out, strict=True))

@@ -211,6 +211,7 @@ KIND_LABELS = {
     "value": "a Python value baked into the graph changed",
     "value_dynamic": "a Python number changed, then made dynamic",
     "members": "the values a list holds changed (your code tests membership in it)",
+    "set_items": "a Python set's items changed (baked into the graph)",
     "torch_function": "another op through a tensor subclass's __torch_function__ (compiled on its own)",
     "derived": "a value computed from Python numbers changed (baked into the graph)",
     "loop_position": "a loop resumed at another position after a graph break inside it",

@@ -219,7 +219,7 @@ def tuple_words(g: str) -> Cause | None:
     """A tuple of Python constants that changed (``self.pad.padding == (0, 8)``: a layer's padding, a kernel
     size): Dynamo keeps it as a constant, so each value is a graph of its own; None for other guards."""
     if (m := _TUPLE.match(g.strip())) is None:
-        return None
+        return _set_words(g)
     name = local_name(m["name"])
     words = f"tuple {name} changed (was {m['value']}): Dynamo keeps a tuple of constants in the graph, so each new value compiles a graph of its own"
     fix = (
@@ -229,6 +229,29 @@ def tuple_words(g: str) -> Cause | None:
         else f"keep {name} to a few values; where its numbers change every call, pass them in a tensor"
     )
     return Cause("value", words, g, fix)
+
+
+_SET = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>\{[-\w.'\" ,]*\})$")  # to_neighs[17] == {0, 1, 37}
+
+
+def _set_words(g: str) -> Cause | None:
+    """A Python set's items that changed (GraphSAGE's sampled neighbours per node): Dynamo guards a set by its
+    items, so each new set is a graph of its own; None for other guards."""
+    if (m := _SET.match(g.strip())) is None:
+        return None
+    name = local_name(m["name"])
+    words = (
+        f"set {name} holds other items now (was {m['value']}): Dynamo keeps a Python set's items in the graph, so "
+        "each new set compiles a graph of its own"
+    )
+    held = re.sub(r"\[\d+\]$", "", name)  # an item of a list of sets: the fix is the list's
+    what = f"the sets in {held}" if held != name else name
+    fix = (
+        f"build what the code makes of {what} (an index tensor, a mask) outside the compiled function and pass "
+        "that in, or compile only the tensor work that follows; sets that change every call otherwise compile "
+        "every call, up to the recompile limit"
+    )
+    return Cause("set_items", words, g, fix)
 
 
 def tensor_taken(who: str, name: str, place: str) -> bool:
