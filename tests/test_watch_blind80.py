@@ -613,3 +613,27 @@ def test_sets_of_sampled_neighbours_are_said_in_words_and_the_tensor_work_compil
         mean_of = eager
     assert len(fixed.compiled()) < len(account.compiled()), (fixed.records, account.records)
     assert all(torch.allclose(a, b) for a, b in zip(*out, strict=True))
+
+
+def dkt_loss(pred, a):  # chsong513/DeepKnowledgeTracing-DKT-Pytorch eval.py lossFunc, cut down
+    loss = torch.tensor(0.0)
+    for i in range(pred.size(0)):
+        p = pred[i]
+        if p > 0:
+            loss = loss - (a[i] * torch.log(p) + (1 - a[i]) * torch.log(1 - p))
+    return loss
+
+
+def test_the_branchless_fix_warns_that_torch_where_computes_both_sides_and_the_warning_is_measured():
+    # R81 S8: the loss written branchless the obvious way, torch.where(p > 0, ... log(p) ..., 0), gave NaN
+    # weights: log(0) on the side not taken poisons the gradient
+    f = torch.compile(dkt_loss, backend="eager")
+    pred, a = torch.tensor([0.0, 0.3, 0.8]), torch.tensor([0.0, 1.0, 0.0])
+    table, _ = watched_clean(lambda: f(pred, a))
+    fixes = [b.fix for b in table.breaks] + [c.fix for r in table for c in r.causes if c.count]
+    assert any("torch.where computes both sides, so give the side not taken a safe input" in fx for fx in fixes), fixes
+    for safe in (False, True):
+        p = pred.clone().requires_grad_()
+        q = p.clamp(1e-6, 1 - 1e-6) if safe else p
+        torch.where(p > 0, -(a * torch.log(q) + (1 - a) * torch.log(1 - q)), 0.0).sum().backward()
+        assert p.grad.isfinite().all() == safe, p.grad  # the obvious form's gradient is NaN; the safe one's is not

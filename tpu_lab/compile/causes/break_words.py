@@ -127,7 +127,7 @@ def _on_the_line(hint: str, code: str) -> str:
 
 
 _NO_READ_FIX = use.CONTROL_FIX.replace(": capture_scalar_outputs only moves the break there;", ";")  # no .item() here
-BRANCH_FIX = "express the branch with torch.cond, or make it branchless (torch.where, torch.clamp)"
+BRANCH_FIX = f"express the branch with torch.cond, or make it branchless (torch.where, torch.clamp; {use.BOTH_SIDES})"
 TRAINING_STEP_FIX = (
     "compile the forward and the loss only (AOTAutograd compiles their backward), and keep loss.backward(), "
     "the optimizer's step and zero_grad, a GradScaler's scale/unscale_/step/update and clip_grad_norm_ outside the compiled function "

@@ -11,10 +11,14 @@ import re
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
 from tpu_lab.compile.causes.source_file import enclosing_def, parsed_file
 
+BOTH_SIDES = (  # DKT's loss: torch.where(p > 0, log(p), 0) runs log(0) too, and its gradient turns the weights NaN
+    "torch.where computes both sides, so give the side not taken a safe input (log(p.clamp_min(1e-12))) or its "
+    "NaN reaches the gradient"
+)
 CONTROL_FIX = (
     "the value decides Python control flow (a loop or branch): capture_scalar_outputs only moves the break "
-    "there; keep it in tensors (masks, torch.where, torch.cond / torch.while_loop), or compile only the "
-    "tensor work and run the Python bookkeeping outside the compiled function"
+    f"there; keep it in tensors (masks, torch.where, torch.cond / torch.while_loop; {BOTH_SIDES}), or compile "
+    "only the tensor work and run the Python bookkeeping outside the compiled function"
 )
 _ON_VALUES = re.compile(r"^(?:(?:el)?if|while)\b|^for\b.*\bin\b.*\.(?:tolist|item|nonzero|unique)\(")
 
