@@ -637,3 +637,25 @@ def test_the_branchless_fix_warns_that_torch_where_computes_both_sides_and_the_w
         q = p.clamp(1e-6, 1 - 1e-6) if safe else p
         torch.where(p > 0, -(a * torch.log(q) + (1 - a) * torch.log(1 - q)), 0.0).sum().backward()
         assert p.grad.isfinite().all() == safe, p.grad  # the obvious form's gradient is NaN; the safe one's is not
+
+
+def hopfield_update(xi, xi_old, fixed=False):  # ml-jku/hopfield-layers functional.py, cut down: stop once still
+    if fixed:  # the printed fix: the tensor form, kept a tensor
+        return torch.where((xi == xi_old).all(), xi, xi * 0.5)
+    if torch.equal(xi, xi_old):
+        return xi
+    return xi * 0.5
+
+
+def test_torch_equal_is_told_its_tensor_form_never_a_custom_op_and_the_form_is_measured():
+    # R81 S7: Dynamo's hint, "wrap the operator into a custom operator", still broke the graph when applied
+    f = torch.compile(hopfield_update, backend="eager")
+    calls = [(torch.ones(3), torch.ones(3)), (torch.ones(3), torch.zeros(3))]
+    out = []
+    table, _ = watched_clean(lambda: out.append([f(*c) for c in calls]))
+    (brk,) = table.breaks
+    assert brk.words.startswith("`torch.equal` (aten.equal.default)"), brk.words
+    assert brk.fix.startswith("test with tensor ops that return a tensor ((a == b).all() in place of torch.equal)")
+    fixed_table, _ = watched_clean(lambda: out.append([f(*c, fixed=True) for c in calls]))
+    assert not fixed_table.breaks, fixed_table.to_text()
+    assert all(torch.equal(a, b) for a, b in zip(*out, strict=True))

@@ -74,7 +74,7 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
     code it broke in, if any. Any other cause comes back as it is."""
     shaped = SHAPED.search(cause.words)
     if not shaped:
-        return cause
+        return _valued_op_said(cause)
     name = re.sub(r"\d+$", "", shaped[1].removeprefix("aten.").split(".")[0].lstrip("_"))  # _unique2: unique
     if shape_op_captured(shaped[1]) is False:  # Dynamo's hint would only change the break's words
         fix = (
@@ -136,6 +136,28 @@ def shape_op_said(cause: Cause, code: str, at: tuple[str, int] = ("", 0), librar
         words = words.replace(shaped[0], f"{public} ({shaped[1]}): its output's shape depends on the mask's data")
     elif public:
         words = words.replace(shaped[0], f"`{public}` ({shaped[1]}): its output's shape depends on the tensor's data")
+    return dataclasses.replace(cause, words=words, fix=fix)
+
+
+_VALUED = re.compile(
+    r"Operator `aten\.(?!_local_scalar_dense)(\w+)[\w.]*` has a non-Tensor output whose value is dependent"
+)
+_TENSOR_FORM = {"equal": "(a == b).all()", "allclose": "torch.isclose(a, b).all()", "is_nonzero": "x != 0"}
+
+
+def _valued_op_said(cause: Cause) -> Cause:
+    """A break at an operator that returns a Python value computed from the tensors' data (``torch.equal``:
+    a bool): the tensor form of the same test, kept a tensor; never Dynamo's hint to wrap it in a custom op,
+    whose Python value a graph cannot hold either (blind round 81 measured it). Any other cause as it is."""
+    if not (m := _VALUED.search(cause.words)):
+        return cause
+    public = torch_function(m[1]) or f"torch.{m[1]}"
+    words = cause.words.replace(m[0].split(" has ")[0], f"`{public}` ({m[0].split('`')[1]})", 1)
+    form = _TENSOR_FORM.get(m[1], "its tensor form")
+    fix = (
+        f"test with tensor ops that return a tensor ({form} in place of {public}) and keep the result a tensor: "
+        "select with torch.where, or branch with torch.cond, where the code branches on it"
+    )
     return dataclasses.replace(cause, words=words, fix=fix)
 
 
