@@ -659,3 +659,17 @@ def test_torch_equal_is_told_its_tensor_form_never_a_custom_op_and_the_form_is_m
     fixed_table, _ = watched_clean(lambda: out.append([f(*c, fixed=True) for c in calls]))
     assert not fixed_table.breaks, fixed_table.to_text()
     assert all(torch.equal(a, b) for a, b in zip(*out, strict=True))
+
+
+def test_the_unbacked_mark_said_to_be_no_way_out_takes_its_proviso_with_it():
+    # R80 S8: "mark_unbacked is no way out here: your code compares that size where no code compares that size
+    # to a number ...": the proviso, reworded last session, was left behind when the mark was replaced
+    from tpu_lab.compile.causes.guard_sizes import size_words
+    from tpu_lab.compile.causes.guard_words import TENSOR_MISMATCH
+    from tpu_lab.compile.watching.reuse_bounds import _UNBACKED, NO_UNBACKED
+
+    g = "tensor 'x' size mismatch at index 0. expected 2, actual 1"
+    fix = size_words(TENSOR_MISMATCH.search(g), g, tpu=False, static=False).fix  # the proviso as said today
+    assert "mark_unbacked(x, 0) before the first call shares one graph where no code compares" in fix, fix
+    said = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
+    assert NO_UNBACKED in said and "where no code compares that size" not in said, said

@@ -22,7 +22,8 @@ from tpu_lab.compile.watching.watch_table import RowCause
 
 _UNBACKED = (  # with its own proviso, where said
     r"torch\._dynamo\.decorators\.mark_unbacked\({}\) before the first call shares one graph"
-    r"(?: only where no code compares that size to a number or another size)?"
+    r"(?: (?:only )?where no code compares that size to a number or another size"
+    r"(?: \(else a call raises a runtime assertion on it: then drop the mark and keep the extra graph\))?)?"
 )
 NO_UNBACKED = "mark_unbacked is no way out here: your code compares that size"
 _BOUND_STAYS = "mark_unbacked would not share one graph, as sizes outside what this graph holds compile another"
