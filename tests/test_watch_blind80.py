@@ -673,3 +673,21 @@ def test_the_unbacked_mark_said_to_be_no_way_out_takes_its_proviso_with_it():
     assert "mark_unbacked(x, 0) before the first call shares one graph where no code compares" in fix, fix
     said = re.sub(_UNBACKED.format("[^)]*"), NO_UNBACKED, fix)
     assert NO_UNBACKED in said and "where no code compares that size" not in said, said
+
+
+def test_a_resumed_frames_carried_value_is_named_in_the_guards_shown_at_the_limit_too():
+    # R80 S8: the limit row showed "the value carried over the graph break._part_sizes[0] == 8", half resolved
+    f = torch.compile(moe_forward, backend="eager")
+
+    def steps():
+        for s in range(4):
+            gates = torch.zeros(8, 4)
+            gates[torch.arange(8), torch.arange(8) % (s + 1)] = 1.0  # another split of the tokens each step
+            f(torch.randn(8, 3), gates)
+
+    with torch._dynamo.config.patch(recompile_limit=2):
+        table, _ = watched_clean(steps)
+    limited = [c for r in table for c in r.causes if c.kind == "limit"]
+    assert limited, table.to_text()
+    shown = "\n".join(r.shown_guard for r in table if r.limit_hit)
+    assert "dispatcher._part_sizes[" in shown and "the value carried over" not in shown, shown

@@ -264,7 +264,7 @@ class Fold:
         words = f"{'; '.join(c.words for c in last)} (refused: recompile limit)" if last else ""
         words = "; ".join(filter(None, [words or (LIMIT_RAISED_TEXT if raised else LIMIT_TEXT), cap.limit, raised]))
         guards = [c.guard for c in last if c.guard]
-        shown = "\n".join(readable_guard(g, cap.names) for g in guards)
+        shown = "\n".join(self._shown(g, cap) for g in guards)  # a resumed frame's carried value by its name too
         row.add(RowCause(words, "\n".join(guards), "; ".join(fixes), "limit", 0, shown_guard=shown))
         return CompileEvent("dynamo", cap.reason, 0.0, limit_hit=True, cause=words)
 
