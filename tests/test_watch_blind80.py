@@ -691,3 +691,16 @@ def test_a_resumed_frames_carried_value_is_named_in_the_guards_shown_at_the_limi
     assert limited, table.to_text()
     shown = "\n".join(r.shown_guard for r in table if r.limit_hit)
     assert "dispatcher._part_sizes[" in shown and "the value carried over" not in shown, shown
+
+
+def test_a_batch_larger_than_the_graphs_range_is_never_told_to_pad_a_short_last_batch():
+    # R81 S5: a 16-image batch crossed 2 <= x.size()[0] <= 15 (a check inside torch) and was told "pad a short
+    # last batch to the full size or drop it"
+    from tpu_lab.compile.causes.guard_sizes import batch_side_fix
+
+    g = "2 <= L['x'].size()[0] <= 15"
+    larger = batch_side_fix(g, {"x": "f32[16, 1, 28, 28]"})
+    assert larger.startswith("expected once per side of that bound: this batch of 16 is larger"), larger
+    assert "pad a short last batch" not in larger and "keep batches at most 15" in larger, larger
+    shorter = batch_side_fix("2 <= L['x'].size()[0] <= 15", {"x": "f32[1, 1, 28, 28]"})
+    assert "pad a short last batch to the full size or drop it" in shorter, shorter

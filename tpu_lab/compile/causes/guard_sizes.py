@@ -271,6 +271,20 @@ def is_parameter(raw: str, g: str) -> bool:
     return "Guard failed on a parameter" in g or "._parameters[" in raw
 
 
+def batch_side_fix(g: str, inputs: Mapping[str, str]) -> str:
+    """The fix for a batch size that crossed a bound a library's check set (``2 <= x.size()[0] <= 15``): a short
+    last batch below it is padded or dropped; a batch above it (16 images) is no last batch to pad."""
+    m = re.search(r"(?P<name>[\w.\[\]']+)\.size\(\)\[0\] <= (?P<top>\d+)$", local_name(g).strip())
+    now = re.match(r"\w+\[(\d+)", inputs.get(m["name"], "")) if m else None
+    if m and now and int(now[1]) > int(m["top"]):
+        return (
+            f"expected once per side of that bound: this batch of {now[1]} is larger than the graph's sizes (up to "
+            f"{m['top']}), so it compiles its own; to stay on one side, keep batches at most {m['top']} (split a "
+            "larger one), or let the larger sizes share that graph"
+        )
+    return f"expected once per side of that bound; to stay on one side, pad a short last batch to the full size or drop it ({DROP_LAST})"
+
+
 def _evaluating(inputs: Mapping[str, str] | None) -> bool:
     """The call runs with grad mode off and every module among ``inputs`` in eval mode: an evaluation pass."""
     shown = inputs or {}

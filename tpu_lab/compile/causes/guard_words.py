@@ -19,7 +19,7 @@ from tpu_lab.compile.causes.guard_members import member_words
 from tpu_lab.compile.causes.guard_objects import none_words, object_words
 from tpu_lab.compile.causes.guard_places import as_range, own_bound, set_by, slocs
 from tpu_lab.compile.causes.guard_sizes import (
-    DROP_LAST,
+    batch_side_fix,
     is_parameter,
     ragged,
     size_words,
@@ -292,8 +292,7 @@ def words(
             "specialised",
             f"a size {crossed} the graph assumed ({said})" + (f", set{line}" if line else ""),
             g,
-            "expected once per side of that bound; to stay on one side, pad a short last batch to the full size "
-            f"or drop it ({DROP_LAST})"
+            batch_side_fix(g, inputs or {})
             if library and set(re.findall(r"\.size\(\)\[(\d+)\]", g)) == {"0"}  # only the batch dimension
             else "expected once per side of that bound; to stay on one side, pad that dimension to one side of it"
             if library
