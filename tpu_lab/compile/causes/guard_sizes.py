@@ -280,7 +280,7 @@ def batch_side_fix(g: str, inputs: Mapping[str, str]) -> str:
         return (
             f"expected once per side of that bound: this batch of {now[1]} is larger than the graph's sizes (up to "
             f"{m['top']}), so it compiles its own; to stay on one side, keep batches at most {m['top']} (split a "
-            "larger one), or let the larger sizes share that graph"
+            "larger one), or accept the one graph more that the larger sizes share"
         )
     return f"expected once per side of that bound; to stay on one side, pad a short last batch to the full size or drop it ({DROP_LAST})"
 
