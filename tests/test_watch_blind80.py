@@ -284,7 +284,7 @@ def test_a_mark_names_the_tensor_as_the_calling_code_holds_it_not_the_forwards_p
     table, account = watched_clean(lambda: tile_process(model, img, 8))
     marks = [c.fix for r in table for c in r.causes if "maybe_mark_dynamic(" in c.fix]
     assert marks and all("maybe_mark_dynamic(x," not in f for f in marks), marks
-    assert all("input_tile is the tensor tile_process passes in as x" in f for f in marks), marks
+    assert all("input_tile is the tensor tile_process holds, passed in as x" in f for f in marks), marks
     printed = sorted({m for f in marks for m in re.findall(r"torch\._dynamo\.maybe_mark_dynamic\(input_tile, \d\)", f)})
     assert printed == [
         "torch._dynamo.maybe_mark_dynamic(input_tile, 2)",
@@ -313,7 +313,7 @@ def test_a_mark_on_a_tensor_no_caller_holds_says_the_callers_own_variable_of_tha
     model = torch.compile(Chomped(), backend="eager")
     table, _ = watched_clean(lambda: tcn_train(model, [torch.randn(n, 4) for n in (40, 57, 33)]))
     marks = [c.fix for r in table for c in r.causes if "maybe_mark_dynamic(" in c.fix]
-    assert marks and all("x here is the tensor passed in, not tcn_train's own x" in f for f in marks), marks
+    assert marks and all("x here is the tensor passed in, not the x tcn_train holds" in f for f in marks), marks
 
 
 def ode_solve(z0, t0, t1, f):  # msurtsukov/neural-ode "Neural ODEs.ipynb": Euler steps, as many as the gap needs
@@ -704,3 +704,48 @@ def test_a_batch_larger_than_the_graphs_range_is_never_told_to_pad_a_short_last_
     assert "pad a short last batch" not in larger and "keep batches at most 15" in larger, larger
     shorter = batch_side_fix("2 <= L['x'].size()[0] <= 15", {"x": "f32[1, 1, 28, 28]"})
     assert "pad a short last batch to the full size or drop it" in shorter, shorter
+
+
+def test_the_second_reads_cases_each_get_the_rule_meant_for_them(tmp_path):
+    # what a helper found reading this change cold: each rule fired on code it was not meant for, or missed
+    from tpu_lab.compile.causes.cause import Cause, Failure
+    from tpu_lab.compile.causes.guard_derived import _read_back_later, derived_words
+    from tpu_lab.compile.causes.guard_objects import object_words
+    from tpu_lab.compile.causes.guard_sizes import _evaluating
+    from tpu_lab.compile.causes.held_numbers import tuple_words
+    from tpu_lab.compile.causes.read_back_use import controls_python, feeds_bookkeeping
+    from tpu_lab.compile.causes.shape_ops import shape_op_said
+
+    src = tmp_path / "code.py"
+    src.write_text(
+        "def f(t, x):\n"
+        "    vals = t.tolist()\n"
+        "    for i in range(len(vals)):\n"  # a list's length is the tensor's size: no value read
+        "        x = x + 1\n"
+        "    current = x / 4\n"
+        "    # float(current) is what the caller sees\n"
+        "    msg = 'int(current)'\n"
+        "    idx = torch.nonzero(x)\n"
+        "    n = idx.sum().item()  # idx.tolist() would raise\n"
+        "    self.history = t.tolist()\n"
+        "    return torch.tensor(self.history)\n"
+    )
+    path = str(src)
+    assert not controls_python("    vals = t.tolist()", path, 2)
+    assert _read_back_later(Failure("0/0", "g", "current = x / 4", f"{path}:5")) is None
+    nonzero = Cause(
+        "graph_break", "Operator `aten.nonzero.default`'s output shape depends on input Tensor data.", "", ""
+    )
+    assert (
+        "leave capture_dynamic_output_shape_ops off"
+        not in shape_op_said(nonzero, "    idx = torch.nonzero(x)", (path, 8)).fix
+    )
+    assert feeds_bookkeeping("self.history = t.tolist()", path, 10)  # torch.tensor(...) takes data, not sizes
+    one_liner = Failure("0/0", "g", "for i in range(3):  y = y * (a / b)", f"{path}:4")
+    assert "how many times the loop runs" not in derived_words("((L['a'] / L['b'])) == 0.5", "0.5", one_liner).words
+    assert _evaluating({"grad mode": "off (inference_mode)", "self": "Linear (eval)"})
+    base = object_words("___check_type_id(L['self'], 94), type=<class '__main__.Base'>", "", {"self": "Child (train)"})
+    assert "submodule was replaced" not in base.words and "another module passed in" not in base.words, base
+    for g in ("L['s'] == set()", "L['s'] == frozenset({1, 2})", "L['s'] == {(0, 1), (2, 3)}", "L['s'] == {'a:b', 'c'}"):
+        assert (said := tuple_words(g)) is not None and said.kind == "set_items", g
+    assert tuple_words("L['d'] == {'a': 1}") is None  # a dict is no set

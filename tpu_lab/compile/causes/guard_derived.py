@@ -46,10 +46,11 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
             "the values",
             f.where,
         )
-    if re.match(r"for\b.+?\bin\s+range\(", f.code or ""):  # Neural ODE's Euler steps: a count the loop runs
+    looped = re.match(r"for\b.+?\bin\s+range\((.*)\)\s*:", (f.code or "").split("#", 1)[0])
+    if looped and re.search(r"[A-Za-z_]", looped[1]):  # Neural ODE's steps: range(n_steps), not range(3)
         return Cause(
             "derived",
-            f"a Python int computed from {names}{at}{code} changed (was {value}; it is how many times the loop "
+            f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is how many times the loop "
             "runs, and Dynamo unrolls the loop into the graph, one copy of its body per step: each new count "
             "compiles a graph of its own)",
             f.guard,
@@ -102,7 +103,8 @@ def _read_back_later(f: Failure) -> tuple[int, str] | None:
             continue
         if len(text) - len(text.lstrip()) < indent:  # the block has ended
             return None
-        if re.search(rf"\b(?:float|int)\(\s*{target[1]}\s*\)|\b{target[1]}\.(?:item|tolist)\(", text):
+        said = re.sub(r"(['\"]).*?\1", "''", text).split("#", 1)[0]  # code: no string, no comment
+        if re.search(rf"\b(?:float|int)\(\s*{target[1]}\s*\)|\b{target[1]}\.(?:item|tolist)\(", said):
             return n, text.strip()
     return None
 

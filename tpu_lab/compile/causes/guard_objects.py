@@ -70,7 +70,7 @@ def object_words(g: str, at: str, inputs: Mapping[str, str] | None = None) -> Ca
         module = (
             re.search(r"\._modules\['[^']+'\]$", m["name"]) is not None
             or ".nn.modules." in (m["cls"] or "")
-            or shown_as_module((inputs or {}).get(name, ""))  # a module of the user's own class
+            or (name != "self" and shown_as_module((inputs or {}).get(name, "")))  # a module of the user's class
         )
         now = kind_of((inputs or {}).get(name, ""))
         if "None" in (now, was):  # a value and None: the code's two cases, each its own graph

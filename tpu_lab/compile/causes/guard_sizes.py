@@ -215,9 +215,8 @@ def size_words(
             f"(or batch them, padded, into one tensor); else {dynamic}"
         )
     elif i == "0" and int(b) < int(a) and not caller and _evaluating(inputs):  # dropped, it leaves the metrics
-        fix = (
-            f"{dynamic}; an evaluation's last, smaller batch is not one to drop or pad: either changes what is measured"
-        )
+        said = dynamic.replace(ON_TPU, "")  # bucketing would pad it
+        fix = f"{said}; an evaluation's last, smaller batch is not one to drop or pad: either changes what is measured"
     elif i == "0" and int(b) < int(a) and not caller:
         fix = f"if this is the last, smaller batch: pad it to {a} or drop it ({DROP_LAST}); else {dynamic}"
     else:
@@ -289,7 +288,7 @@ def _evaluating(inputs: Mapping[str, str] | None) -> bool:
     """The call runs with grad mode off and every module among ``inputs`` in eval mode: an evaluation pass."""
     shown = inputs or {}
     modules = [d for d in shown.values() if d.endswith(("(train)", "(eval)"))]
-    return shown.get("grad mode") == "off" and all(d.endswith("(eval)") for d in modules)
+    return shown.get("grad mode", "").startswith("off") and all(d.endswith("(eval)") for d in modules)
 
 
 # as a row describes a tensor (``value_text.describe``)

@@ -231,7 +231,8 @@ def tuple_words(g: str) -> Cause | None:
     return Cause("value", words, g, fix)
 
 
-_SET = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>\{[-\w.'\" ,]*\})$")  # to_neighs[17] == {0, 1, 37}
+# to_neighs[17] == {0, 1, 37}; set(), frozenset({1, 2}), {(0, 1), (2, 3)}: never a dict's {'a': 1}
+_SET = re.compile(r"^(?P<name>[\w.\[\]'\"]+) == (?P<value>set\(\)|frozenset\(\{[^{}]*\}\)|\{(?![^{}]*: )[^{}]+\})$")
 
 
 def _set_words(g: str) -> Cause | None:

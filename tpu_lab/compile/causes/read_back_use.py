@@ -64,7 +64,9 @@ def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, st
         used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
         tested = any(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", t[1])) & tracked for t in _CHOOSES.finditer(text))
         # a loop count (Neural ODE's n_steps = math.ceil(....item()), then for i in range(n_steps)): control too
-        counts = re.match(r"\s*for\b.+?\bin\s+range\(", text)
+        looped = re.match(r"\s*for\b.+?\bin\s+range\((.*)\)\s*:", text.split("#", 1)[0])
+        bound = re.sub(r"\blen\([^()]*\)", "", looped[1]) if looped else ""  # a list's length is its size, no value
+        counts = bool(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", bound)) & tracked)
         if used and (
             re.match(r"\s*(?:if|elif|while)\b", text) or tested or counts or (follow and _ORDERS.search(text))
         ):
@@ -164,8 +166,8 @@ def _computed_with(file: str, attr: str) -> bool:
 
 # torch calls that take sizes or counts: numbers passed to them shape the work (a split's part sizes)
 _SIZED_OP = re.compile(
-    r"split|split_with_sizes|chunk|view|reshape|narrow|expand|repeat|repeat_interleave|zeros|ones|empty|full|"
-    r"arange|randn|rand|randint|new_zeros|new_ones|new_empty|new_full|topk|tensor|as_tensor|pad|index_select"
+    r"split|split_with_sizes|chunk|view|reshape|narrow|expand|repeat|repeat_interleave|zeros|ones|empty|"
+    r"arange|randn|rand|randint|new_zeros|new_ones|new_empty|topk|pad|index_select"
 )
 
 

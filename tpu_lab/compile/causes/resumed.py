@@ -179,7 +179,8 @@ def in_resumed_frame(causes: list[Cause], function: FunctionKey, names: Sequence
             who = " and ".join(slots[n] for n in own)
             words, fix = words.replace(CARRIED, who), fix.replace(CARRIED, who)
         elif set(own) - set(slots) and slots:  # a guard on a slot the line's names miss: never another's name
-            words = words.replace(CARRIED, f"{CARRIED} {own[0] + 1} (from line {line})", 1)
+            unnamed = next(n for n in own if n not in slots)
+            words = words.replace(CARRIED, f"{CARRIED} {unnamed + 1} (from line {line})", 1)
         elif target or (target := next(iter(slots.values())) if len(slots) == 1 else ""):  # one carried: its name
             words, fix = words.replace(CARRIED, target), fix.replace(CARRIED, target)
         elif code:

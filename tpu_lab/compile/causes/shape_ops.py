@@ -16,7 +16,6 @@ from tpu_lab.compile.causes.symbolic_numbers import torch_function
 from tpu_lab.compile.sources.dynamo_catalog import shape_op_captured
 
 SHAPED = re.compile(r"Operator `([\w.]+)`'s output shape depends on input Tensor data")
-_VALUES_READ = re.compile(r"\.(?:tolist|item|numpy)\(")  # a tensor's values into Python
 _READ_BACK = re.compile(r"\.(?:tolist|item)\(|^\s*(?:for\b|if\b|elif\b|while\b)")  # len(a list) is no read
 CAPTURE = "torch._dynamo.config.capture_dynamic_output_shape_ops = True"
 _FIXED_FORM = {  # each data-dependent operator's fixed-size stand-in
@@ -40,8 +39,9 @@ def fixed_size(name: str, library: str = "") -> str:
 def _later_check(code: str, at: tuple[str, int], ranged: bool = False, read: bool = False) -> tuple[int, str]:
     """The first later line of the same function (``at``: the break's file and line, ``code`` that line)
     that branches on the size of what the line assigns (``if top_x.shape[0] == 0:``), or (``ranged``) that
-    walks a range over it (``tc[range(t.shape[0]), c]``), or (``read``) reads its values back into Python
-    (A2C's ``(has_zeros + 1).numpy().tolist()``), else (0, "")."""
+    walks a range over it (``tc[range(t.shape[0]), c]``), or (``read``) reads its values back as a list
+    (A2C's ``(has_zeros + 1).numpy().tolist()``: a .tolist() of it raises under the capture setting, where
+    .item() only breaks the graph), else (0, "")."""
     target = re.match(r"^\s*([\w\s,()]+?)\s*=(?!=)", code)
     names = sorted(set(re.findall(r"\w+", target[1]))) if target else []
     file, line = at
@@ -56,7 +56,8 @@ def _later_check(code: str, at: tuple[str, int], ranged: bool = False, read: boo
             break  # the block that assigned them has ended (a loop's body; the function)
         if ranged and re.search(rf"\brange\(\s*(?:{size})", text):
             return n, text.strip()
-        if read and re.search(rf"\b(?:{'|'.join(map(re.escape, names))})\b", text) and _VALUES_READ.search(text):
+        said = text.split("#", 1)[0]  # code, not a comment
+        if read and re.search(rf"\b(?:{'|'.join(map(re.escape, names))})\b[^=]*?\.tolist\(", said):
             return n, text.strip()
         if not ranged and not read and re.match(r"\s*(?:if|elif|while)\b", text) and re.search(size, text):
             return n, text.strip()

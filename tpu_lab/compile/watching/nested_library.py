@@ -101,11 +101,14 @@ def _marked_as_called(fix: str, passed: tuple[tuple[str, str, str], ...]) -> str
 
     def named(m: re.Match) -> str:
         outer, where = held.get(m[1], (m[1], ""))
+        where = "your script" if where == "<module>" else where  # a script's or a notebook cell's top level
         if outer and outer != m[1]:
-            notes.append(f"{outer} is the tensor {where} passes in as {m[1]}")
+            notes.append(f"{outer} is the tensor {where} holds, passed in as {m[1]}")
             return f"maybe_mark_dynamic({outer}, {m[2]})"
         if not outer:  # the caller's own variable of that name is another value
-            notes.append(f"{m[1]} here is the tensor passed in, not {where}'s own {m[1]}: mark what the call passes")
+            notes.append(
+                f"{m[1]} here is the tensor passed in, not the {m[1]} {where} holds: mark what the call passes"
+            )
         return m[0]
 
     marks = re.sub(r"maybe_mark_dynamic\(([^,()]+), (\d+)\)", named, said[0])
