@@ -749,3 +749,13 @@ def test_the_second_reads_cases_each_get_the_rule_meant_for_them(tmp_path):
     for g in ("L['s'] == set()", "L['s'] == frozenset({1, 2})", "L['s'] == {(0, 1), (2, 3)}", "L['s'] == {'a:b', 'c'}"):
         assert (said := tuple_words(g)) is not None and said.kind == "set_items", g
     assert tuple_words("L['d'] == {'a': 1}") is None  # a dict is no set
+
+
+def test_a_buffer_reset_by_a_method_is_a_sequences_state_where_dynamo_reuses_the_first_graph():
+    # the second read: with one batch size, the reset buffer reuses the first graph, so no row sees it emptied
+    model = WaveNetStep()
+    model.conv._get_linearized_weight()  # set before the first call: that attribute's own fix
+    step = torch.compile(model.step, backend="eager")
+    table, _ = watched_clean(lambda: generate(model, step, [(1, 3), (1, 3)]))
+    said = [c for r in table for c in r.causes if "self.conv.input_buffer is now" in c.words]
+    assert said and all("is a sequence's state" in c.fix and "its value now" not in c.fix for c in said), said

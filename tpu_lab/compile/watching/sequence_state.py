@@ -24,7 +24,7 @@ SEQUENCE_FIX = (
 
 def reset_between_sequences(rows: Sequence[tuple[object, Any]]) -> None:
     """``rows`` ((function, row) pairs) with the fix of each attribute that one row saw filled and another saw
-    set back to None said as a sequence's state, on both."""
+    set back to None, or that a method of the function's file sets back to None, said as a sequence's state."""
     filled: dict[object, set[str]] = {}
     emptied: dict[object, set[str]] = {}
     for f, r in rows:
@@ -34,9 +34,33 @@ def reset_between_sequences(rows: Sequence[tuple[object, Any]]) -> None:
             if m := _EMPTIED.match(c.words):
                 emptied.setdefault(f, set()).add(m["name"])
     for f, r in rows:
-        both = filled.get(f, set()) & emptied.get(f, set())
+        # set back to None by a reset method of the file's (WaveNet's clear_buffer): where Dynamo reused the None
+        # graph after it, no row saw it emptied
+        reset = {n for n in filled.get(f, set()) if _reset_in(getattr(f, "filename", ""), n.rsplit(".", 1)[-1])}
+        both = (filled.get(f, set()) & emptied.get(f, set())) | reset
         if both:
             r.causes = [_said(c, both) for c in r.causes]
+
+
+def _reset_in(file: str, attr: str) -> bool:
+    """A method other than ``__init__`` in ``file`` sets ``self.<attr>`` back to None."""
+    import ast
+
+    from tpu_lab.compile.causes.source_file import parsed_file
+
+    tree = parsed_file(file) if file else None
+    for fn in ast.walk(tree) if tree is not None else ():
+        if not isinstance(fn, ast.FunctionDef) or fn.name == "__init__":
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and node.value.value is None
+                and any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets)
+            ):
+                return True
+    return False
 
 
 def _said(cause: Any, names: set[str]) -> Any:
