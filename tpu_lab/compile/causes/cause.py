@@ -246,6 +246,7 @@ KIND_LABELS = {
 """A short label per guard family, for the summary under a table."""
 
 
+LOOP_RANGE = re.compile(r"^\s*for\b.+?\bin\s+range\((?P<args>.*)\)\s*:")  # a loop's count, in range()
 LOOP_COUNT_FIX = (  # a number a loop runs over (for _ in range(n)): Dynamo unrolls the loop, a graph per count
     "keep {0} to a few values (or run the largest count and mask the extra steps), or compile only the loop's body "
     "(one step's or one node's work) and keep the loop in Python, so one graph serves every count; a tensor in its "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from tpu_lab.compile.causes.cause import Cause, Failure, local_name
+from tpu_lab.compile.causes.cause import LOOP_COUNT_FIX, LOOP_RANGE, Cause, Failure, local_name
 
 _NAME = re.compile(r"(?<![\w.'\]])(?:[LG]\['[^']+'\]|[A-Za-z_]\w*)(?:\.\w+|\['[^']*'\]|\[\d+\])*")
 _ROUNDED = re.compile(r"\b(np|numpy|math)\.(ceil|floor)\(")  # rounding a quotient (math's too: a float on the way)
@@ -46,17 +46,15 @@ def derived_words(expression: str, value: str, f: Failure) -> Cause | None:
             "the values",
             f.where,
         )
-    looped = re.match(r"for\b.+?\bin\s+range\((.*)\)\s*:", (f.code or "").split("#", 1)[0])
-    if looped and re.search(r"[A-Za-z_]", looped[1]):  # Neural ODE's steps: range(n_steps), not range(3)
+    looped = LOOP_RANGE.match((f.code or "").split("#", 1)[0])
+    if looped and re.search(r"[A-Za-z_]", looped["args"]):  # Neural ODE's steps: range(n_steps), not range(3)
         return Cause(
             "derived",
             f"a Python {kind} computed from {names}{at}{code} changed (was {value}; it is how many times the loop "
             "runs, and Dynamo unrolls the loop into the graph, one copy of its body per step: each new count "
             "compiles a graph of its own)",
             f.guard,
-            "expected once per count; to share one graph, keep the count fixed (a fixed number of steps), or "
-            "compile only what the loop's body calls and keep the loop itself in Python, outside the compiled "
-            f"function{RAISE_LIMIT}",
+            LOOP_COUNT_FIX.format(names),
             f.where,
         )
     if back := _read_back_later(f):  # MixMatch's linear_rampup: np.clip, then return float(current)

@@ -7,7 +7,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from tpu_lab.compile.causes.cause import BAKED, CARRIED, LOOP_COUNT_FIX, VERBATIM_FIX, Cause, local_name
+from tpu_lab.compile.causes.cause import BAKED, CARRIED, LOOP_COUNT_FIX, LOOP_RANGE, VERBATIM_FIX, Cause, local_name
 from tpu_lab.compile.causes.guard_containers import optimizer_step
 from tpu_lab.compile.causes.guard_globals import global_cause
 from tpu_lab.compile.causes.guard_objects import none_fix
@@ -278,13 +278,10 @@ def number_condition_words(g: str, numbers: str, line: str, library: str, at: st
     )
 
 
-_LOOP = re.compile(r"^\s*for\b.+?\bin\s+range\((?P<args>.*)\)\s*:")
-
-
 def loop_count_words(name: str, value: str, code: str, where: str, g: str) -> Cause | None:
     """An int the user's loop runs over (``for _ in range(iters):``): Dynamo unrolls the loop into the
     graph, so each count is a graph of its own, and a tensor in its place would break the graph there."""
-    loop = _LOOP.match(code or "")
+    loop = LOOP_RANGE.match(code or "")
     read = rf"(?<![\w.]){re.escape(name)}(?!\w)"
     if "[" in name:  # a child's own count, read as tree.num_children in the recursive call
         read += rf"|\.{re.escape(name.rpartition('.')[2])}\b"

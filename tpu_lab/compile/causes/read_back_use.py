@@ -9,6 +9,7 @@ import linecache
 import re
 
 from tpu_lab.compile.causes.branch_origin import enclosing_loop
+from tpu_lab.compile.causes.cause import LOOP_RANGE
 from tpu_lab.compile.causes.source_file import enclosing_def, parsed_file
 
 BOTH_SIDES = (  # DKT's loss: torch.where(p > 0, log(p), 0) runs log(0) too, and its gradient turns the weights NaN
@@ -64,8 +65,10 @@ def later_branch(code: str, file: str, line: int, follow: bool) -> tuple[int, st
         used = set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", text)) & tracked
         tested = any(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", t[1])) & tracked for t in _CHOOSES.finditer(text))
         # a loop count (Neural ODE's n_steps = math.ceil(....item()), then for i in range(n_steps)): control too
-        looped = re.match(r"\s*for\b.+?\bin\s+range\((.*)\)\s*:", text.split("#", 1)[0])
-        bound = re.sub(r"\blen\([^()]*\)", "", looped[1]) if looped else ""  # a list's length is its size, no value
+        looped = LOOP_RANGE.match(text.split("#", 1)[0])
+        bound = (
+            re.sub(r"\blen\([^()]*\)", "", looped["args"]) if looped else ""
+        )  # a list's length is its size, no value
         counts = bool(set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", bound)) & tracked)
         if used and (
             re.match(r"\s*(?:if|elif|while)\b", text) or tested or counts or (follow and _ORDERS.search(text))
